@@ -1,0 +1,1 @@
+"""Event contracts: the envelope, pi session entries, migration and serialization."""

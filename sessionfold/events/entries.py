@@ -1,0 +1,332 @@
+"""pi session entries, message roles and content blocks (session format v3).
+
+Every model keeps unknown fields (`extra="allow"`): pi adds fields over time and extensions add
+their own, and an archive must not drop what it does not understand. Optional values that pi
+leaves out of the JSON are optional here. Validation is lenient where real files are
+(reference/pi-session-format.md §5): empty assistant content, a missing `totalTokens`, a
+`partialJson` leftover on a tool call, a bashExecution with no `content` or `exitCode`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+# --- content blocks ------------------------------------------------------------------------
+
+
+class TextBlock(_Open):
+    type: Literal["text"]
+    text: str
+    textSignature: str | None = None
+
+
+class ThinkingBlock(_Open):
+    type: Literal["thinking"]
+    thinking: str
+    thinkingSignature: str | None = None
+    redacted: bool | None = None
+
+
+class ImageBlock(_Open):
+    type: Literal["image"]
+    data: str
+    mimeType: str
+
+
+class ToolCallBlock(_Open):
+    type: Literal["toolCall"]
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    thoughtSignature: str | None = None
+    partialJson: str | None = None  # legacy streaming leftover on aborted calls
+
+
+class UnknownBlock(_Open):
+    """A block type this build does not know: kept as it is."""
+
+    type: str
+
+
+def _block_kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in {"text", "thinking", "image", "toolCall"} else "unknown"
+
+
+ContentBlock = Annotated[
+    Annotated[TextBlock, Tag("text")]
+    | Annotated[ThinkingBlock, Tag("thinking")]
+    | Annotated[ImageBlock, Tag("image")]
+    | Annotated[ToolCallBlock, Tag("toolCall")]
+    | Annotated[UnknownBlock, Tag("unknown")],
+    Discriminator(_block_kind),
+]
+
+
+# --- message roles ---------------------------------------------------------------------------
+
+
+class Cost(_Open):
+    input: float = 0
+    output: float = 0
+    cacheRead: float = 0
+    cacheWrite: float = 0
+    total: float = 0
+
+
+class Usage(_Open):
+    input: int = 0
+    output: int = 0
+    cacheRead: int = 0
+    cacheWrite: int = 0
+    totalTokens: int | None = None  # missing in old files: sum the four counts instead
+    cost: Cost | None = None
+
+    def context_tokens(self) -> int:
+        """Context size as pi reads it: totalTokens, else the sum of the four counts."""
+        if self.totalTokens:
+            return self.totalTokens
+        return self.input + self.output + self.cacheRead + self.cacheWrite
+
+
+class UserMessage(_Open):
+    role: Literal["user"]
+    content: str | list[ContentBlock]
+    timestamp: int | float | None = None
+
+
+class AssistantMessage(_Open):
+    role: Literal["assistant"]
+    content: list[ContentBlock] = Field(default_factory=list)
+    api: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    usage: Usage | None = None
+    stopReason: str | None = None
+    errorMessage: str | None = None
+    timestamp: int | float | None = None
+
+
+class ToolResultMessage(_Open):
+    role: Literal["toolResult"]
+    toolCallId: str
+    toolName: str | None = None
+    content: list[ContentBlock] = Field(default_factory=list)
+    details: Any = None
+    isError: bool = False
+    timestamp: int | float | None = None
+
+
+class BashExecutionMessage(_Open):
+    role: Literal["bashExecution"]
+    command: str
+    output: str = ""
+    exitCode: int | None = None
+    cancelled: bool = False
+    truncated: bool = False
+    fullOutputPath: str | None = None
+    excludeFromContext: bool | None = None
+    timestamp: int | float | None = None
+
+
+class CustomMessage(_Open):
+    role: Literal["custom"]
+    customType: str | None = None
+    content: str | list[ContentBlock] = ""
+    display: bool | None = None
+    details: Any = None
+    timestamp: int | float | None = None
+
+
+class BranchSummaryMessage(_Open):
+    role: Literal["branchSummary"]
+    summary: str
+    fromId: str | None = None
+    timestamp: int | float | None = None
+
+
+class CompactionSummaryMessage(_Open):
+    role: Literal["compactionSummary"]
+    summary: str
+    tokensBefore: int | None = None
+    timestamp: int | float | None = None
+
+
+class UnknownMessage(_Open):
+    """A role this build does not know (a future pi role): kept, and a barrier for folds."""
+
+    role: str
+
+
+_ROLES = {
+    "user",
+    "assistant",
+    "toolResult",
+    "bashExecution",
+    "custom",
+    "branchSummary",
+    "compactionSummary",
+}
+
+
+def _role_kind(value: Any) -> str:
+    role = value.get("role") if isinstance(value, dict) else getattr(value, "role", None)
+    if role == "hookMessage":  # v2 name of custom; migration renames it, tolerate it anyway
+        return "custom"
+    return role if role in _ROLES else "unknown"
+
+
+AgentMessage = Annotated[
+    Annotated[UserMessage, Tag("user")]
+    | Annotated[AssistantMessage, Tag("assistant")]
+    | Annotated[ToolResultMessage, Tag("toolResult")]
+    | Annotated[BashExecutionMessage, Tag("bashExecution")]
+    | Annotated[CustomMessage, Tag("custom")]
+    | Annotated[BranchSummaryMessage, Tag("branchSummary")]
+    | Annotated[CompactionSummaryMessage, Tag("compactionSummary")]
+    | Annotated[UnknownMessage, Tag("unknown")],
+    Discriminator(_role_kind),
+]
+
+
+# --- entries ---------------------------------------------------------------------------------
+
+
+class SessionHeader(_Open):
+    """First line of a file; not part of the tree. v1 headers carry no `version`."""
+
+    type: Literal["session"]
+    id: str
+    version: int | None = None
+    timestamp: str | None = None
+    cwd: str | None = None
+    parentSession: str | None = None
+
+
+class _Entry(_Open):
+    id: str
+    parentId: str | None = None
+    timestamp: str | None = None
+
+
+class MessageEntry(_Entry):
+    type: Literal["message"]
+    message: AgentMessage
+
+
+class ThinkingLevelChangeEntry(_Entry):
+    type: Literal["thinking_level_change"]
+    thinkingLevel: str
+
+
+class ModelChangeEntry(_Entry):
+    type: Literal["model_change"]
+    provider: str | None = None
+    modelId: str | None = None
+
+
+class CompactionEntry(_Entry):
+    type: Literal["compaction"]
+    summary: str
+    firstKeptEntryId: str | None = None
+    tokensBefore: int | None = None
+    details: Any = None
+    fromHook: bool | None = None
+
+
+class BranchSummaryEntry(_Entry):
+    type: Literal["branch_summary"]
+    fromId: str
+    summary: str
+    details: Any = None
+    fromHook: bool | None = None
+
+
+class CustomEntry(_Entry):
+    type: Literal["custom"]
+    customType: str
+    data: Any = None
+
+
+class CustomMessageEntry(_Entry):
+    type: Literal["custom_message"]
+    customType: str
+    content: str | list[ContentBlock] = ""
+    display: bool = True
+    details: Any = None
+
+
+class LabelEntry(_Entry):
+    type: Literal["label"]
+    targetId: str
+    label: str | None = None
+
+
+class SessionInfoEntry(_Entry):
+    type: Literal["session_info"]
+    name: str | None = None
+
+
+class UnknownEntry(_Entry):
+    """An entry type this build does not know: kept, ignored by the folds."""
+
+    type: str
+
+
+_ENTRY_TYPES = {
+    "session",
+    "message",
+    "thinking_level_change",
+    "model_change",
+    "compaction",
+    "branch_summary",
+    "custom",
+    "custom_message",
+    "label",
+    "session_info",
+}
+
+
+def _entry_kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in _ENTRY_TYPES else "unknown"
+
+
+SessionEntry = Annotated[
+    Annotated[SessionHeader, Tag("session")]
+    | Annotated[MessageEntry, Tag("message")]
+    | Annotated[ThinkingLevelChangeEntry, Tag("thinking_level_change")]
+    | Annotated[ModelChangeEntry, Tag("model_change")]
+    | Annotated[CompactionEntry, Tag("compaction")]
+    | Annotated[BranchSummaryEntry, Tag("branch_summary")]
+    | Annotated[CustomEntry, Tag("custom")]
+    | Annotated[CustomMessageEntry, Tag("custom_message")]
+    | Annotated[LabelEntry, Tag("label")]
+    | Annotated[SessionInfoEntry, Tag("session_info")]
+    | Annotated[UnknownEntry, Tag("unknown")],
+    Discriminator(_entry_kind),
+]
+
+_SESSION_ENTRY = TypeAdapter(SessionEntry)
+
+
+class EntryError(ValueError):
+    """An object that is not a valid pi entry; the message holds field paths, never text."""
+
+
+def parse_entry(raw: dict[str, Any]) -> SessionEntry:
+    """Validate one v3-shaped entry (or header) dict; raise EntryError naming the bad fields."""
+    try:
+        return _SESSION_ENTRY.validate_python(raw)
+    except ValidationError as exc:
+        where = ", ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['type']}" for e in exc.errors()[:5]
+        )
+        raise EntryError(f"invalid {str(raw.get('type'))[:40]!r} entry ({where})") from None

@@ -1,0 +1,206 @@
+"""The one envelope every record on the wire travels in, and its payloads by kind."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+#: The envelope schema this build writes and the newest one it reads.
+SCHEMA_VERSION = 1
+
+
+class Kind(StrEnum):
+    """Every kind of envelope, by the topic it travels on."""
+
+    # session-events
+    ENTRY = "entry"
+    RELOAD = "reload"
+    USAGE = "usage"
+    COMMAND = "command"
+    WORLD = "world"
+    COMPACT_REQUEST = "compact-request"
+    # flush-requests, compaction-events, flush-metrics
+    FLUSH_REQUEST = "flush-request"
+    COMPACTION = "compaction"
+    FLUSH_METRICS = "flush-metrics"
+
+
+SESSION_EVENT_KINDS = frozenset(
+    {Kind.ENTRY, Kind.RELOAD, Kind.USAGE, Kind.COMMAND, Kind.WORLD, Kind.COMPACT_REQUEST}
+)
+
+
+class SchemaVersionError(ValueError):
+    """An envelope written by a newer sessionfold: refused by name, never misread."""
+
+    def __init__(self, found: int) -> None:
+        self.found = found
+        super().__init__(
+            f"envelope schema_version {found} is newer than this sessionfold reads "
+            f"({SCHEMA_VERSION}); upgrade sessionfold to read it"
+        )
+
+
+class Payload(BaseModel):
+    """Base of every payload: immutable, unknown fields refused."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EntryPayload(Payload):
+    """A pi session entry (the header included), migrated to the v3 shape.
+
+    `entry` is the parsed JSON object as it stood in the file, key order and unknown fields
+    kept; `line` is its 1-based line in the source file, so a file-backed log can read it back.
+    """
+
+    entry: dict[str, Any]
+    line: int | None = None
+
+
+class ReloadPayload(Payload):
+    """The branch may have changed: pi's session_start, /reload or /tree navigation."""
+
+    reason: Literal["start", "reload", "tree"] = "reload"
+    leaf_id: str | None = None
+
+
+class UsagePayload(Payload):
+    """Context tokens as the provider reported them, and the model's window."""
+
+    tokens: int | None = None
+    context_window: int | None = None
+
+
+class CommandPayload(Payload):
+    """An operator command for one session: a manual flush, a compaction, a config change."""
+
+    name: Literal["flush", "compact", "config"]
+    settings: dict[str, Any] = Field(default_factory=dict)
+
+
+class WorldPayload(Payload):
+    """A producer-side snapshot of read-only workspace facts (git branch, head, dirty paths)."""
+
+    facts: dict[str, Any] = Field(default_factory=dict)
+
+
+class CompactRequestPayload(Payload):
+    """pi is about to compact: run a ledger pass."""
+
+    custom_instructions: str | None = None
+
+
+class OpaquePayload(BaseModel):
+    """Payload of the derived kinds; its model lives with the fold that writes it."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+class _EnvelopeBase(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    session_id: str = Field(min_length=1)
+    seq: int = Field(ge=0)
+    producer: str = "sessionfold"
+    time: str | None = None
+
+
+class EntryEnvelope(_EnvelopeBase):
+    kind: Literal[Kind.ENTRY] = Kind.ENTRY
+    payload: EntryPayload
+
+
+class ReloadEnvelope(_EnvelopeBase):
+    kind: Literal[Kind.RELOAD] = Kind.RELOAD
+    payload: ReloadPayload = ReloadPayload()
+
+
+class UsageEnvelope(_EnvelopeBase):
+    kind: Literal[Kind.USAGE] = Kind.USAGE
+    payload: UsagePayload
+
+
+class CommandEnvelope(_EnvelopeBase):
+    kind: Literal[Kind.COMMAND] = Kind.COMMAND
+    payload: CommandPayload
+
+
+class WorldEnvelope(_EnvelopeBase):
+    kind: Literal[Kind.WORLD] = Kind.WORLD
+    payload: WorldPayload
+
+
+class CompactRequestEnvelope(_EnvelopeBase):
+    kind: Literal[Kind.COMPACT_REQUEST] = Kind.COMPACT_REQUEST
+    payload: CompactRequestPayload = CompactRequestPayload()
+
+
+class FlushRequestEnvelope(_EnvelopeBase):
+    kind: Literal[Kind.FLUSH_REQUEST] = Kind.FLUSH_REQUEST
+    payload: OpaquePayload
+
+
+class CompactionEnvelope(_EnvelopeBase):
+    kind: Literal[Kind.COMPACTION] = Kind.COMPACTION
+    payload: OpaquePayload
+
+
+class FlushMetricsEnvelope(_EnvelopeBase):
+    kind: Literal[Kind.FLUSH_METRICS] = Kind.FLUSH_METRICS
+    payload: OpaquePayload
+
+
+Envelope = Annotated[
+    EntryEnvelope
+    | ReloadEnvelope
+    | UsageEnvelope
+    | CommandEnvelope
+    | WorldEnvelope
+    | CompactRequestEnvelope
+    | FlushRequestEnvelope
+    | CompactionEnvelope
+    | FlushMetricsEnvelope,
+    Field(discriminator="kind"),
+]
+
+_ENVELOPE = TypeAdapter(Envelope)
+
+
+class EnvelopeError(ValueError):
+    """Bytes that are not a readable envelope; the message names the cause, never the content."""
+
+
+def encode(envelope: _EnvelopeBase) -> bytes:
+    """Serialize an envelope to the JSON bytes that go on the wire."""
+    return orjson.dumps(envelope.model_dump(mode="json"))
+
+
+def decode(data: bytes | str) -> Envelope:
+    """Read an envelope from wire bytes; a newer schema raises SchemaVersionError."""
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise EnvelopeError(f"not JSON ({len(data)} bytes)") from exc
+    return from_dict(raw)
+
+
+def from_dict(raw: Any) -> Envelope:
+    """Validate a decoded JSON value as an envelope."""
+    if not isinstance(raw, dict):
+        raise EnvelopeError(f"envelope is a JSON {type(raw).__name__}, not an object")
+    version = raw.get("schema_version", SCHEMA_VERSION)
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        raise SchemaVersionError(version)
+    try:
+        return _ENVELOPE.validate_python(raw)
+    except ValidationError as exc:
+        # Field locations and error types only: the input may hold message text.
+        where = ", ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['type']}" for e in exc.errors()[:5]
+        )
+        raise EnvelopeError(f"invalid envelope ({where})") from None

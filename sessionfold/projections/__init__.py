@@ -1,0 +1,1 @@
+"""Pure, deterministic folds over session events."""

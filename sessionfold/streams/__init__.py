@@ -1,0 +1,1 @@
+"""Runtimes, adapters and the command line: everything that does I/O."""
