@@ -85,24 +85,29 @@ class SessionFileReader:
         self.producer = producer
 
     def records(self, final: bool = True) -> Iterator[Record]:
-        """Yield what the file holds past the current position.
+        """Yield what the file holds past the current position, record by record."""
+        for records in self.lines(final):
+            yield from records
 
-        A last line without its newline is read only when `final` is true; a tailing reader
-        passes false and sees the line complete on a later call.
+    def lines(self, final: bool = True) -> Iterator[list[Record]]:
+        """Yield the records of each line past the current position, a list per line.
+
+        When a list is yielded, `position` already stands after its line, so a checkpoint
+        taken then resumes cleanly. A last line without its newline is read only when `final`
+        is true; a tailing reader passes false and sees the line complete on a later call.
         """
         with self.path.open("rb") as handle:
             handle.seek(self.position.offset)
             while True:
                 line = handle.readline()
-                if not line:
-                    return
-                if not line.endswith(b"\n") and not final:
+                if not line or (not line.endswith(b"\n") and not final):
                     return
                 line_no = self.position.line + 1
-                yield from self._line_records(line.rstrip(b"\r\n"), line_no)
+                records = list(self._line_records(line.rstrip(b"\r\n"), line_no))
                 self.position = replace(
                     self.position, offset=self.position.offset + len(line), line=line_no
                 )
+                yield records
 
     def _line_records(self, line: bytes, line_no: int) -> Iterator[Record]:
         if not line.strip():

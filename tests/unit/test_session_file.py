@@ -1,0 +1,206 @@
+"""The session-file reader: real files, damaged lines, migration, resumption."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sessionfold.events.entries import parse_entry
+from sessionfold.events.envelope import EntryEnvelope
+from sessionfold.events.migration import v1_entry_id
+from sessionfold.streams.session_file import (
+    DeadLetter,
+    ReadPosition,
+    SessionFileReader,
+    read_session_file,
+)
+
+REAL_FILES = ["before-compaction.jsonl", "large-session.jsonl"]
+
+
+def _plain_role_count(path: Path) -> Counter[str]:
+    """Messages by role, counted straight from the file with the json module."""
+    roles: Counter[str] = Counter()
+    for line in path.read_text().splitlines():
+        if line.strip():
+            obj = json.loads(line)
+            if obj.get("type") == "message":
+                roles[obj["message"]["role"]] += 1
+    return roles
+
+
+@pytest.mark.parametrize("name", REAL_FILES)
+def test_real_session_parses_completely(shared_sessions: Path, name: str) -> None:
+    """Every line of a real file is an envelope or a dead letter; role counts match the file."""
+    path = shared_sessions / name
+    lines = [line for line in path.read_bytes().split(b"\n") if line.strip()]
+    records = list(read_session_file(path))
+    envelopes = [r for r in records if isinstance(r, EntryEnvelope)]
+    letters = [r for r in records if isinstance(r, DeadLetter)]
+    assert all(letter.reason for letter in letters)
+    assert len(envelopes) + len(letters) == len(lines)
+    roles = Counter(
+        e.payload.entry["message"]["role"]
+        for e in envelopes
+        if e.payload.entry["type"] == "message"
+    )
+    assert roles == _plain_role_count(path)
+    assert [e.seq for e in envelopes] == list(range(1, len(envelopes) + 1))
+    header = json.loads(lines[0])
+    assert {e.session_id for e in envelopes} == {header["id"]}
+
+
+@pytest.mark.parametrize("name", REAL_FILES)
+def test_v1_file_becomes_a_linear_chain(shared_sessions: Path, name: str) -> None:
+    """A v1 file's entries get deterministic ids and each entry's parent is the one before."""
+    envelopes = [r for r in read_session_file(shared_sessions / name) if not isinstance(r, DeadLetter)]
+    entries = [e.payload.entry for e in envelopes[1:]]
+    assert entries[0]["parentId"] is None
+    for before, after in zip(entries, entries[1:], strict=False):
+        assert after["parentId"] == before["id"]
+    assert len({e["id"] for e in entries}) == len(entries)
+    again = [r for r in read_session_file(shared_sessions / name) if not isinstance(r, DeadLetter)]
+    assert [e.payload.entry["id"] for e in again[1:]] == [e["id"] for e in entries]
+
+
+def test_v1_compaction_index_resolves_to_the_kept_entry(shared_sessions: Path) -> None:
+    """firstKeptEntryIndex (header counted as 0) becomes the id of that entry."""
+    envelopes = [
+        r for r in read_session_file(shared_sessions / "before-compaction.jsonl")
+        if not isinstance(r, DeadLetter)
+    ]
+    by_id = {e.payload.entry.get("id"): i for i, e in enumerate(envelopes)}
+    compactions = [e.payload.entry for e in envelopes if e.payload.entry["type"] == "compaction"]
+    assert len(compactions) == 2
+    for compaction in compactions:
+        assert "firstKeptEntryIndex" not in compaction
+        kept = envelopes[by_id[compaction["firstKeptEntryId"]]].payload.entry
+        assert kept["message"]["role"] == "user"
+
+
+def _write(tmp_path: Path, lines: list[bytes], name: str = "s.jsonl") -> Path:
+    path = tmp_path / name
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return path
+
+
+HEADER = b'{"type":"session","version":3,"id":"sess-1","timestamp":"2026-01-01T00:00:00Z","cwd":"/w"}'
+
+
+def _message(entry_id: str, parent: str | None, text: str = "hi") -> bytes:
+    return orjson.dumps(
+        {
+            "type": "message",
+            "id": entry_id,
+            "parentId": parent,
+            "timestamp": "2026-01-01T00:00:01Z",
+            "message": {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1},
+        }
+    )
+
+
+def test_two_objects_on_one_line_are_two_events(tmp_path: Path) -> None:
+    """A line holding two objects yields both; trailing garbage becomes a dead letter."""
+    path = _write(tmp_path, [HEADER, _message("a", None) + _message("b", "a") + b"garbage{"])
+    records = list(read_session_file(path))
+    kinds = [type(r).__name__ for r in records]
+    assert kinds == ["EntryEnvelope", "EntryEnvelope", "EntryEnvelope", "DeadLetter"]
+    letter = records[-1]
+    assert isinstance(letter, DeadLetter)
+    assert (letter.line, letter.size, letter.session_id) == (2, len(b"garbage{"), "sess-1")
+
+
+def test_missing_header_dead_letters_every_line(tmp_path: Path) -> None:
+    """Without a session header nothing is guessed: each line is a dead letter with a reason."""
+    path = _write(tmp_path, [_message("a", None), _message("b", "a")])
+    records = list(read_session_file(path))
+    assert all(isinstance(r, DeadLetter) and r.error == "HeaderError" for r in records)
+    assert len(records) == 2
+
+
+def test_unknown_entry_types_and_fields_are_kept(tmp_path: Path) -> None:
+    """An unknown entry type and an unknown field pass through unchanged."""
+    odd = b'{"type":"hologram","id":"z","parentId":null,"beam":[1,2]}'
+    known = b'{"type":"label","id":"y","parentId":"z","targetId":"z","label":"x","extra":true}'
+    records = list(read_session_file(_write(tmp_path, [HEADER, odd, known])))
+    assert [r.payload.entry for r in records[1:]] == [orjson.loads(odd), orjson.loads(known)]
+
+
+def test_hook_message_role_becomes_custom(tmp_path: Path) -> None:
+    """A v2 hookMessage is migrated to role custom."""
+    header = b'{"type":"session","version":2,"id":"s2"}'
+    hook = b'{"type":"message","id":"a","parentId":null,"message":{"role":"hookMessage","customType":"x","content":"c"}}'
+    records = list(read_session_file(_write(tmp_path, [header, hook])))
+    assert records[1].payload.entry["message"]["role"] == "custom"
+
+
+def test_v1_ids_are_position_derived(tmp_path: Path) -> None:
+    """A v1 entry's id depends on the session id and its header-inclusive index only."""
+    header = b'{"type":"session","id":"v1s"}'
+    entry = b'{"type":"model_change","provider":"p","modelId":"m"}'
+    records = list(read_session_file(_write(tmp_path, [header, entry, entry])))
+    assert records[1].payload.entry["id"] == v1_entry_id("v1s", 1)
+    assert records[2].payload.entry["parentId"] == v1_entry_id("v1s", 1)
+
+
+def test_resume_from_position_reads_only_the_rest(tmp_path: Path) -> None:
+    """A reader resumed from a saved position continues the sequence where it stopped."""
+    path = _write(tmp_path, [HEADER, _message("a", None)])
+    first = SessionFileReader(path)
+    assert len(list(first.records())) == 2
+    saved = ReadPosition.from_dict(first.position.to_dict())
+    with path.open("ab") as handle:
+        handle.write(_message("b", "a") + b"\n")
+    rest = list(SessionFileReader(path, saved).records())
+    assert [r.seq for r in rest] == [3]
+
+
+def test_partial_last_line_waits_when_tailing(tmp_path: Path) -> None:
+    """A tailing reader leaves an unterminated last line for later."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(HEADER + b"\n" + _message("a", None)[:20])
+    reader = SessionFileReader(path)
+    assert len(list(reader.records(final=False))) == 1
+    path.write_bytes(HEADER + b"\n" + _message("a", None) + b"\n")
+    assert [r.seq for r in reader.records(final=False)] == [2]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=80),
+            st.sampled_from([_message("a", None), _message("b", "a", "ünï😀")]).flatmap(
+                lambda good: st.integers(0, len(good)).map(lambda cut: good[:cut])
+            ),
+            st.sampled_from([_message("c", "b")]).flatmap(
+                lambda good: st.tuples(st.integers(0, len(good) - 1), st.binary(min_size=1, max_size=3)).map(
+                    lambda p: good[: p[0]] + p[1] + good[p[0] + 1 :]
+                )
+            ),
+        ),
+        max_size=12,
+    )
+)
+def test_damaged_lines_never_crash_and_are_all_accounted(lines: list[bytes]) -> None:
+    """Random, truncated and corrupted lines: no crash; each non-blank line yields something."""
+    import tempfile
+
+    body = [line.replace(b"\n", b" ").replace(b"\r", b" ") for line in lines]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _write(Path(tmp), [HEADER, *body])
+        records = list(read_session_file(path))
+    nonblank = 1 + sum(1 for line in body if line.strip())
+    produced_lines = {r.line if isinstance(r, DeadLetter) else r.payload.line for r in records}
+    assert len(produced_lines) == nonblank
+    for record in records:
+        if isinstance(record, EntryEnvelope):
+            parse_entry(record.payload.entry)
+        else:
+            assert record.reason and record.error
