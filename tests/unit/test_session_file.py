@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from pathlib import Path
@@ -59,10 +60,12 @@ def test_real_session_parses_completely(shared_sessions: Path, name: str) -> Non
 @pytest.mark.parametrize("name", REAL_FILES)
 def test_v1_file_becomes_a_linear_chain(shared_sessions: Path, name: str) -> None:
     """A v1 file's entries get deterministic ids and each entry's parent is the one before."""
-    envelopes = [r for r in read_session_file(shared_sessions / name) if not isinstance(r, DeadLetter)]
+    envelopes = [
+        r for r in read_session_file(shared_sessions / name) if not isinstance(r, DeadLetter)
+    ]
     entries = [e.payload.entry for e in envelopes[1:]]
     assert entries[0]["parentId"] is None
-    for before, after in zip(entries, entries[1:], strict=False):
+    for before, after in itertools.pairwise(entries):
         assert after["parentId"] == before["id"]
     assert len({e["id"] for e in entries}) == len(entries)
     again = [r for r in read_session_file(shared_sessions / name) if not isinstance(r, DeadLetter)]
@@ -72,7 +75,8 @@ def test_v1_file_becomes_a_linear_chain(shared_sessions: Path, name: str) -> Non
 def test_v1_compaction_index_resolves_to_the_kept_entry(shared_sessions: Path) -> None:
     """firstKeptEntryIndex (header counted as 0) becomes the id of that entry."""
     envelopes = [
-        r for r in read_session_file(shared_sessions / "before-compaction.jsonl")
+        r
+        for r in read_session_file(shared_sessions / "before-compaction.jsonl")
         if not isinstance(r, DeadLetter)
     ]
     by_id = {e.payload.entry.get("id"): i for i, e in enumerate(envelopes)}
@@ -90,7 +94,9 @@ def _write(tmp_path: Path, lines: list[bytes], name: str = "s.jsonl") -> Path:
     return path
 
 
-HEADER = b'{"type":"session","version":3,"id":"sess-1","timestamp":"2026-01-01T00:00:00Z","cwd":"/w"}'
+HEADER = (
+    b'{"type":"session","version":3,"id":"sess-1","timestamp":"2026-01-01T00:00:00Z","cwd":"/w"}'
+)
 
 
 def _message(entry_id: str, parent: str | None, text: str = "hi") -> bytes:
@@ -100,7 +106,11 @@ def _message(entry_id: str, parent: str | None, text: str = "hi") -> bytes:
             "id": entry_id,
             "parentId": parent,
             "timestamp": "2026-01-01T00:00:01Z",
-            "message": {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1},
+            "message": {
+                "role": "user",
+                "content": [{"type": "text", "text": text}],
+                "timestamp": 1,
+            },
         }
     )
 
@@ -135,7 +145,10 @@ def test_unknown_entry_types_and_fields_are_kept(tmp_path: Path) -> None:
 def test_hook_message_role_becomes_custom(tmp_path: Path) -> None:
     """A v2 hookMessage is migrated to role custom."""
     header = b'{"type":"session","version":2,"id":"s2"}'
-    hook = b'{"type":"message","id":"a","parentId":null,"message":{"role":"hookMessage","customType":"x","content":"c"}}'
+    hook = (
+        b'{"type":"message","id":"a","parentId":null,'
+        b'"message":{"role":"hookMessage","customType":"x","content":"c"}}'
+    )
     records = list(read_session_file(_write(tmp_path, [header, hook])))
     assert records[1].payload.entry["message"]["role"] == "custom"
 
@@ -180,9 +193,9 @@ def test_partial_last_line_waits_when_tailing(tmp_path: Path) -> None:
                 lambda good: st.integers(0, len(good)).map(lambda cut: good[:cut])
             ),
             st.sampled_from([_message("c", "b")]).flatmap(
-                lambda good: st.tuples(st.integers(0, len(good) - 1), st.binary(min_size=1, max_size=3)).map(
-                    lambda p: good[: p[0]] + p[1] + good[p[0] + 1 :]
-                )
+                lambda good: st.tuples(
+                    st.integers(0, len(good) - 1), st.binary(min_size=1, max_size=3)
+                ).map(lambda p: good[: p[0]] + p[1] + good[p[0] + 1 :])
             ),
         ),
         max_size=12,

@@ -1,0 +1,101 @@
+"""Bash commands and their outcomes, read from pi entries: tool calls, results, `!` runs."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sessionfold.projections.ledger.text import message_text
+
+# pi's bash tool appends one of these lines to its output (seen in real sessions).
+_EXIT_LINE = re.compile(r"Command exited with code (-?\d+)\s*\Z")
+_ABORTED = re.compile(r"Command (aborted|timed out[^\n]*)\s*\Z")
+_NOISE = re.compile(
+    r"^(Command exited with code -?\d+|Command aborted|\(no output\)|Debugger attached\.?"
+    r"|Waiting for the debugger to disconnect\.*|Node\.js v[\d.]+|> .*)$"
+)
+_TELLING = re.compile(r"error|fail|not found|no such|cannot|can't|denied|invalid|refused|×", re.I)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a command ended: its exit code when known, and a status word."""
+
+    exit: int | None
+    status: str  # ok | failed | aborted | timeout | cancelled | unknown
+
+    @property
+    def failed(self) -> bool:
+        """True for every outcome but a clean exit (or an unknown one)."""
+        return self.status not in ("ok", "unknown")
+
+
+def bash_calls(message: dict[str, Any]) -> list[tuple[str, str]]:
+    """(tool-call id, command) of every bash tool call in an assistant message."""
+    calls: list[tuple[str, str]] = []
+    content = message.get("content")
+    if not isinstance(content, list):
+        return calls
+    for block in content:
+        if not isinstance(block, dict) or block.get("type") != "toolCall":
+            continue
+        if block.get("name") != "bash" or not isinstance(block.get("id"), str):
+            continue
+        arguments = block.get("arguments")
+        command = arguments.get("command") if isinstance(arguments, dict) else None
+        calls.append((block["id"], command if isinstance(command, str) else ""))
+    return calls
+
+
+def result_outcome(message: dict[str, Any]) -> Outcome:
+    """The outcome of a bash tool result: `details.exitCode`, else pi's trailing exit line."""
+    details = message.get("details")
+    if isinstance(details, dict):
+        code = details.get("exitCode")
+        if isinstance(code, int) and not isinstance(code, bool):
+            return Outcome(code, "ok" if code == 0 else "failed")
+    tail = message_text(message)[-400:]
+    match = _EXIT_LINE.search(tail)
+    if match:
+        code = int(match.group(1))
+        return Outcome(code, "ok" if code == 0 else "failed")
+    aborted = _ABORTED.search(tail)
+    if aborted:
+        return Outcome(None, "aborted" if aborted.group(1) == "aborted" else "timeout")
+    if message.get("isError") is True:
+        return Outcome(None, "failed")
+    return Outcome(0, "ok")
+
+
+def execution_outcome(message: dict[str, Any]) -> Outcome:
+    """The outcome of a user's `!` bashExecution message."""
+    if message.get("cancelled") is True:
+        return Outcome(None, "cancelled")
+    code = message.get("exitCode")
+    if isinstance(code, int) and not isinstance(code, bool):
+        return Outcome(code, "ok" if code == 0 else "failed")
+    return Outcome(None, "unknown")
+
+
+def error_head(text: str, limit: int, *, last: bool = False) -> str:
+    """The line that best names an error, capped: the first meaningful one, or the last.
+
+    Bash output ends with pi's exit line, the failing program's last words just before it
+    (`last=True`); other tools state their error first.
+    """
+    lines = [line.strip() for line in text.splitlines()]
+    meaningful = [line for line in lines if line and not _NOISE.match(line)]
+    if not meaningful:
+        return ""
+    if not last:
+        return meaningful[0][:limit]
+    telling = [line for line in meaningful[-30:] if _TELLING.search(line)]
+    return (telling or meaningful)[-1][:limit]
+
+
+def excerpt(text: str, limit: int) -> str:
+    """Head and tail of an output, `limit` characters each, joined by " … "."""
+    if len(text) <= 2 * limit:
+        return text
+    return text[:limit] + " … " + text[-limit:]

@@ -1,0 +1,538 @@
+"""The ledger fold: session events into the Store, pass requests out, pass results back in.
+
+`apply(envelope)` folds one envelope: every bash command with its exit code (C<n>), every
+error (E<n>), every user message (u<n>), the World. A `compact-request`, or a pi `compaction`
+entry that is not ours, ends the open span: the fold emits a pass request (the state snapshot
+and the messages to label) and holds the session's later events (the flush barrier) until
+`apply_pass` folds the answer. Pure: no I/O but the Store, no clock, no randomness.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from sessionfold.events.envelope import (
+    SESSION_EVENT_KINDS,
+    CompactionEnvelope,
+    EntryEnvelope,
+    Kind,
+    WorldEnvelope,
+    from_dict,
+)
+from sessionfold.events.ledger import (
+    LEDGER_PRODUCER,
+    SPAN_RECORD_TYPE,
+    SPAN_RECORD_VERSION,
+    STATE_FORMAT,
+    LedgerPassPayload,
+    LiftEvent,
+    NoteEvent,
+    RuleEvent,
+    StateFormatError,
+    ValueEvent,
+    check_state_format,
+)
+from sessionfold.projections.ledger import commands
+from sessionfold.projections.ledger.config import LedgerConfig
+from sessionfold.projections.ledger.rules import lift_check
+from sessionfold.projections.ledger.state import (
+    ledger_key,
+    load_head,
+    new_head,
+    open_rows,
+    snapshot,
+    span_has_content,
+)
+from sessionfold.projections.ledger.text import message_text
+from sessionfold.projections.store import Store
+
+log = logging.getLogger(__name__)
+
+PassRequest = dict[str, Any]
+
+
+def request_id(session_id: str, seq: int) -> str:
+    """The id of the pass a session event at `seq` asks for: deterministic, one per event."""
+    return f"{session_id}/ledger/{seq}"
+
+
+def is_ours(entry: dict[str, Any]) -> bool:
+    """True for a pi compaction entry whose summary a sessionfold ledger pass wrote."""
+    details = entry.get("details")
+    return isinstance(details, dict) and details.get("producer") == LEDGER_PRODUCER
+
+
+class LedgerFold:
+    """Folds one or many sessions' envelopes into ledger rows of a Store."""
+
+    def __init__(self, store: Store, config: LedgerConfig | None = None) -> None:
+        self.store = store
+        self.config = config or LedgerConfig()
+
+    # --- entry points -------------------------------------------------------------------
+
+    def apply(self, envelope: Any) -> list[PassRequest]:
+        """Fold one envelope; return the pass requests it raises (zero or one)."""
+        if isinstance(envelope, CompactionEnvelope):
+            return self.apply_pass(envelope.payload.model_dump())
+        if envelope.kind not in SESSION_EVENT_KINDS:
+            return []
+        head = self._head(envelope.session_id)
+        if envelope.seq <= head["seq"]:
+            return []  # redelivery, replay or duplicate publish
+        head["seq"] = envelope.seq
+        if head["pending"] is not None:
+            # Flush barrier: hold the event until the pass result is folded.
+            self.store.put(
+                ledger_key(head["session"], "buf", envelope.seq), envelope.model_dump(mode="json")
+            )
+            head["buffer"].append(envelope.seq)
+            self._put_head(head)
+            return []
+        requests = self._drain(head)
+        if head["pending"] is not None:
+            head["buffer"].append(envelope.seq)
+            self.store.put(
+                ledger_key(head["session"], "buf", envelope.seq), envelope.model_dump(mode="json")
+            )
+            self._put_head(head)
+            return requests
+        requests += self._event(head, envelope)
+        return requests
+
+    def apply_pass(self, payload: dict[str, Any]) -> list[PassRequest]:
+        """Fold a pass result (a compaction payload); return requests raised by held events."""
+        session = payload.get("session") if isinstance(payload, dict) else None
+        if not isinstance(session, str) or not session:
+            log.warning("ledger payload without a session", extra={"ledger": {"code": "invalid"}})
+            return []
+        head = self._head(session)
+        return self._apply_payload(head, payload, seq=None, entry=None) + self._drain(head)
+
+    def request_pass(self, session_id: str, seq: int, trigger: str = "end") -> list[PassRequest]:
+        """Ask for a pass over the open span now (e.g. at the end of a file), as of `seq`."""
+        head = self._head(session_id)
+        if head["pending"] is not None or seq <= head["seq"]:
+            return []
+        head["seq"] = seq
+        requests = self._request(head, seq, trigger, None)
+        self._put_head(head)
+        return requests
+
+    # --- head, rows, anomalies ----------------------------------------------------------
+
+    def _head(self, session_id: str) -> dict[str, Any]:
+        head = load_head(self.store, session_id)
+        if head is None:
+            return new_head(session_id)
+        try:
+            check_state_format(head.get("stateFormat"), "stored ledger state")
+        except StateFormatError as exc:
+            # A downgrade starts a clean state rather than misreading one.
+            head = new_head(session_id)
+            self._anomaly(head, "state-format-newer", None, None, found=exc.found)
+        return head
+
+    def _put_head(self, head: dict[str, Any]) -> None:
+        self.store.put(ledger_key(head["session"], "head"), head)
+
+    def _put_row(self, head: dict[str, Any], kind: str, row: dict[str, Any]) -> int:
+        number = head["n"][kind] + 1
+        head["n"][kind] = number
+        self.store.put(ledger_key(head["session"], kind, number), row)
+        return number
+
+    def _anomaly(
+        self, head: dict[str, Any], code: str, seq: int | None, entry: str | None, **detail: Any
+    ) -> None:
+        number = head["n"]["A"] + 1
+        row = {"id": f"A{number}", "code": code, "seq": seq, "entry": entry, **detail}
+        self._put_row(head, "A", row)
+        log.warning("ledger anomaly", extra={"ledger": {"code": code, "seq": seq}})
+
+    # --- one session event --------------------------------------------------------------
+
+    def _event(self, head: dict[str, Any], envelope: Any) -> list[PassRequest]:
+        requests: list[PassRequest] = []
+        cleanup: list[str] = []
+        if isinstance(envelope, EntryEnvelope):
+            requests = self._entry(head, envelope.payload.entry, envelope.seq, cleanup)
+        elif isinstance(envelope, WorldEnvelope):
+            head["world"] = self._bounded_world(envelope.payload.facts)
+        elif envelope.kind == Kind.COMPACT_REQUEST:
+            requests = self._request(head, envelope.seq, "compact-request", None)
+        self._put_head(head)
+        for stale in cleanup:  # after the head, so a crash before it loses nothing
+            self.store.delete(stale)
+        return requests
+
+    def _entry(
+        self, head: dict[str, Any], entry: dict[str, Any], seq: int, cleanup: list[str]
+    ) -> list[PassRequest]:
+        kind = entry.get("type")
+        entry_id = entry.get("id") if isinstance(entry.get("id"), str) else None
+        if kind == "message" and isinstance(entry.get("message"), dict):
+            self._message(head, entry["message"], entry_id, seq, cleanup)
+        elif kind == "compaction":
+            return self._compaction(head, entry, entry_id, seq)
+        elif kind == "custom" and entry.get("customType") == SPAN_RECORD_TYPE:
+            data = entry.get("data")
+            if not isinstance(data, dict) or data.get("v") != SPAN_RECORD_VERSION:
+                return []  # another span record version: its detail is simply not available
+            try:
+                check_state_format(data.get("stateFormat"), "span record")
+            except StateFormatError as exc:
+                self._anomaly(head, "state-format-newer", seq, entry_id, found=exc.found)
+                return []
+            payload = data.get("payload")
+            if isinstance(payload, dict):
+                return self._apply_payload(head, payload, seq=seq, entry=entry_id)
+        return []
+
+    def _message(
+        self,
+        head: dict[str, Any],
+        message: dict[str, Any],
+        entry_id: str | None,
+        seq: int,
+        cleanup: list[str],
+    ) -> None:
+        role = message.get("role")
+        span = head["span"] + 1
+        config = self.config
+        if role == "user":
+            text = message_text(message)
+            if text.strip():
+                number = head["n"]["u"] + 1
+                self._put_row(
+                    head,
+                    "u",
+                    {
+                        "id": f"u{number}",
+                        "entry": entry_id,
+                        "seq": seq,
+                        "span": span,
+                        "text": text[: config.user_text_chars],
+                        "chars": len(text),
+                    },
+                )
+        elif role == "assistant":
+            for call_id, command in commands.bash_calls(message):
+                self.store.put(
+                    ledger_key(head["session"], "call", call_id),
+                    {"command": command[: config.command_chars], "seq": seq, "entry": entry_id},
+                )
+        elif role == "toolResult":
+            self._tool_result(head, message, entry_id, seq, span, cleanup)
+        elif role == "bashExecution" and isinstance(message.get("command"), str):
+            outcome = commands.execution_outcome(message)
+            output = message.get("output") if isinstance(message.get("output"), str) else ""
+            self._command(
+                head, message["command"], outcome, output, "user", entry_id, seq, span, None
+            )
+
+    def _tool_result(
+        self,
+        head: dict[str, Any],
+        message: dict[str, Any],
+        entry_id: str | None,
+        seq: int,
+        span: int,
+        cleanup: list[str],
+    ) -> None:
+        call_id = message.get("toolCallId")
+        call_key = ledger_key(head["session"], "call", call_id) if isinstance(call_id, str) else ""
+        call = self.store.get(call_key) if call_key else None
+        tool = message.get("toolName")
+        if isinstance(call, dict) or tool == "bash":
+            command = call.get("command", "") if isinstance(call, dict) else ""
+            outcome = commands.result_outcome(message)
+            self._command(
+                head,
+                command,
+                outcome,
+                message_text(message),
+                "bash",
+                entry_id,
+                seq,
+                span,
+                call_id if isinstance(call_id, str) else None,
+            )
+            if call_key:
+                cleanup.append(call_key)
+        elif message.get("isError") is True:
+            text = message_text(message)
+            self._put_row(
+                head,
+                "E",
+                {
+                    "id": f"E{head['n']['E'] + 1}",
+                    "tool": tool if isinstance(tool, str) else None,
+                    "command": None,
+                    "head": commands.error_head(text, self.config.error_head_chars),
+                    "entry": entry_id,
+                    "seq": seq,
+                    "span": span,
+                },
+            )
+
+    def _command(
+        self,
+        head: dict[str, Any],
+        command: str,
+        outcome: commands.Outcome,
+        output: str,
+        source: str,
+        entry_id: str | None,
+        seq: int,
+        span: int,
+        call_id: str | None,
+    ) -> None:
+        config = self.config
+        command_id = f"C{head['n']['C'] + 1}"
+        error_id = None
+        if outcome.failed:
+            error_id = f"E{head['n']['E'] + 1}"
+            self._put_row(
+                head,
+                "E",
+                {
+                    "id": error_id,
+                    "tool": "bash",
+                    "command": command_id,
+                    "head": commands.error_head(output, config.error_head_chars, last=True)
+                    or (f"exit {outcome.exit}" if outcome.exit is not None else outcome.status),
+                    "entry": entry_id,
+                    "seq": seq,
+                    "span": span,
+                },
+            )
+        self._put_row(
+            head,
+            "C",
+            {
+                "id": command_id,
+                "command": command[: config.command_chars],
+                "exit": outcome.exit,
+                "status": outcome.status,
+                "source": source,
+                "error": error_id,
+                "call": call_id,
+                "excerpt": commands.excerpt(output, config.excerpt_chars),
+                "entry": entry_id,
+                "seq": seq,
+                "span": span,
+            },
+        )
+
+    def _compaction(
+        self, head: dict[str, Any], entry: dict[str, Any], entry_id: str | None, seq: int
+    ) -> list[PassRequest]:
+        if is_ours(entry):
+            details = entry["details"]
+            try:
+                check_state_format(details.get("stateFormat"), "compaction entry")
+            except StateFormatError as exc:
+                self._anomaly(head, "state-format-newer", seq, entry_id, found=exc.found)
+                return []
+            head["ours"] = {"request": details.get("request"), "entry": entry_id}
+            return []
+        # pi's own (or another extension's) compaction: the span ends here; judge it ourselves.
+        return self._request(head, seq, "compaction", entry_id)
+
+    def _bounded_world(self, facts: dict[str, Any]) -> dict[str, Any]:
+        config = self.config
+        world: dict[str, Any] = {}
+        for name, value in list(facts.items())[: config.world_keys]:
+            if isinstance(value, bool | int | float) or value is None:
+                world[str(name)[:64]] = value
+            elif isinstance(value, str):
+                world[str(name)[:64]] = value[: config.world_value_chars]
+            elif isinstance(value, list):
+                world[str(name)[:64]] = [
+                    str(item)[: config.world_value_chars] for item in value[:20]
+                ]
+            else:
+                text = orjson.dumps(value, default=str).decode()
+                world[str(name)[:64]] = text[: config.world_value_chars]
+        return world
+
+    # --- passes -------------------------------------------------------------------------
+
+    def _request(
+        self, head: dict[str, Any], seq: int, trigger: str, entry_id: str | None
+    ) -> list[PassRequest]:
+        if not span_has_content(head):
+            return []  # nothing new since the last pass (e.g. pi's entry after our own pass)
+        rid = request_id(head["session"], seq)
+        head["pending"] = rid
+        self._put_head(head)  # the snapshot reads the head from the store
+        carried = [
+            row
+            for u in head["carried"]
+            if isinstance(row := self.store.get(ledger_key(head["session"], "u", u[1:])), dict)
+        ]
+        offered = carried + open_rows(self.store, head, "u")
+        log.info(
+            "ledger pass requested",
+            extra={"ledger": {"span": head["span"] + 1, "seq": seq, "offered": len(offered)}},
+        )
+        return [
+            {
+                "request": rid,
+                "session": head["session"],
+                "span": head["span"] + 1,
+                "seq": seq,
+                "trigger": trigger,
+                "entry": entry_id,
+                "offered": offered,
+                "counters": dict(head["n"]),
+                "bounds": {k: [head["first"][k], head["n"][k]] for k in ("C", "E", "u")},
+                "state": snapshot(self.store, head["session"]),
+            }
+        ]
+
+    def _apply_payload(
+        self, head: dict[str, Any], raw: dict[str, Any], seq: int | None, entry: str | None
+    ) -> list[PassRequest]:
+        try:
+            check_state_format(raw.get("stateFormat"), "ledger pass result")
+            payload = LedgerPassPayload.model_validate(raw)
+        except StateFormatError as exc:
+            self._anomaly(head, "state-format-newer", seq, entry, found=exc.found)
+            self._release(head, raw.get("request"))
+            return []
+        except ValidationError as exc:
+            self._anomaly(head, "payload-invalid", seq, entry, errors=len(exc.errors()))
+            self._release(head, raw.get("request"))
+            return []
+        answered = ledger_key(head["session"], "answered", payload.request)
+        if self.store.get(answered) is not None:
+            return []  # a second answer to one request
+        if head["pending"] is not None and head["pending"] != payload.request:
+            return []  # an answer to a request this state is not waiting for
+        if payload.fallback is not None or payload.record is None:
+            log.warning(
+                "ledger fallback", extra={"ledger": {"span": payload.span, "code": "fallback"}}
+            )
+        elif payload.span != head["span"] + 1:
+            self._anomaly(head, "span-out-of-order", seq, entry, span=payload.span)
+        else:
+            self._close(head, payload, seq, entry)
+        head["pending"] = None
+        self._put_head(head)
+        self.store.put(answered, True)
+        return []
+
+    def _release(self, head: dict[str, Any], rid: Any) -> None:
+        if rid is not None and head["pending"] == rid:
+            head["pending"] = None
+        self._put_head(head)
+
+    def _close(
+        self, head: dict[str, Any], payload: LedgerPassPayload, seq: int | None, entry: str | None
+    ) -> None:
+        record = payload.record
+        assert record is not None
+        session = head["session"]
+        for event in payload.events:
+            if isinstance(event, RuleEvent):
+                self._rule(head, event, payload.span, seq, entry)
+            elif isinstance(event, LiftEvent):
+                self._lift(head, event, payload.span, seq, entry)
+            elif isinstance(event, NoteEvent):
+                kind = "D" if event.kind == "decision" else "X"
+                row = {"id": event.id, "text": event.text, "evidence": list(event.evidence)}
+                self._put_row(head, kind, {**row, "span": payload.span})
+            elif isinstance(event, ValueEvent):
+                row = {"id": event.id, "value": event.value, "turn": event.turn}
+                self._put_row(head, "V", {**row, "what": event.what, "span": payload.span})
+            head["n"]["ev"] = max(head["n"]["ev"], event.n)
+        self.store.put(ledger_key(session, "S", payload.span), record.model_dump(mode="json"))
+        head["n"]["S"] = payload.span
+        head["span"] = payload.span
+        head["first"] = {
+            "C": max(head["first"]["C"], record.commands.last + 1),
+            "E": max(head["first"]["E"], record.errors.last + 1),
+            "u": max(head["first"]["u"], record.users.last + 1),
+        }
+        head["now"] = record.now
+        head["world"] = record.world if record.world is not None else head["world"]
+        head["carried"] = list(record.carried)
+        log.info(
+            "ledger span closed",
+            extra={
+                "ledger": {
+                    "span": payload.span,
+                    "events": len(payload.events),
+                    "rules": head["n"]["R"],
+                    "summaryChars": len(payload.summary),
+                    "kind": record.narrativeKind,
+                }
+            },
+        )
+
+    def _rule(
+        self, head: dict[str, Any], event: RuleEvent, span: int, seq: int | None, entry: str | None
+    ) -> None:
+        # The store's own checks: the next id, and words that stand in the message there.
+        user = self.store.get(ledger_key(head["session"], "u", event.u[1:]))
+        if (
+            event.id != f"R{head['n']['R'] + 1}"
+            or not isinstance(user, dict)
+            or user["text"][event.start : event.end] != event.words
+        ):
+            self._anomaly(head, "rule-refused", seq, entry, rule=event.id, u=event.u)
+            return
+        row = {
+            "id": event.id,
+            "u": event.u,
+            "entry": event.entry,
+            "words": event.words,
+            "start": event.start,
+            "end": event.end,
+            "span": span,
+            "lifted": None,
+        }
+        self._put_row(head, "R", row)
+
+    def _lift(
+        self, head: dict[str, Any], event: LiftEvent, span: int, seq: int | None, entry: str | None
+    ) -> None:
+        session = head["session"]
+        number = event.rule[1:]
+        rule = self.store.get(ledger_key(session, "R", number))
+        user = self.store.get(ledger_key(session, "u", event.by[1:]))
+        if (
+            not isinstance(rule, dict)
+            or rule.get("lifted")
+            or not isinstance(user, dict)
+            or not lift_check(user["text"], rule["words"])
+        ):
+            self._anomaly(head, "lift-refused", seq, entry, rule=event.rule, u=event.by)
+            return
+        lifted = {"by": event.by, "entry": event.entry, "span": span}
+        if event.replacedBy:
+            lifted["replacedBy"] = event.replacedBy
+        self.store.put(ledger_key(session, "R", number), {**rule, "lifted": lifted})
+
+    def _drain(self, head: dict[str, Any]) -> list[PassRequest]:
+        """Fold the events the barrier held, in order, until one raises a pass again."""
+        requests: list[PassRequest] = []
+        while head["buffer"] and head["pending"] is None:
+            seq = head["buffer"].pop(0)
+            held_key = ledger_key(head["session"], "buf", seq)
+            raw = self.store.get(held_key)
+            if isinstance(raw, dict):
+                requests += self._event(head, from_dict(raw))
+            else:
+                self._put_head(head)
+            self.store.delete(held_key)
+        return requests
+
+
+__all__ = ["STATE_FORMAT", "LedgerFold", "PassRequest", "is_ours", "request_id"]

@@ -1,0 +1,141 @@
+"""The heuristic reading of standing rules (seeds/002, "Taking over from another compactor").
+
+A message reads as a standing rule when a sentence of it, not a question (a closing "ok?"
+asks nothing), says "from now on" (or "from here on", "going forward") and withdraws nothing,
+or has a clause with a rule word (never, always, don't, do not, must, stop, only) that is not
+in a request for now ("yet", "for now", "this time"), not withdrawing something ("forget it";
+"don't forget it" does not withdraw), not "never mind" and not describing a thing ("an option
+that keeps only lines"). It is judged clause by clause, so "never deploy on a Friday, not even
+this time" keeps its rule. The offline model labels with this reading; a real model is asked
+to label every message and no word list decides for it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sessionfold.projections.ledger.text import Region
+
+_RULE_WORD = re.compile(r"\b(?:never|always|don['’]?t|do\s+not|must|stop|only)\b", re.I)
+_FROM_NOW = re.compile(r"\b(?:from\s+now\s+on|from\s+here\s+on|going\s+forward)\b", re.I)
+_FOR_NOW = re.compile(r"\b(?:yet|for\s+now|this\s+time)\b", re.I)
+_FORGET_IT = re.compile(r"\bforget\s+(?:it|that|about\s+it|about\s+that)\b", re.I)
+_NEGATED_BEFORE = re.compile(r"\b(?:don['’]?t|do\s+not|never)\s+$", re.I)
+_NEVER_MIND = re.compile(r"\bnever\s?mind\b", re.I)
+# Withdrawals that stop a "from now on" sentence from reading as a rule; "instead of" does not:
+# "two-space indentation instead of tabs from now on" is a rule that replaces another.
+_WITHDRAWS = re.compile(
+    r"\b(?:lifted|no\s+longer|(?:doesn['’]?t|does\s+not|don['’]?t|do\s+not)\s+apply"
+    r"|withdraw\w*|revoke\w*|rescind\w*|disregard)\b",
+    re.I,
+)
+# A rule word inside a relative clause describes a thing: "an option that keeps only lines".
+_DESCRIBING = re.compile(
+    r"\b(?:a|an|the|one|some|any)\s+(?:[\w-]+\s+){0,2}?(?:that|which|whose)\b", re.I
+)
+_NOT_RULE_ONLY = re.compile(r"\b(?:the|not|if|my|our|your|an?|there['’]?s|is|are)\s+$", re.I)
+# "only one file left" counts something; it rules nothing.
+_ONLY_COUNTING = re.compile(r"\s+(?:one|two|three|a\s+few|a\s+couple|\d+)\b", re.I)
+# "I don't think ..." states an opinion about the work, not a rule over it.
+_OPINION = re.compile(
+    r"\b(?:i|we)\s+(?:don['’]?t|do\s+not)\s+(?:think|tink|know|understand|see|get|remember"
+    r"|care|mind|believe|suppose|need|want\s+to\s+know)\b",
+    re.I,
+)
+# A closing "ok?" asks nothing; "..., right?" does ask.
+_TAG_QUESTION = re.compile(
+    r"[,\s]*\b(?:ok|okay|alright|all\s+right|got\s+it|understood|capisce)\s*\?+\s*$", re.I
+)
+_CLAUSE_BREAK = re.compile(r"[,;:()]\s*|\s+[-–—]+\s+|\s+but\s+", re.I)
+_TERMINATORS = ".!?…"
+_CLOSERS = "\"'”’)]»"
+
+
+def sentences(text: str) -> list[Region]:
+    """(start, end) of each sentence: split at . ! ? … before whitespace, and at line breaks."""
+    found: list[Region] = []
+
+    def add(start: int, end: int) -> None:
+        while start < end and text[start].isspace():
+            start += 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        if end > start:
+            found.append((start, end))
+
+    start = index = 0
+    size = len(text)
+    while index < size:
+        char = text[index]
+        if char == "\n":
+            add(start, index)
+            start = index = index + 1
+            continue
+        if char in _TERMINATORS:
+            stop = index
+            while stop < size and text[stop] in _TERMINATORS:
+                stop += 1
+            while stop < size and text[stop] in _CLOSERS:
+                stop += 1
+            if stop == size or text[stop].isspace():
+                add(start, stop)
+                start = stop
+            index = stop
+            continue
+        index += 1
+    add(start, size)
+    return found
+
+
+def clauses(sentence: str) -> list[str]:
+    """The clauses of a sentence, split at commas, semicolons, colons, dashes and "but"."""
+    return [part for part in _CLAUSE_BREAK.split(sentence) if part.strip()]
+
+
+def is_question(sentence: str) -> bool:
+    """True for a sentence that asks something; a closing "ok?" asks nothing."""
+    return _TAG_QUESTION.sub("", sentence).rstrip().endswith("?")
+
+
+def withdraws_itself(text: str) -> bool:
+    """True when text withdraws something: "forget it" (not "don't forget it"), "never mind",
+    "lifted", "no longer", "doesn't apply"."""
+    if _NEVER_MIND.search(text) or _WITHDRAWS.search(text):
+        return True
+    return any(not _NEGATED_BEFORE.search(text[: m.start()]) for m in _FORGET_IT.finditer(text))
+
+
+def _rule_clause(clause: str) -> bool:
+    if _FOR_NOW.search(clause) or withdraws_itself(clause):
+        return False
+    for match in _RULE_WORD.finditer(clause):
+        before = clause[: match.start()]
+        if _DESCRIBING.search(before):
+            continue
+        if match.group(0).lower() == "only" and (
+            _NOT_RULE_ONLY.search(before) or _ONLY_COUNTING.match(clause, match.end())
+        ):
+            continue
+        if any(o.start() <= match.start() < o.end() for o in _OPINION.finditer(clause)):
+            continue
+        return True
+    return False
+
+
+def rule_sentences(text: str) -> list[Region]:
+    """The sentences of `text` that read as standing rules (empty: the message reads as none)."""
+    found: list[Region] = []
+    for start, end in sentences(text):
+        sentence = text[start:end]
+        if is_question(sentence):
+            continue
+        body = _TAG_QUESTION.sub("", sentence)
+        says_from_now = bool(_FROM_NOW.search(body)) and not withdraws_itself(body)
+        if says_from_now or any(_rule_clause(clause) for clause in clauses(body)):
+            found.append((start, end))
+    return found
+
+
+def reads_as_rule(text: str) -> bool:
+    """True when a sentence of `text` reads as a standing rule."""
+    return bool(rule_sentences(text))

@@ -1,0 +1,168 @@
+"""The rendered state: the compaction summary, bounded in size, sanitized line by line.
+
+Rules come first and are shown with the user's exact words (JSON-quoted, so a quote mark or a
+line break inside them cannot be misread). When the whole does not fit the configured size, the
+oldest commands go first, then the oldest errors, narrative lines, values, lifted rules, dead
+ends, decisions and the World; rules are cut only as a last resort. Every omission is said.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sessionfold.projections.ledger.text import clip, sanitize
+
+HEADER = "# Session state (sessionfold rule ledger)"
+
+
+@dataclass(slots=True)
+class _Section:
+    key: str
+    title: str
+    lines: list[str]
+    noun: str  # what an omitted item is called
+    dropped: int = 0
+
+    def text(self) -> str:
+        """The section as text, saying how many items were left out; empty when it has none."""
+        if not self.lines and not self.dropped:
+            return ""
+        body = list(self.lines)
+        if self.dropped:
+            body.insert(0, f"- ({self.dropped} older {self.noun} left out for size)")
+        return "\n".join([self.title, *body])
+
+
+def quote(words: str) -> str:
+    """Exact words as a JSON string: escapes, never rewording."""
+    return sanitize(json.dumps(words, ensure_ascii=False))
+
+
+def _line(text: str) -> str:
+    return sanitize(text, newlines=False)
+
+
+def _rule_lines(state: dict[str, Any]) -> tuple[list[str], list[str]]:
+    live, lifted = [], []
+    for rule in state.get("rules", []):
+        origin = f"{rule['u']}, entry {rule.get('entry') or '?'}"
+        if not rule.get("lifted"):
+            live.append(f"- {rule['id']} ({_line(origin)}): {quote(rule['words'])}")
+            continue
+        lift = rule["lifted"]
+        how = f"lifted by {lift['by']}"
+        if lift.get("replacedBy"):
+            how += f", replaced by {lift['replacedBy']}"
+        lifted.append(f"- {rule['id']} ({_line(how)}): {quote(clip(rule['words'], 160))}")
+    return live, lifted
+
+
+def _notes(rows: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for row in rows:
+        evidence = f" [{', '.join(row['evidence'])}]" if row.get("evidence") else ""
+        lines.append(_line(f"- {row['id']}: {row['text']}{evidence}"))
+    return lines
+
+
+def _outcome(command: dict[str, Any]) -> str:
+    if command.get("exit") is not None:
+        return f"exit {command['exit']}"
+    return str(command.get("status") or "?")
+
+
+def sections(state: dict[str, Any], command_chars: int = 120) -> list[_Section]:
+    """The summary's sections, in display order, fully populated."""
+    live, lifted = _rule_lines(state)
+    now = state.get("now")
+    commands = []
+    for command in state.get("commands", []):
+        error = f" -> {command['error']}" if command.get("error") else ""
+        shown = clip(" ".join(str(command.get("command") or "(unknown)").split()), command_chars)
+        who = " (user !)" if command.get("source") == "user" else ""
+        commands.append(_line(f"- {command['id']} {_outcome(command)}{who}: `{shown}`{error}"))
+    errors = []
+    for error in state.get("errors", []):
+        origin = ", ".join(x for x in (error.get("tool"), error.get("command")) if x)
+        errors.append(_line(f"- {error['id']} ({origin}): {error.get('head') or ''}"))
+    narrative = [
+        _line(f"- Span {record['span']}: {record.get('narrative') or ''}")
+        for record in state.get("spans", [])
+    ]
+    values = [
+        _line(
+            f"- {row['id']} {row['value']}"
+            + (f" ({row['what']})" if row.get("what") else "")
+            + f" [{row['turn']}]"
+        )
+        for row in state.get("values", [])
+    ]
+    world = [
+        _line(f"- {name}: {value if isinstance(value, str) else json.dumps(value)}")
+        for name, value in (state.get("world") or {}).items()
+    ]
+    return [
+        _Section("rules", "## Rules in force (the user's exact words)", live, "rules"),
+        _Section("lifted", "## Lifted rules", lifted, "lifted rules"),
+        _Section("decisions", "## Decisions", _notes(state.get("decisions", [])), "decisions"),
+        _Section("deadEnds", "## Dead ends", _notes(state.get("deadEnds", [])), "dead ends"),
+        _Section("now", "## Now", [_line(now)] if now else [], "lines"),
+        _Section("values", "## Values", values, "values"),
+        _Section("narrative", "## Narrative", narrative, "narrative lines"),
+        _Section("errors", "## Errors", errors, "errors"),
+        _Section("commands", "## Commands", commands, "commands"),
+        _Section("world", "## World", world, "facts"),
+    ]
+
+
+# Which sections give way first when the summary is over its size.
+_GIVE_WAY = (
+    "commands",
+    "errors",
+    "narrative",
+    "values",
+    "lifted",
+    "deadEnds",
+    "decisions",
+    "world",
+)
+
+
+def _join(parts: list[_Section]) -> str:
+    return "\n\n".join([HEADER, *(t for s in parts if (t := s.text()))]) + "\n"
+
+
+def render(
+    state: dict[str, Any], limit: int = 12_000, command_chars: int = 120
+) -> tuple[str, dict[str, int]]:
+    """The summary of a state, at most `limit` characters, and what was left out per section."""
+    parts = sections(state, command_chars)
+    by_key = {s.key: s for s in parts}
+    text = _join(parts)
+    for key in _GIVE_WAY:
+        section = by_key[key]
+        while len(text) > limit and section.lines:
+            # Drop the oldest lines in one go when far over, one by one near the limit.
+            over = len(text) - limit
+            count = 1
+            total = 0
+            for line in section.lines:
+                total += len(line) + 1
+                if total >= over:
+                    break
+                count += 1
+            count = min(count, len(section.lines))
+            del section.lines[:count]
+            section.dropped += count
+            text = _join(parts)
+        if len(text) <= limit:
+            break
+    if len(text) > limit:
+        rules = by_key["rules"]
+        rules.lines = [clip(line, 300) for line in rules.lines]
+        text = _join(parts)
+    if len(text) > limit:
+        text = clip(text, limit - 1) + "\n"
+    return text, {s.key: s.dropped for s in parts if s.dropped}

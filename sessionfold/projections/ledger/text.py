@@ -1,0 +1,103 @@
+"""Message text as the ledger reads it, and the sanitizer every rendered string goes through."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# C0 controls but tab and newline, DEL, C1 controls, bidi overrides and isolates, and the
+# Unicode line separators: none of them may reach a terminal or reorder what it shows.
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
+)
+_GOAL_TAG = re.compile(r"<(goal|objective)\b[^>]*>(.*?)</\1\s*>", re.S | re.I)
+_GOAL_COMMAND = re.compile(r"\A\s*/goal\b[ \t]*")
+
+Region = tuple[int, int]
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The text a user (or custom) message carries: a string, or its text blocks joined."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [
+            block["text"]
+            for block in content
+            if isinstance(block, dict)
+            and block.get("type") == "text"
+            and isinstance(block.get("text"), str)
+        ]
+        return "\n".join(parts)
+    return ""
+
+
+def _trimmed(text: str, start: int, end: int) -> Region | None:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return (start, end) if end > start else None
+
+
+def quotable_regions(text: str) -> list[Region]:
+    """Where in a message the user's own words stand, as (start, end) offsets.
+
+    In a pi-goal `/goal` message only the objective is the user's: the text inside the goal
+    tags, or what follows `/goal` when there are no tags; pi-goal's template is not quotable.
+    Any other message is quotable whole (surrounding whitespace left out).
+    """
+    tagged = [
+        region
+        for match in _GOAL_TAG.finditer(text)
+        if (region := _trimmed(text, match.start(2), match.end(2))) is not None
+    ]
+    if tagged:
+        return tagged
+    command = _GOAL_COMMAND.match(text)
+    start = command.end() if command else 0
+    region = _trimmed(text, start, len(text))
+    return [region] if region else []
+
+
+def is_goal_message(text: str) -> bool:
+    """True for a pi-goal `/goal` message (goal tags or a leading /goal command)."""
+    return bool(_GOAL_TAG.search(text) or _GOAL_COMMAND.match(text))
+
+
+def quotable_text(text: str) -> str:
+    """The user's own words of a message: its quotable regions joined by a blank line."""
+    return "\n\n".join(text[a:b] for a, b in quotable_regions(text))
+
+
+def is_word_char(char: str) -> bool:
+    """Letters, digits and underscore: what a quote must not start or end inside of."""
+    return char.isalnum() or char == "_"
+
+
+def at_word_boundaries(text: str, start: int, end: int) -> bool:
+    """True when text[start:end] neither starts nor ends inside a word."""
+    if start < 0 or end > len(text) or start >= end:
+        return False
+    if start > 0 and is_word_char(text[start - 1]) and is_word_char(text[start]):
+        return False
+    return not (end < len(text) and is_word_char(text[end - 1]) and is_word_char(text[end]))
+
+
+def sanitize(text: str, *, newlines: bool = True) -> str:
+    """Replace every character that could drive a terminal with U+FFFD; tabs become spaces.
+
+    With `newlines` false the result is one line: line breaks become " ↵ ".
+    """
+    text = _UNSAFE.sub("\ufffd", text.replace("\r\n", "\n").replace("\t", " "))
+    if not newlines:
+        text = text.replace("\n", " ↵ ")
+    return text
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, with "…" where it was cut."""
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - 1, 0)] + "…"

@@ -1,0 +1,566 @@
+"""The three context metrics of pi-condense (reference §9.2), kept incrementally.
+
+The digest's apply functions call `fold_row` for every message that joins the branch and
+`rebuild` after a branch switch; both keep running sums in the head record's `mx` dict:
+`tot` (all chars), `open`/`think` (chars and thinking chars after the last text-only assistant),
+`chain`/`cpre` (the open chain's chars, and its chars before the first user after its start),
+`big` (largest closed or interrupted chain), and the frontier gap: `gap` (tokens), `fr`
+([turn, call id] or None), `gb`/`gt` (boundary row and turn, -1 when the window is the whole
+branch), `gx` (the boundary turn's excluded call ids), `gw` (the first assistant after the
+boundary, None while that turn is still open), `prot` (protection config, None for default),
+`ep` (on_summarized calls so far: a summarized mark `s/<occ>` holds the epoch that wrote it and
+counts only below `ep`, so a call whose head write was lost is redone whole on redelivery).
+
+Hooks for the pruning fold, each amortized O(1) per message:
+- `on_frontier(store, session_id, frontier)`: the frontier moved (`last_attempted_turn_index`,
+  `last_attempted_tool_call_id`); a forward move walks from the old boundary to the new one, a
+  backward move or an unresolvable boundary recomputes the gap (rare).
+- `on_summarized(store, session_id, occurrence_keys)`: those results leave the gap for good.
+- `set_protection(store, session_id, protection)`: a config change; recomputes the gap.
+`snapshot(store, session_id)` reads the metrics; `naive_snapshot(messages, ...)` recomputes
+them from the definition over a message list (tests, benchmarks).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from sessionfold.projections.jsjson import js_json_length, js_number_text
+from sessionfold.projections.store import Store, key
+
+DEFAULT_PROTECTED_PATHS = ("**/skills/**/*.md",)
+
+
+@dataclass(frozen=True)
+class Protection:
+    """pi-condense's `isProtected(toolName, args)` (§5.1): by tool name or by `args.path` glob."""
+
+    protected_tools: tuple[str, ...] = ()
+    protected_paths: tuple[str, ...] = field(default=DEFAULT_PROTECTED_PATHS)
+
+    def __post_init__(self) -> None:
+        # Lists are accepted for convenience; tuples keep the config hashable for the glob cache.
+        object.__setattr__(self, "protected_tools", tuple(self.protected_tools))
+        object.__setattr__(self, "protected_paths", tuple(self.protected_paths))
+
+    def is_protected(self, tool_name: Any, args: Any) -> bool:
+        """True when the tool is protected by name or its `path` argument matches a glob."""
+        path = args.get("path") if isinstance(args, dict) else None
+        return self.protects(tool_name, path if isinstance(path, str) else None)
+
+    def protects(self, tool_name: Any, path: str | None) -> bool:
+        """The same predicate given the `path` argument alone (None when absent or not a str)."""
+        if tool_name in self.protected_tools:
+            return True
+        if path is None or not self.protected_paths:
+            return False
+        return _globs(self.protected_paths).fullmatch(path.replace("\\", "/")) is not None
+
+    def to_json(self) -> dict[str, list[str]]:
+        """The config as stored in the head record."""
+        return {"tools": list(self.protected_tools), "paths": list(self.protected_paths)}
+
+
+DEFAULT_PROTECTION = Protection()
+
+
+@lru_cache(maxsize=64)
+def _globs(globs: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(f"(?:{_glob_regex(g)})" for g in globs), re.DOTALL)
+
+
+def _glob_regex(glob: str) -> str:
+    """§5.1: `*`/`?` within a segment, `**/` zero or more directories, bare `**` anything."""
+    out = []
+    i = 0
+    while i < len(glob):
+        if glob.startswith("**/", i):
+            out.append("(?:[^/]*/)*")
+            i += 3
+        elif glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+        else:
+            char = glob[i]
+            out.append("[^/]*" if char == "*" else "[^/]" if char == "?" else re.escape(char))
+            i += 1
+    return "".join(out)
+
+
+def _protection_of(mx: dict[str, Any]) -> Protection:
+    config = mx.get("prot")
+    if config is None:
+        return DEFAULT_PROTECTION
+    return _protection_from(tuple(config["tools"]), tuple(config["paths"]))
+
+
+@lru_cache(maxsize=64)
+def _protection_from(tools: tuple[str, ...], paths: tuple[str, ...]) -> Protection:
+    return Protection(tools, paths)
+
+
+def js_round(value: float) -> int:
+    """JavaScript's Math.round for a non-negative number: halves round up."""
+    whole = int(value // 1)
+    return whole + 1 if value - whole >= 0.5 else whole
+
+
+# --- state -----------------------------------------------------------------------------------
+
+
+def new_state() -> dict[str, Any]:
+    """The metrics part (`mx`) of a fresh head record."""
+    return {
+        "tot": 0,
+        "open": 0,
+        "think": 0,
+        "chain": -1,
+        "cpre": -1,
+        "big": 0,
+        "gap": 0,
+        "fr": None,
+        "gb": -1,
+        "gt": -1,
+        "gx": [],
+        "gw": None,
+        "prot": None,
+        "ep": 0,
+    }
+
+
+def empty_head() -> dict[str, Any]:
+    """A fresh head record (the digest's fields and the metrics')."""
+    return {"leaf": None, "last": None, "k": 0, "n": 0, "turns": 0, "gen": 0, "mx": new_state()}
+
+
+def load_head(store: Store, session_id: str) -> dict[str, Any]:
+    """A private copy of the head record to change and put back (never mutate a stored value:
+    with a dict store that would write before the event's commit point)."""
+    stored = store.get(key(session_id, "h"))
+    if stored is None:
+        return empty_head()
+    mx = dict(stored["mx"])
+    mx["gx"] = list(mx["gx"])
+    return {**stored, "mx": mx}
+
+
+def _row(store: Store, session_id: str, n: int) -> dict[str, Any]:
+    return store.get(key(session_id, "m", n))
+
+
+def fold_row(store: Store, session_id: str, state: dict[str, Any], row: dict[str, Any]) -> None:
+    """Add one message row that joined the branch at its end to the running sums in `state`."""
+    mx = state["mx"]
+    chars = row["chars"]
+    role = row["role"]
+    text_only = role == "assistant" and row["textOnly"]
+    mx["tot"] += chars
+    _fold_chain(mx, row, chars, role, text_only)
+    if text_only:
+        mx["open"] = 0  # the open segment starts strictly after the last text-only assistant
+        mx["think"] = 0
+    else:
+        mx["open"] += chars
+        if role == "assistant":
+            mx["think"] += row["think"]
+    if role == "assistant":
+        _fold_boundary(mx, row)
+    elif role == "toolResult" and _counted(store, session_id, mx, row):
+        mx["gap"] += row["tokens"]
+
+
+def _fold_chain(
+    mx: dict[str, Any], row: dict[str, Any], chars: int, role: str, text_only: bool
+) -> None:
+    """detectChains (§8.1) as a running sum: chains are index ranges over the projection."""
+    if role == "user" and not row.get("pass"):
+        if mx["chain"] >= 0:
+            # Interrupted: its range ends before the first user message after its start.
+            interrupted = mx["cpre"] if mx["cpre"] >= 0 else mx["chain"]
+            mx["big"] = max(mx["big"], interrupted)
+        mx["chain"] = chars
+        mx["cpre"] = -1
+        return
+    if mx["chain"] < 0:
+        return  # idle: messages before the first user or after a closed chain
+    if role == "user" and mx["cpre"] < 0:
+        mx["cpre"] = mx["chain"]  # a passthrough user: the end of an interrupted range
+    mx["chain"] += chars
+    if text_only:
+        mx["big"] = max(mx["big"], mx["chain"])
+        mx["chain"] = -1
+        mx["cpre"] = -1
+
+
+def _fold_boundary(mx: dict[str, Any], row: dict[str, Any]) -> None:
+    """An assistant joined: it may be the frontier's turn, or the end of the boundary turn."""
+    if mx["gb"] >= 0:
+        if mx["gw"] is None:
+            mx["gw"] = row["n"]
+        return
+    frontier = mx["fr"]
+    if frontier is None or row["turn"] != frontier[0]:
+        return
+    excluded = _excluded_ids(row, frontier[1])
+    if excluded is not None:
+        # Everything before this row is at or before the boundary.
+        mx["gb"], mx["gt"], mx["gx"], mx["gw"], mx["gap"] = row["n"], row["turn"], excluded, None, 0
+
+
+def _excluded_ids(assistant: dict[str, Any], call_id: str) -> list[Any] | None:
+    """The boundary turn's call ids up to and including `call_id`; None when it is not there."""
+    ids = [call["id"] for call in assistant["calls"]]
+    if call_id not in ids:
+        return None
+    return ids[: ids.index(call_id) + 1]
+
+
+def _after_boundary(n: int, call_id: Any, gb: int, gx: list[Any], gw: int | None) -> bool:
+    if n <= gb:
+        return False
+    in_window = gb >= 0 and (gw is None or n < gw)
+    return not (in_window and call_id in gx)
+
+
+def _eligible(store: Store, session_id: str, mx: dict[str, Any], row: dict[str, Any]) -> bool:
+    """Summarization-eligible: not summarized (by occurrence key) and not protected."""
+    if _marked(store, session_id, mx, row["occ"]):
+        return False
+    return not _protection_of(mx).protects(row["tool"], row.get("path"))
+
+
+def _counted(store: Store, session_id: str, mx: dict[str, Any], row: dict[str, Any]) -> bool:
+    return _after_boundary(row["n"], row["callId"], mx["gb"], mx["gx"], mx["gw"]) and _eligible(
+        store, session_id, mx, row
+    )
+
+
+def rebuild(store: Store, session_id: str, state: dict[str, Any]) -> None:
+    """Recompute `state`'s metrics and assistant count from the branch rows (after a switch)."""
+    old = state["mx"]
+    state["mx"] = new_state()
+    state["mx"]["fr"] = old["fr"]
+    state["mx"]["prot"] = old["prot"]
+    state["mx"]["ep"] = old["ep"]
+    turns = 0
+    for n in range(state["n"]):
+        row = _row(store, session_id, n)
+        if row["role"] == "assistant":
+            turns += 1
+        fold_row(store, session_id, state, row)
+    state["turns"] = turns
+
+
+# --- hooks for the pruning fold --------------------------------------------------------------
+
+
+def on_frontier(store: Store, session_id: str, frontier: Mapping[str, Any] | None) -> None:
+    """The prune frontier moved: move the gap's boundary (§9.2)."""
+    state = load_head(store, session_id)
+    mx = state["mx"]
+    wanted = _frontier_pair(frontier)
+    if wanted == mx["fr"]:
+        return
+    mx["fr"] = wanted
+    located = _locate(store, session_id, state, wanted, mx)
+    if located is None and mx["gb"] < 0:
+        store.put(key(session_id, "h"), state)  # still the whole-branch window: same gap
+        return
+    if located is not None and located[0] >= mx["gb"]:
+        _advance_boundary(store, session_id, state, *located)
+    else:
+        _recompute_gap(store, session_id, state, located)
+    store.put(key(session_id, "h"), state)
+
+
+def _frontier_pair(frontier: Mapping[str, Any] | None) -> list[Any] | None:
+    if frontier is None:
+        return None
+    turn = frontier.get("last_attempted_turn_index", frontier.get("lastAttemptedTurnIndex"))
+    call_id = frontier.get("last_attempted_tool_call_id", frontier.get("lastAttemptedToolCallId"))
+    return [turn, call_id]
+
+
+def _locate(
+    store: Store,
+    session_id: str,
+    state: dict[str, Any],
+    frontier: list[Any] | None,
+    mx: dict[str, Any],
+) -> tuple[int, list[Any]] | None:
+    """The boundary assistant's position and excluded ids, or None (whole-branch window)."""
+    if frontier is None:
+        return None
+    turn, call_id = frontier
+    if not isinstance(turn, int) or isinstance(turn, bool) or not 0 <= turn < state["turns"]:
+        return None
+    # Turns only grow along the branch: start from the old boundary when it is not past it.
+    start = mx["gb"] if 0 <= mx["gt"] <= turn else 0
+    for n in range(start, state["n"]):
+        row = _row(store, session_id, n)
+        if row["role"] == "assistant" and row["turn"] == turn:
+            excluded = _excluded_ids(row, call_id)
+            return None if excluded is None else (n, excluded)
+    return None
+
+
+def _advance_boundary(
+    store: Store, session_id: str, state: dict[str, Any], gb: int, gx: list[Any]
+) -> None:
+    """Move the boundary forward: only results between the old and the new window change."""
+    mx = state["mx"]
+    old = (mx["gb"], mx["gx"], mx["gw"])
+    window_end = None
+    for n in range(old[0] + 1, state["n"]):
+        row = _row(store, session_id, n)
+        if row["role"] == "assistant" and n > gb:
+            window_end = n  # past here both boundaries count every result
+            break
+        if row["role"] != "toolResult":
+            continue
+        before = _after_boundary(n, row["callId"], *old)
+        after = _after_boundary(n, row["callId"], gb, gx, None)
+        if before != after and _eligible(store, session_id, mx, row):
+            mx["gap"] += row["tokens"] if after else -row["tokens"]
+    mx["gb"], mx["gt"], mx["gx"], mx["gw"] = gb, _row(store, session_id, gb)["turn"], gx, window_end
+
+
+def _recompute_gap(
+    store: Store,
+    session_id: str,
+    state: dict[str, Any],
+    located: tuple[int, list[Any]] | None,
+) -> None:
+    """The gap from scratch over the branch (a backward move or an unresolvable boundary)."""
+    mx = state["mx"]
+    gb, gx = located if located is not None else (-1, [])
+    mx["gb"], mx["gx"], mx["gw"], mx["gap"] = gb, gx, None, 0
+    mx["gt"] = _row(store, session_id, gb)["turn"] if gb >= 0 else -1
+    for n in range(gb + 1, state["n"]):
+        row = _row(store, session_id, n)
+        if row["role"] == "assistant" and mx["gw"] is None and gb >= 0:
+            mx["gw"] = n
+        elif row["role"] == "toolResult" and _counted(store, session_id, mx, row):
+            mx["gap"] += row["tokens"]
+
+
+def on_summarized(store: Store, session_id: str, occurrence_keys: Iterable[str]) -> None:
+    """Those tool results are summarized now: they leave the frontier gap."""
+    state = load_head(store, session_id)
+    mx = state["mx"]
+    protection = _protection_of(mx)
+    for occ in occurrence_keys:
+        if _marked(store, session_id, mx, occ):
+            continue
+        # The mark carries this call's epoch; it counts once the head (written last) moves past.
+        store.put(key(session_id, "s", occ), mx["ep"])
+        for n in store.get(key(session_id, "o", occ)) or ():
+            row = _row(store, session_id, n) if n < state["n"] else None
+            if row is None or row.get("occ") != occ:
+                continue  # a position from an abandoned branch
+            if _after_boundary(
+                n, row["callId"], mx["gb"], mx["gx"], mx["gw"]
+            ) and not protection.protects(row["tool"], row.get("path")):
+                mx["gap"] -= row["tokens"]
+    mx["ep"] += 1
+    store.put(key(session_id, "h"), state)
+
+
+def is_summarized(store: Store, session_id: str, occ: str) -> bool:
+    """Whether on_summarized has marked that occurrence key."""
+    return _marked(store, session_id, load_head(store, session_id)["mx"], occ)
+
+
+def _marked(store: Store, session_id: str, mx: dict[str, Any], occ: str) -> bool:
+    """A committed summarized mark: one left by a call whose head write was lost is not."""
+    epoch = store.get(key(session_id, "s", occ))
+    return epoch is not None and epoch < mx["ep"]
+
+
+def set_protection(store: Store, session_id: str, protection: Protection) -> None:
+    """Change the protection config for the gap (a config change); recomputes the gap."""
+    state = load_head(store, session_id)
+    mx = state["mx"]
+    mx["prot"] = None if protection == DEFAULT_PROTECTION else protection.to_json()
+    located = None if mx["gb"] < 0 else (mx["gb"], mx["gx"])
+    _recompute_gap(store, session_id, state, located)
+    store.put(key(session_id, "h"), state)
+
+
+def protection_of(store: Store, session_id: str) -> Protection:
+    """The session's protection config."""
+    return _protection_of(load_head(store, session_id)["mx"])
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def snapshot(store: Store, session_id: str) -> dict[str, int]:
+    """The ContextMetricsSnapshot of the current branch (§9.2), from the running sums."""
+    mx = load_head(store, session_id)["mx"]
+    return _snapshot(mx["think"], mx["big"], mx["open"], mx["tot"], mx["gap"])
+
+
+def _snapshot(think: int, big: int, open_chars: int, total: int, gap: int) -> dict[str, int]:
+    share = 0 if total == 0 else js_round(100 * max(big, open_chars) / total)
+    return {
+        "open_cycle_thinking_tokens": js_round(think / 4),
+        "largest_chain_share_pct": share,
+        "frontier_gap_tokens": gap,
+    }
+
+
+# --- the definition, recomputed in full --------------------------------------------------------
+
+
+def naive_snapshot(
+    messages: Sequence[Mapping[str, Any]],
+    frontier: Mapping[str, Any] | None = None,
+    summarized: Iterable[str] = frozenset(),
+    protection: Protection = DEFAULT_PROTECTION,
+) -> dict[str, int]:
+    """The snapshot recomputed from §9.2 over a branch's message dicts (projection of §9.1)."""
+    summarized = frozenset(summarized)
+    chars = [js_json_length(m) for m in messages]
+    text_only = [_naive_text_only(m) for m in messages]
+    last_text_only = max((i for i, t in enumerate(text_only) if t), default=-1)
+    open_start = last_text_only + 1
+    thinking = sum(
+        js_json_length(block)
+        for m in messages[open_start:]
+        if m.get("role") == "assistant" and isinstance(m.get("content"), list)
+        for block in m["content"]
+        if isinstance(block, dict) and block.get("type") == "thinking"
+    )
+    largest = 0
+    for start, end in _naive_chains(messages, text_only):
+        largest = max(largest, sum(chars[start : end + 1]))
+    gap = _naive_gap(messages, chars, frontier, summarized, protection)
+    return _snapshot(thinking, largest, sum(chars[open_start:]), sum(chars), gap)
+
+
+def _naive_text_only(message: Mapping[str, Any]) -> bool:
+    if message.get("role") != "assistant":
+        return False
+    content = message.get("content")
+    if not isinstance(content, list):
+        return True
+    return not any(isinstance(b, dict) and b.get("type") == "toolCall" for b in content)
+
+
+def _naive_passthrough(message: Mapping[str, Any]) -> bool:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content.lstrip().startswith("<compressed-chain")
+    if isinstance(content, list) and content and isinstance(content[0], dict):
+        text = content[0].get("text")
+        return (
+            content[0].get("type") == "text"
+            and isinstance(text, str)
+            and text.lstrip().startswith("<compressed-chain")
+        )
+    return False
+
+
+def _naive_chains(
+    messages: Sequence[Mapping[str, Any]], text_only: list[bool]
+) -> list[tuple[int, int]]:
+    """Closed and interrupted chains of detectChains, as inclusive index ranges."""
+    chains = []
+    start = None
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role == "user":
+            if _naive_passthrough(message):
+                continue
+            if start is not None:
+                next_user = next(
+                    j for j in range(start + 1, len(messages)) if _is_user(messages[j])
+                )
+                chains.append((start, next_user - 1))
+            start = i
+        elif start is not None and text_only[i]:
+            chains.append((start, i))
+            start = None
+    return chains
+
+
+def _is_user(message: Mapping[str, Any]) -> bool:
+    return message.get("role") == "user"
+
+
+def _naive_gap(
+    messages: Sequence[Mapping[str, Any]],
+    chars: list[int],
+    frontier: Mapping[str, Any] | None,
+    summarized: frozenset[str],
+    protection: Protection,
+) -> int:
+    boundary, turn_end, excluded = -1, len(messages), []
+    pair = _frontier_pair(frontier)
+    if pair is not None:
+        counter = 0
+        for i, message in enumerate(messages):
+            if message.get("role") != "assistant":
+                continue
+            if counter == pair[0]:
+                ids = [b.get("id") for b in _naive_calls(message)]
+                if pair[1] in ids:
+                    boundary = i
+                    excluded = ids[: ids.index(pair[1]) + 1]
+                    turn_end = next(
+                        (j for j in range(i + 1, len(messages)) if _is_assistant(messages[j])),
+                        len(messages),
+                    )
+                break
+            counter += 1
+    gap = 0
+    for i in range(boundary + 1, len(messages)):
+        message = messages[i]
+        if message.get("role") != "toolResult":
+            continue
+        call_id = message.get("toolCallId")
+        if i < turn_end and call_id in excluded:
+            continue
+        if _naive_occ(call_id, message.get("timestamp")) in summarized:
+            continue
+        if protection.is_protected(message.get("toolName"), _naive_args(messages, i, call_id)):
+            continue
+        gap += js_round(chars[i] / 4)
+    return gap
+
+
+def _is_assistant(message: Mapping[str, Any]) -> bool:
+    return message.get("role") == "assistant"
+
+
+def _naive_calls(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") == "toolCall"]
+
+
+def _naive_args(messages: Sequence[Mapping[str, Any]], index: int, call_id: Any) -> Any:
+    """Args of `call_id` in the nearest preceding assistant that has it (`input ?? arguments`)."""
+    if not isinstance(call_id, str):
+        return None
+    for i in range(index - 1, -1, -1):
+        if not _is_assistant(messages[i]):
+            continue
+        for block in _naive_calls(messages[i]):
+            if block.get("id") == call_id:
+                args = block.get("input")
+                return block.get("arguments") if args is None else args
+    return None
+
+
+def _naive_occ(call_id: Any, timestamp: Any) -> str:
+    bare = call_id if isinstance(call_id, str) else "undefined" if call_id is None else str(call_id)
+    if isinstance(timestamp, int | float) and not isinstance(timestamp, bool):
+        return f"{bare}@{js_number_text(timestamp)}"
+    return bare

@@ -1,0 +1,817 @@
+"""A real single-node Apache Kafka KRaft broker, built from Maven Central jars.
+
+The broker is plain Apache Kafka (``kafka.Kafka`` from ``org.apache.kafka:kafka_2.13``): Maven
+copies its runtime classpath into a per-version jar cache, ``kafka.tools.StorageTool`` formats the
+data dir once, and ``java`` runs the broker in the background in its own session so that it
+outlives the process that started it. Everything that belongs to one broker lives in its data dir::
+
+    <data dir>/
+        cluster.id          the cluster id the storage was formatted with
+        server.properties   rendered from deploy/kafka/server.properties on every start
+        broker.pid          pid of the running java process (absent when stopped)
+        broker.json         version and ports of the running broker, for `status`
+        broker.log          the broker's stdout/stderr (the previous run's is broker.log.1)
+        kraft/              log.dirs: topic data and the KRaft metadata log
+
+Stopping never touches ``kraft/``, so topics and records survive stop/start.
+See reference/kafka-broker.md sections 1 and 2 for why the jars, flags and settings are as they are.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import string
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+# 3.9.2 resolved from Maven Central (3.9.1 is the fallback); see deploy/kafka/pom-3.9.xml.
+DEFAULT_KAFKA_VERSION = "3.9.2"
+DEFAULT_PORT = 9092
+DEFAULT_START_TIMEOUT_S = 90.0
+DEFAULT_STOP_TIMEOUT_S = 20.0
+
+ENV_VERSION = "SESSIONFOLD_KAFKA_VERSION"
+ENV_PORT = "SESSIONFOLD_BROKER_PORT"
+ENV_CONTROLLER_PORT = "SESSIONFOLD_BROKER_CONTROLLER_PORT"
+ENV_DATA_DIR = "SESSIONFOLD_BROKER_DATA_DIR"
+ENV_CACHE_DIR = "SESSIONFOLD_KAFKA_CACHE_DIR"
+
+# The broker binds loopback only: it is a development and test broker, never a network service.
+HOST = "127.0.0.1"
+
+_VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_KAFKA_MAIN = "kafka.Kafka"
+_STORAGE_TOOL = "kafka.tools.StorageTool"
+# -Xmx512m is plenty for a single test broker and keeps two of them (CI plus a test's own) cheap on
+# a 2-core machine. G1 and the pause target are what bin/kafka-run-class.sh uses.
+_JVM_OPTS = (
+    "-Xms128m",
+    "-Xmx512m",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+)
+_LOG_TAIL_LINES = 40
+_MVN_TIMEOUT_S = 900.0
+_FORMAT_TIMEOUT_S = 120.0
+
+ProgressFn = Callable[[str], None]
+
+log = logging.getLogger(__name__)
+
+# Broker processes started by this Python process, kept so that stop() can reap them: a child
+# that has exited stays a zombie (and still answers kill(pid, 0)) until its parent waits for it.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+class BrokerError(RuntimeError):
+    """The broker could not be fetched, formatted, started, reached or stopped."""
+
+
+class BrokerConfigError(BrokerError, ValueError):
+    """A version, port or path given for the broker is not valid (a usage error)."""
+
+
+def _noop(_message: str) -> None:
+    """Default progress callback: say nothing."""
+
+
+def _xdg_dir(env: str, fallback: str) -> Path:
+    """Return an XDG base directory, honouring the variable only when it is an absolute path."""
+    value = os.environ.get(env, "")
+    return Path(value) if value and Path(value).is_absolute() else Path.home() / fallback
+
+
+def default_data_dir(port: int) -> Path:
+    """Return the default data dir of the broker on `port` (one per port: brokers never share)."""
+    return _xdg_dir("XDG_DATA_HOME", ".local/share") / "sessionfold" / f"kafka-{port}"
+
+
+def default_cache_root() -> Path:
+    """Return the directory that holds one jar cache per Kafka version."""
+    return _xdg_dir("XDG_CACHE_HOME", ".cache") / "sessionfold" / "kafka"
+
+
+class BrokerConfig(BaseModel):
+    """Where and how one local broker runs; `BrokerConfig.resolve()` also applies env vars."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Only the version follows the environment by default, so a CI leg can switch every broker a
+    # test starts to 4.x. Port and data dir env vars are applied by resolve() alone: a test that
+    # builds its own config must never land on the CI broker's port or data dir.
+    version: str = Field(
+        default_factory=lambda: os.environ.get(ENV_VERSION) or DEFAULT_KAFKA_VERSION
+    )
+    port: int = Field(default=DEFAULT_PORT, ge=1, le=65535)
+    controller_port: int = Field(default=0, ge=0, le=65535, description="0 means port + 1")
+    data_dir: Path | None = None
+    cache_root: Path | None = None
+
+    @field_validator("version")
+    @classmethod
+    def _check_version(cls, value: str) -> str:
+        match = _VERSION_RE.match(value)
+        # KRaft-only brokers: 3.x (3.9 is what is tested) and 4.x; older lines need ZooKeeper.
+        if match is None or int(match.group(1)) < 3:
+            msg = f"Kafka version must look like 3.9.2 or 4.1.1 (3.x or newer), got {value!r}"
+            raise ValueError(msg)
+        return value
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> BrokerConfig:
+        # Frozen model: derived defaults are set once here, through object.__setattr__.
+        if self.controller_port == 0:
+            if self.port == 65535:
+                msg = "port 65535 leaves no room for the controller port (port + 1)"
+                raise ValueError(msg)
+            object.__setattr__(self, "controller_port", self.port + 1)
+        if self.controller_port == self.port:
+            msg = "controller port must differ from the broker port"
+            raise ValueError(msg)
+        if self.data_dir is None:
+            object.__setattr__(self, "data_dir", default_data_dir(self.port))
+        object.__setattr__(self, "data_dir", Path(self.data_dir).expanduser().absolute())
+        if self.cache_root is None:
+            object.__setattr__(self, "cache_root", default_cache_root())
+        object.__setattr__(self, "cache_root", Path(self.cache_root).expanduser().absolute())
+        return self
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        version: str | None = None,
+        port: int | None = None,
+        controller_port: int | None = None,
+        data_dir: Path | str | None = None,
+        cache_root: Path | str | None = None,
+    ) -> BrokerConfig:
+        """Build a config from explicit values, then SESSIONFOLD_* env vars, then defaults."""
+        env = os.environ
+        values: dict[str, Any] = {}
+        version = version or env.get(ENV_VERSION) or None
+        if version:
+            values["version"] = version
+        if port is None and env.get(ENV_PORT):
+            port = _env_int(ENV_PORT)
+        if port is not None:
+            values["port"] = port
+        if controller_port is None and env.get(ENV_CONTROLLER_PORT):
+            controller_port = _env_int(ENV_CONTROLLER_PORT)
+        if controller_port is not None:
+            values["controller_port"] = controller_port
+        data_dir = data_dir or env.get(ENV_DATA_DIR) or None
+        if data_dir is not None:
+            values["data_dir"] = Path(data_dir)
+        cache_root = cache_root or env.get(ENV_CACHE_DIR) or None
+        if cache_root is not None:
+            values["cache_root"] = Path(cache_root)
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(part) for part in err['loc']) or 'config'}: "
+                + err["msg"].removeprefix("Value error, ")
+                for err in exc.errors()
+            )
+            raise BrokerConfigError(problems) from None
+
+    # Paths and derived values. The validator has filled data_dir and cache_root, hence the asserts.
+
+    @property
+    def home(self) -> Path:
+        """The broker's data dir."""
+        assert self.data_dir is not None
+        return self.data_dir
+
+    @property
+    def bootstrap(self) -> str:
+        """The bootstrap address clients use, HOST:PORT."""
+        return f"{HOST}:{self.port}"
+
+    @property
+    def major(self) -> int:
+        """The Kafka major version (3 or 4+): it decides the POM and the logging backend."""
+        return int(self.version.split(".", 1)[0])
+
+    @property
+    def lib_dir(self) -> Path:
+        """The jar cache of this version: the broker's whole classpath."""
+        assert self.cache_root is not None
+        return self.cache_root / self.version / "lib"
+
+    @property
+    def log_dirs(self) -> Path:
+        """Kafka's log.dirs: topic data and the metadata log. Never deleted by this module."""
+        return self.home / "kraft"
+
+    @property
+    def pid_file(self) -> Path:
+        """File holding the pid of the running broker."""
+        return self.home / "broker.pid"
+
+    @property
+    def state_file(self) -> Path:
+        """File describing the running broker (version, ports)."""
+        return self.home / "broker.json"
+
+    @property
+    def log_file(self) -> Path:
+        """The broker's stdout and stderr."""
+        return self.home / "broker.log"
+
+    @property
+    def properties_file(self) -> Path:
+        """The rendered server.properties."""
+        return self.home / "server.properties"
+
+    @property
+    def cluster_id_file(self) -> Path:
+        """File holding the cluster id the storage was formatted with."""
+        return self.home / "cluster.id"
+
+    @property
+    def formatted_version_file(self) -> Path:
+        """File holding the Kafka version that formatted the storage."""
+        return self.home / "formatted.version"
+
+
+def _env_int(name: str) -> int:
+    """Read an integer env var, with an error that names the variable."""
+    raw = os.environ[name]
+    try:
+        return int(raw)
+    except ValueError:
+        msg = f"{name} must be an integer port number"
+        raise BrokerConfigError(msg) from None
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    """What `status()` found; `version` is the running broker's, else the configured one."""
+
+    running: bool
+    pid: int | None
+    bootstrap: str
+    controller: str
+    version: str
+    data_dir: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the stable `broker status --json` shape)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StartResult:
+    """What `start()` did: started a broker, or found one already running."""
+
+    pid: int
+    already_running: bool
+
+
+# --------------------------------------------------------------------------------------- templates
+
+
+def templates_dir() -> Path:
+    """Locate deploy/kafka: beside the source tree, else installed under sys.prefix/share."""
+    candidates = (
+        Path(__file__).resolve().parents[2] / "deploy" / "kafka",
+        Path(sys.prefix) / "share" / "sessionfold" / "kafka",
+    )
+    for candidate in candidates:
+        if (candidate / "server.properties").is_file():
+            return candidate
+    msg = "Kafka templates not found; looked in: " + ", ".join(str(c) for c in candidates)
+    raise BrokerError(msg)
+
+
+def _pom_template(config: BrokerConfig) -> Path:
+    # 3.x uses log4j 1 (reload4j), 4.x uses log4j2: the two POMs differ only in that backend.
+    name = "pom-3.9.xml" if config.major == 3 else "pom-4.x.xml"
+    return templates_dir() / name
+
+
+def _log_option(config: BrokerConfig) -> str:
+    """The JVM flag that points the logging backend of this Kafka line at its config file."""
+    if config.major == 3:
+        # A file: URI (not a bare path) because log4j 1 reads the option as a URL.
+        return f"-Dlog4j.configuration={(templates_dir() / 'log4j.properties').as_uri()}"
+    return f"-Dlog4j2.configurationFile={templates_dir() / 'log4j2.properties'}"
+
+
+# -------------------------------------------------------------------------------------------- jars
+
+
+def _require_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        hint = "install OpenJDK 17" if name == "java" else "install Apache Maven 3.8+"
+        msg = f"`{name}` not found on PATH; {hint} to run the local Kafka broker"
+        raise BrokerError(msg)
+    return path
+
+
+def _jars_present(config: BrokerConfig) -> bool:
+    # lib/ only ever appears by renaming a complete scratch dir (fetch_jars), so one known jar is
+    # a sufficient marker of a complete cache.
+    return (config.lib_dir / f"kafka_2.13-{config.version}.jar").is_file()
+
+
+@contextlib.contextmanager
+def _locked(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive flock: CI and a test session never fetch or start the same thing twice."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def fetch_jars(config: BrokerConfig, progress: ProgressFn = _noop) -> Path:
+    """Copy the broker's runtime classpath from Maven Central into the jar cache; skip if cached.
+
+    Returns the lib directory. Raises BrokerError when java or mvn is missing or Maven fails.
+    """
+    _require_tool("java")
+    if _jars_present(config):
+        return config.lib_dir
+    mvn = _require_tool("mvn")
+    version_dir = config.lib_dir.parent
+    with _locked(version_dir / ".fetch.lock"):
+        if _jars_present(config):  # another process fetched while we waited for the lock
+            return config.lib_dir
+        progress(f"fetching Kafka {config.version} jars from Maven Central into {config.lib_dir}")
+        pom = version_dir / "pom.xml"
+        shutil.copyfile(_pom_template(config), pom)
+        # Copy into a scratch dir and rename: an interrupted fetch never leaves a half-filled lib/.
+        scratch = version_dir / f"lib.partial-{os.getpid()}"
+        shutil.rmtree(scratch, ignore_errors=True)
+        cmd = [
+            mvn,
+            "-B",
+            "-q",
+            "-f",
+            str(pom),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={scratch}",
+            f"-Dkafka.version={config.version}",
+        ]
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(
+                cmd,
+                cwd=version_dir,
+                capture_output=True,
+                text=True,
+                check=False,
+                stdin=subprocess.DEVNULL,
+                # A cold fetch takes under a minute; a stalled download must not eat a CI run.
+                timeout=_MVN_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            shutil.rmtree(scratch, ignore_errors=True)
+            msg = f"Maven did not finish fetching Kafka {config.version} in {_MVN_TIMEOUT_S:.0f}s"
+            raise BrokerError(msg) from None
+        if proc.returncode != 0 or not (scratch / f"kafka_2.13-{config.version}.jar").is_file():
+            shutil.rmtree(scratch, ignore_errors=True)
+            output = _ANSI_RE.sub("", proc.stdout + proc.stderr)
+            errors: list[str] = []
+            for line in output.splitlines():
+                if line.startswith("[ERROR]"):
+                    if not line[len("[ERROR]") :].strip():
+                        break  # Maven's generic "re-run with -e / -X" advice follows
+                    errors.append(line)
+            detail = "\n".join(errors[:8] or output.splitlines()[-12:])
+            msg = (
+                f"Maven could not fetch Kafka {config.version} (exit {proc.returncode}); "
+                f"POM: {pom}\n{detail}"
+            )
+            raise BrokerError(msg)
+        shutil.rmtree(config.lib_dir, ignore_errors=True)
+        scratch.rename(config.lib_dir)
+        count = sum(1 for _ in config.lib_dir.glob("*.jar"))
+        progress(f"fetched {count} jars in {time.monotonic() - started:.1f}s")
+    return config.lib_dir
+
+
+# ------------------------------------------------------------------------------------------ format
+
+
+def _render_properties(config: BrokerConfig) -> Path:
+    template = string.Template((templates_dir() / "server.properties").read_text(encoding="utf-8"))
+    text = template.substitute(
+        broker_port=config.port,
+        controller_port=config.controller_port,
+        log_dirs=config.log_dirs,
+    )
+    config.properties_file.write_text(text, encoding="utf-8")
+    return config.properties_file
+
+
+def _cluster_id(config: BrokerConfig) -> str:
+    """Return the data dir's cluster id, creating it on first use."""
+    if config.cluster_id_file.is_file():
+        return config.cluster_id_file.read_text(encoding="utf-8").strip()
+    # Same 22-character URL-safe form as `StorageTool random-uuid` (Kafka's Uuid.toString). Like
+    # Kafka's Uuid.randomUuid, skip ids starting with "-": command-line parsers take them for flags.
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        if not cluster_id.startswith("-"):
+            break
+    config.cluster_id_file.write_text(cluster_id + "\n", encoding="utf-8")
+    return cluster_id
+
+
+def format_storage(config: BrokerConfig, progress: ProgressFn = _noop) -> bool:
+    """Format log.dirs for KRaft once. Returns True if it formatted, False if already formatted."""
+    java = _require_tool("java")
+    config.home.mkdir(parents=True, exist_ok=True)
+    properties = _render_properties(config)
+    if (config.log_dirs / "meta.properties").is_file():
+        _check_downgrade(config)
+        return False
+    cluster_id = _cluster_id(config)
+    progress(f"formatting {config.log_dirs} (cluster id {cluster_id})")
+    # Static voters in server.properties: no --standalone (it is an error together with voters).
+    # --ignore-formatted makes a retry after a half-done first attempt harmless.
+    cmd = [
+        java,
+        _log_option(config),
+        "-cp",
+        str(config.lib_dir / "*"),
+        _STORAGE_TOOL,
+        "format",
+        # One token with "=": an id from an older cluster.id file may still start with "-".
+        f"--cluster-id={cluster_id}",
+        "-c",
+        str(properties),
+        "--ignore-formatted",
+    ]
+    try:
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            timeout=_FORMAT_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        msg = f"StorageTool format did not finish in {_FORMAT_TIMEOUT_S:.0f}s for {config.log_dirs}"
+        raise BrokerError(msg) from None
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-_LOG_TAIL_LINES:])
+        msg = f"StorageTool format failed (exit {proc.returncode}) for {config.log_dirs}\n{tail}"
+        raise BrokerError(msg)
+    config.formatted_version_file.write_text(config.version + "\n", encoding="ascii")
+    return True
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def _check_downgrade(config: BrokerConfig) -> None:
+    """Refuse a broker older than the one that formatted the data dir, with a clear message.
+
+    A 4.x metadata log has feature levels 3.9 does not know; the broker would die at startup with
+    "No MetadataVersion with feature level N". Upgrades (3.9 -> 4.x) are fine.
+    """
+    try:
+        formatted = config.formatted_version_file.read_text(encoding="ascii").strip()
+        older = _version_key(config.version)[:2] < _version_key(formatted)[:2]
+    except (OSError, ValueError):
+        return
+    if older:
+        msg = (
+            f"data dir {config.home} was formatted by Kafka {formatted}; Kafka {config.version} "
+            f"cannot read it: use --kafka-version {formatted} or another --data-dir"
+        )
+        raise BrokerError(msg)
+
+
+# ----------------------------------------------------------------------------------------- process
+
+
+def _reap(pid: int) -> None:
+    """Collect an exited child so it does not linger as a zombie that looks alive."""
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        if child.poll() is not None:
+            _CHILDREN.pop(pid, None)
+        return
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _is_our_broker(pid: int, config: BrokerConfig) -> bool:
+    """True if `pid` is alive and is the kafka.Kafka process of this data dir.
+
+    Checking the command line guards against a stale pid file whose pid now belongs to an unrelated
+    process: we must never signal that one.
+    """
+    _reap(pid)
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
+    if state in {"Z", "X"}:
+        return False
+    args = [part.decode("utf-8", "replace") for part in cmdline]
+    return _KAFKA_MAIN in args and str(config.properties_file) in args
+
+
+def read_pid(config: BrokerConfig) -> int | None:
+    """Return the pid of this data dir's running broker, or None (a stale pid file is ignored)."""
+    try:
+        pid = int(config.pid_file.read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _is_our_broker(pid, config) else None
+
+
+def _port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((HOST, port)) == 0
+
+
+def _rotate_log(config: BrokerConfig) -> None:
+    # One previous run is kept: enough to see why the last broker died, bounded on disk.
+    if config.log_file.exists():
+        config.log_file.replace(config.log_file.with_name(config.log_file.name + ".1"))
+
+
+def log_tail(config: BrokerConfig, lines: int = _LOG_TAIL_LINES) -> str:
+    """The last lines of the broker log (empty if there is none)."""
+    try:
+        text = config.log_file.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def start(config: BrokerConfig, progress: ProgressFn = _noop) -> StartResult:
+    """Start the broker in the background, detached; a no-op if it is already running.
+
+    Fetches jars and formats storage first when needed. Returns once the java process is spawned;
+    call `wait_ready()` to wait until it answers.
+    """
+    config.home.mkdir(parents=True, exist_ok=True)
+    with _locked(config.home / ".broker.lock"):
+        pid = read_pid(config)
+        if pid is not None:
+            running = status(config)
+            progress(
+                f"broker already running (pid {pid}, {running.bootstrap}, "
+                f"Kafka {running.version}, data dir {config.home})"
+            )
+            return StartResult(pid=pid, already_running=True)
+        for port in (config.port, config.controller_port):
+            if _port_in_use(port):
+                msg = f"port {port} is already in use by another process; pick another --port"
+                raise BrokerError(msg)
+        fetch_jars(config, progress)
+        format_storage(config, progress)
+        _rotate_log(config)
+        java = _require_tool("java")
+        cmd = [
+            java,
+            *_JVM_OPTS,
+            _log_option(config),
+            f"-Dkafka.logs.dir={config.home / 'logs'}",
+            "-cp",
+            str(config.lib_dir / "*"),
+            _KAFKA_MAIN,
+            str(config.properties_file),
+        ]
+        progress(f"starting Kafka {config.version} on {config.bootstrap} (data dir {config.home})")
+        with config.log_file.open("ab") as log_handle:
+            # start_new_session: the broker gets its own session and process group, so the CLI's
+            # exit, a Ctrl-C in its terminal or a test runner's process group do not take it down.
+            child = subprocess.Popen(
+                cmd,
+                cwd=config.home,
+                stdin=subprocess.DEVNULL,
+                stdout=log_handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        _CHILDREN[child.pid] = child
+        config.pid_file.write_text(f"{child.pid}\n", encoding="ascii")
+        state = {
+            "pid": child.pid,
+            "version": config.version,
+            "port": config.port,
+            "controller_port": config.controller_port,
+        }
+        config.state_file.write_text(json.dumps(state) + "\n", encoding="utf-8")
+        log.info("kafka broker started pid=%d port=%d", child.pid, config.port)
+        return StartResult(pid=child.pid, already_running=False)
+
+
+@contextlib.contextmanager
+def _quiet_kafka_client() -> Iterator[None]:
+    # kafka-python logs every refused connection at WARNING/ERROR; while polling a broker that is
+    # still starting those are expected, and without handlers they would spill onto stderr.
+    client_logger = logging.getLogger("kafka")
+    previous = client_logger.level
+    client_logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        client_logger.setLevel(previous)
+
+
+def probe(bootstrap: str, timeout_s: float = 5.0) -> bool:
+    """True if a Kafka broker at `bootstrap` (HOST:PORT) answers a metadata request."""
+    host, _, port_text = bootstrap.rpartition(":")
+    try:
+        with socket.create_connection((host or HOST, int(port_text)), timeout=min(timeout_s, 2.0)):
+            pass
+    except (OSError, ValueError):
+        return False
+    # Imported here: the CLI's other commands should not pay for kafka-python's import.
+    from kafka import KafkaAdminClient
+
+    timeout_ms = max(int(timeout_s * 1000), 1000)
+    with _quiet_kafka_client():
+        try:
+            admin = KafkaAdminClient(
+                bootstrap_servers=bootstrap,
+                client_id="sessionfold-broker-probe",
+                request_timeout_ms=timeout_ms,
+                bootstrap_timeout_ms=timeout_ms,
+            )
+        except Exception:  # any failure to bootstrap means "not answering yet"
+            return False
+        try:
+            admin.list_topics()
+        except Exception:
+            return False
+        finally:
+            with contextlib.suppress(Exception):
+                admin.close()
+    return True
+
+
+def wait_ready(
+    config: BrokerConfig,
+    timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    progress: ProgressFn = _noop,
+) -> None:
+    """Block until the broker answers a metadata request; raise BrokerError on death or timeout.
+
+    An open port is not enough (reference §2.2): the metadata request proves the broker has joined
+    its own quorum and can serve clients.
+    """
+    deadline = time.monotonic() + timeout_s
+    progress(f"waiting for {config.bootstrap} to answer (up to {timeout_s:.0f}s)")
+    started = time.monotonic()
+    while True:
+        if read_pid(config) is None:
+            config.pid_file.unlink(missing_ok=True)
+            msg = (
+                f"Kafka broker process exited before answering; log: {config.log_file}\n"
+                f"{log_tail(config)}"
+            )
+            raise BrokerError(msg)
+        remaining = deadline - time.monotonic()
+        if probe(config.bootstrap, timeout_s=max(min(remaining, 5.0), 1.0)):
+            progress(
+                f"broker answers on {config.bootstrap} after {time.monotonic() - started:.1f}s"
+            )
+            return
+        if time.monotonic() >= deadline:
+            msg = (
+                f"Kafka broker did not answer on {config.bootstrap} within {timeout_s:.0f}s; "
+                f"log: {config.log_file}\n{log_tail(config)}"
+            )
+            raise BrokerError(msg)
+        time.sleep(0.5)
+
+
+def up(
+    config: BrokerConfig,
+    timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    progress: ProgressFn = _noop,
+) -> StartResult:
+    """Fetch, format, start and wait until the broker answers.
+
+    If a broker this call started does not answer in time it is stopped again, so a failed `up`
+    leaves nothing behind; a broker that was already running is left alone.
+    """
+    result = start(config, progress)
+    try:
+        wait_ready(config, timeout_s, progress)
+    except BrokerError:
+        if not result.already_running:
+            stop(config)
+        raise
+    return result
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _wait_gone(pid: int, config: BrokerConfig, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not _is_our_broker(pid, config):
+            return True
+        time.sleep(0.2)
+    return not _is_our_broker(pid, config)
+
+
+def stop(
+    config: BrokerConfig,
+    timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
+    progress: ProgressFn = _noop,
+) -> bool:
+    """Stop the broker: SIGTERM (a clean controlled shutdown), then SIGKILL after `timeout_s`.
+
+    Returns True if a broker was running. The data dir, and so every topic, is kept.
+    """
+    if not config.home.is_dir():
+        return False
+    with _locked(config.home / ".broker.lock"):
+        pid = read_pid(config)
+        if pid is None:
+            config.pid_file.unlink(missing_ok=True)
+            return False
+        progress(f"stopping broker (pid {pid}, {config.bootstrap})")
+        started = time.monotonic()
+        _signal(pid, signal.SIGTERM)
+        if not _wait_gone(pid, config, timeout_s):
+            progress(f"broker pid {pid} ignored SIGTERM for {timeout_s:.0f}s; sending SIGKILL")
+            _signal(pid, signal.SIGKILL)
+            if not _wait_gone(pid, config, 10.0):
+                msg = f"broker pid {pid} is still alive after SIGKILL"
+                raise BrokerError(msg)
+        _CHILDREN.pop(pid, None)
+        config.pid_file.unlink(missing_ok=True)
+        config.state_file.unlink(missing_ok=True)
+        progress(f"broker stopped in {time.monotonic() - started:.1f}s")
+        log.info("kafka broker stopped pid=%d port=%d", pid, config.port)
+        return True
+
+
+def status(config: BrokerConfig) -> BrokerStatus:
+    """Report whether this data dir's broker runs, its pid, address, version and data dir."""
+    pid = read_pid(config)
+    version, port, controller_port = config.version, config.port, config.controller_port
+    if pid is not None:
+        # The running broker's own record wins over the (possibly different) requested config.
+        try:
+            state = json.loads(config.state_file.read_text(encoding="utf-8"))
+            version = str(state.get("version", version))
+            port = int(state.get("port", port))
+            controller_port = int(state.get("controller_port", controller_port))
+        except (OSError, ValueError, TypeError):
+            pass
+    return BrokerStatus(
+        running=pid is not None,
+        pid=pid,
+        bootstrap=f"{HOST}:{port}",
+        controller=f"{HOST}:{controller_port}",
+        version=version,
+        data_dir=str(config.home),
+    )

@@ -1,0 +1,191 @@
+"""`sessionfold broker up|down|status`: the local single-node Kafka broker.
+
+`up` prints only the bootstrap address on stdout (so `BOOTSTRAP=$(sessionfold broker up)` works);
+progress and errors go to stderr. Exit codes: 0 ok, 1 failure (for `status`: not running),
+2 usage error.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from sessionfold.streams import broker as kafka_broker
+
+_err = Console(stderr=True, highlight=False)
+
+PortOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--port",
+        envvar=kafka_broker.ENV_PORT,
+        min=1,
+        max=65534,
+        help="Broker port on 127.0.0.1 (default 9092); the controller listens on port + 1.",
+        show_default=False,
+    ),
+]
+ControllerPortOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--controller-port",
+        envvar=kafka_broker.ENV_CONTROLLER_PORT,
+        min=1,
+        max=65535,
+        help="KRaft controller port (default: --port + 1).",
+        show_default=False,
+    ),
+]
+DataDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        envvar=kafka_broker.ENV_DATA_DIR,
+        file_okay=False,
+        help="Broker data dir (default: $XDG_DATA_HOME/sessionfold/kafka-<port>).",
+        show_default=False,
+    ),
+]
+VersionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--kafka-version",
+        envvar=kafka_broker.ENV_VERSION,
+        help=(
+            "Apache Kafka version from Maven Central "
+            f"(default {kafka_broker.DEFAULT_KAFKA_VERSION})."
+        ),
+        show_default=False,
+    ),
+]
+
+
+def _config(
+    port: int | None,
+    controller_port: int | None,
+    data_dir: Path | None,
+    version: str | None,
+) -> kafka_broker.BrokerConfig:
+    """Build the broker config; an invalid value is a usage error (exit 2)."""
+    try:
+        return kafka_broker.BrokerConfig.resolve(
+            version=version, port=port, controller_port=controller_port, data_dir=data_dir
+        )
+    except kafka_broker.BrokerConfigError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+# Messages are built as Text, never as markup: paths and broker log tails contain brackets that
+# rich would otherwise swallow as style tags.
+
+
+def _progress(message: str) -> None:
+    _err.print(Text.assemble(("kafka: ", "dim"), message), soft_wrap=True)
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    # The message holds paths, ports, pids and the broker log tail only: no event content.
+    _err.print(Text.assemble(("error: ", "bold red"), str(exc)), soft_wrap=True)
+    return typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the `broker` command group to the root app."""
+    broker_app = typer.Typer(
+        name="broker",
+        help="Run a local single-node Apache Kafka (KRaft) broker from Maven Central jars.",
+        no_args_is_help=True,
+    )
+
+    @broker_app.command("up")
+    def _up(
+        port: PortOpt = None,
+        data_dir: DataDirOpt = None,
+        kafka_version: VersionOpt = None,
+        controller_port: ControllerPortOpt = None,
+        timeout: Annotated[
+            float,
+            typer.Option("--timeout", min=1.0, help="Seconds to wait for the broker to answer."),
+        ] = kafka_broker.DEFAULT_START_TIMEOUT_S,
+    ) -> None:
+        """Fetch jars if needed, format storage once, start the broker and wait until it answers.
+
+        Prints the bootstrap address (HOST:PORT) on stdout. A no-op if it is already running.
+        """
+        config = _config(port, controller_port, data_dir, kafka_version)
+        try:
+            kafka_broker.up(config, timeout_s=timeout, progress=_progress)
+        except kafka_broker.BrokerError as exc:
+            raise _fail(exc) from None
+        typer.echo(config.bootstrap)
+
+    @broker_app.command("down")
+    def _down(
+        port: PortOpt = None,
+        data_dir: DataDirOpt = None,
+        kafka_version: VersionOpt = None,
+        controller_port: ControllerPortOpt = None,
+        timeout: Annotated[
+            float,
+            typer.Option(
+                "--timeout", min=1.0, help="Seconds to wait after SIGTERM before SIGKILL."
+            ),
+        ] = kafka_broker.DEFAULT_STOP_TIMEOUT_S,
+    ) -> None:
+        """Stop the broker (SIGTERM, then SIGKILL after --timeout). Its data is kept."""
+        config = _config(port, controller_port, data_dir, kafka_version)
+        try:
+            stopped = kafka_broker.stop(config, timeout_s=timeout, progress=_progress)
+        except kafka_broker.BrokerError as exc:
+            raise _fail(exc) from None
+        if not stopped:
+            _progress(f"no broker running for data dir {config.home}")
+
+    @broker_app.command("status")
+    def _status(
+        port: PortOpt = None,
+        data_dir: DataDirOpt = None,
+        kafka_version: VersionOpt = None,
+        controller_port: ControllerPortOpt = None,
+        as_json: Annotated[
+            bool,
+            typer.Option("--json", help="Print one JSON object: running, pid, bootstrap, ..."),
+        ] = False,
+    ) -> None:
+        """Say whether the broker of this data dir runs. Exit 0 if running, 1 if not."""
+        config = _config(port, controller_port, data_dir, kafka_version)
+        state = kafka_broker.status(config)
+        if as_json:
+            typer.echo(json.dumps(state.to_dict(), sort_keys=True))
+        elif state.running:
+            typer.echo(
+                f"running pid={state.pid} bootstrap={state.bootstrap} "
+                f"version={state.version} data_dir={state.data_dir}"
+            )
+        else:
+            typer.echo(
+                f"stopped bootstrap={state.bootstrap} version={state.version} "
+                f"data_dir={state.data_dir}"
+            )
+        raise typer.Exit(0 if state.running else 1)
+
+    @broker_app.command("logs")
+    def _logs(
+        port: PortOpt = None,
+        data_dir: DataDirOpt = None,
+        lines: Annotated[int, typer.Option("--lines", "-n", min=1, help="How many lines.")] = 40,
+    ) -> None:
+        """Print the last lines of the broker log (stdout/stderr of the java process)."""
+        config = _config(port, None, data_dir, None)
+        tail = kafka_broker.log_tail(config, lines)
+        if not tail:
+            _err.print(Text(f"no broker log at {config.log_file}"), soft_wrap=True)
+            raise typer.Exit(1)
+        typer.echo(tail)
+
+    app.add_typer(broker_app, name="broker")

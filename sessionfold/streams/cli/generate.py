@@ -1,0 +1,74 @@
+"""`sessionfold generate`: write synthetic pi session files (format v3) for tests and benches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from sessionfold.streams.synthetic import WrittenSession, write_fleet
+
+
+def _progress(console: Console, show: bool) -> Progress:
+    return Progress(
+        TextColumn("generating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not show,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the `generate` command to the root app."""
+
+    @app.command("generate")
+    def _generate(
+        out: Annotated[
+            Path,
+            typer.Argument(
+                help="Directory for the session files; created if missing.",
+                file_okay=False,
+                dir_okay=True,
+                writable=True,
+            ),
+        ],
+        sessions: Annotated[
+            int, typer.Option("--sessions", min=1, help="How many session files to write.")
+        ] = 1,
+        turns: Annotated[
+            int, typer.Option("--turns", min=1, help="Assistant messages per session (exact).")
+        ] = 200,
+        seed: Annotated[
+            int, typer.Option("--seed", min=0, help="Seed; the same seed gives identical files.")
+        ] = 0,
+    ) -> None:
+        """Write N synthetic pi sessions shaped like real ones, deterministic per seed.
+
+        Files get pi's names (<timestamp>_<uuid>.jsonl); same-named files in OUT are replaced.
+        """
+        console = Console(stderr=True)
+        totals = {"entries": 0, "bytes": 0}
+        # a bar only helps a person waiting on several files; logs and pipes get none
+        with _progress(console, show=sessions > 1 and console.is_terminal) as progress:
+            task = progress.add_task("generating", total=sessions)
+
+            def written(result: WrittenSession) -> None:
+                totals["entries"] += result.entries
+                totals["bytes"] += result.size
+                progress.advance(task)
+
+            try:
+                write_fleet(out, sessions, turns, seed, on_written=written)
+            except OSError as exc:
+                typer.echo(f"sessionfold generate: cannot write to {out}: {exc.strerror}", err=True)
+                raise typer.Exit(1) from None
+        typer.echo(
+            f"wrote {sessions} sessions ({totals['entries']} entries, {totals['bytes']} bytes) "
+            f"to {out}"
+        )

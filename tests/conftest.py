@@ -1,0 +1,122 @@
+"""Shared fixtures: the Kafka broker, unique topic prefixes, the real sessions in ../shared.
+
+Tests that need Kafka are marked ``@pytest.mark.kafka`` and take ``kafka_bootstrap``. The broker is
+the one at ``SESSIONFOLD_BOOTSTRAP`` when it answers (``.ci/run`` starts one), otherwise a broker
+this session starts on a free port with a temporary data dir and stops at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+
+from sessionfold.streams import broker
+
+SHARED_SESSIONS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sessions"
+
+# Set by .ci/run next to SESSIONFOLD_BOOTSTRAP so tests can query the CI broker's status. It is not
+# SESSIONFOLD_BROKER_DATA_DIR on purpose: that one would become every CLI call's default data dir.
+ENV_TEST_BROKER_DATA_DIR = "SESSIONFOLD_TEST_BROKER_DATA_DIR"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the markers (also listed in pyproject.toml) so `--strict-markers` accepts them."""
+    config.addinivalue_line("markers", "kafka: needs the real Kafka broker")
+
+
+@dataclass(frozen=True)
+class KafkaBroker:
+    """The session's broker: its bootstrap address, and its config when we know its data dir."""
+
+    bootstrap: str
+    config: broker.BrokerConfig | None
+    started_here: bool
+
+
+def free_port_pair() -> int:
+    """Return a free port P whose neighbour P + 1 (the controller port) is free too."""
+    for _ in range(50):
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            port = int(first.getsockname()[1])
+            if port >= 65535:
+                continue
+            with socket.socket() as second:
+                try:
+                    second.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+        return port
+    raise RuntimeError("no free port pair found")
+
+
+def unique_topic_prefix() -> str:
+    """A topic prefix no other test uses, e.g. ``t1a2b3c4d.``."""
+    return f"t{uuid4().hex[:8]}."
+
+
+def _external_broker() -> KafkaBroker | None:
+    bootstrap = os.environ.get("SESSIONFOLD_BOOTSTRAP", "").strip()
+    if not bootstrap or not broker.probe(bootstrap, timeout_s=10.0):
+        return None
+    config = None
+    data_dir = os.environ.get(ENV_TEST_BROKER_DATA_DIR)
+    if data_dir:
+        port = int(bootstrap.rpartition(":")[2])
+        config = broker.BrokerConfig(port=port, data_dir=Path(data_dir))
+    return KafkaBroker(bootstrap=bootstrap, config=config, started_here=False)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """The broker for this test session: SESSIONFOLD_BOOTSTRAP's if it answers, else our own."""
+    external = _external_broker()
+    if external is not None:
+        yield external
+        return
+    config = broker.BrokerConfig(
+        port=free_port_pair(), data_dir=tmp_path_factory.mktemp("kafka-broker")
+    )
+    broker.up(config)
+    try:
+        yield KafkaBroker(bootstrap=config.bootstrap, config=config, started_here=True)
+    finally:
+        broker.stop(config)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker: KafkaBroker) -> str:
+    """Bootstrap address (HOST:PORT) of a running, answering Kafka broker."""
+    return kafka_broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def kafka_broker_config(kafka_broker: KafkaBroker) -> broker.BrokerConfig | None:
+    """Config (port, data dir) of the session's broker; None for an external one of unknown dir."""
+    return kafka_broker.config
+
+
+@pytest.fixture
+def port_pair() -> int:
+    """A free broker port whose controller port (port + 1) is free too."""
+    return free_port_pair()
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    """A fresh topic prefix for this test, so tests never read each other's records."""
+    return unique_topic_prefix()
+
+
+@pytest.fixture(scope="session")
+def shared_sessions() -> Path:
+    """The real pi sessions beside the repository; skip when ../shared is absent."""
+    if not SHARED_SESSIONS.is_dir():
+        pytest.skip(f"real sessions not found at {SHARED_SESSIONS} (../shared is absent)")
+    return SHARED_SESSIONS

@@ -1,0 +1,200 @@
+"""Publishing to the real broker: exactly once, in order, resumable, restart-proof."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+from typer.testing import CliRunner
+
+from sessionfold.events.envelope import EntryEnvelope, decode
+from sessionfold.streams.cli import app
+from sessionfold.streams.publish import Checkpoints, Publisher, make_producer, publish_paths
+from sessionfold.streams.session_file import DeadLetter, read_session_file, session_files
+from sessionfold.streams.topic_reader import read_topic
+from sessionfold.streams.topics import Topics, ensure_topics
+
+pytestmark = pytest.mark.kafka
+
+
+def _expected(paths: list[Path]) -> tuple[dict[str, list[int]], int]:
+    """Sequence numbers per session, and the dead-letter count, read straight from the files."""
+    seqs: dict[str, list[int]] = defaultdict(list)
+    letters = 0
+    for path in session_files(paths):
+        for record in read_session_file(path):
+            if isinstance(record, DeadLetter):
+                letters += 1
+            else:
+                seqs[record.session_id].append(record.seq)
+    return dict(seqs), letters
+
+
+def _published(bootstrap: str, topics: Topics) -> dict[str, list[int]]:
+    """Sequence numbers per session as they arrive on the topic, in partition order."""
+    seqs: dict[str, list[int]] = defaultdict(list)
+    for record in read_topic(bootstrap, topics.session_events):
+        envelope = decode(record.value)
+        assert isinstance(envelope, EntryEnvelope)
+        assert record.key == envelope.session_id.encode()
+        seqs[envelope.session_id].append(envelope.seq)
+    return dict(seqs)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory, shared_sessions: Path) -> Path:
+    """Both real sessions and a generated fleet of 100 sessions in one directory tree."""
+    root = tmp_path_factory.mktemp("fleet")
+    (root / "real").mkdir()
+    for name in ("before-compaction.jsonl", "large-session.jsonl"):
+        shutil.copy(shared_sessions / name, root / "real" / name)
+    result = CliRunner().invoke(
+        app, ["generate", "--sessions", "100", "--turns", "40", "--seed", "7", str(root / "gen")]
+    )
+    assert result.exit_code == 0, result.output
+    return root
+
+
+def test_publish_fleet_exactly_once_in_order(
+    kafka_bootstrap: str, fleet: Path, tmp_path: Path
+) -> None:
+    """Every envelope arrives once, in per-session order; a re-run publishes nothing."""
+    prefix = f"t{uuid4().hex[:8]}."
+    state = tmp_path / "state.json"
+    args = ["publish", str(fleet), "--bootstrap", kafka_bootstrap, "--topic-prefix", prefix]
+    args += ["--partitions", "3", "--state-file", str(state)]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    expected, letters = _expected([fleet])
+    total = sum(len(v) for v in expected.values())
+    assert f"published {total}, skipped 0, dead-lettered {letters}" in first.stdout
+    assert len(expected) == 102
+    assert _published(kafka_bootstrap, Topics(prefix)) == expected
+
+    second = CliRunner().invoke(app, args)
+    assert second.exit_code == 0, second.output
+    assert "published 0," in second.stdout
+    assert _published(kafka_bootstrap, Topics(prefix)) == expected
+
+
+def test_follow_publishes_appended_lines(
+    kafka_bootstrap: str, shared_sessions: Path, tmp_path: Path
+) -> None:
+    """With follow, lines appended to a file after the start are published too."""
+    source = (shared_sessions / "large-session.jsonl").read_bytes().splitlines(keepends=True)
+    path = tmp_path / "live" / "s.jsonl"
+    path.parent.mkdir()
+    path.write_bytes(b"".join(source[:10]))
+    topics = Topics(f"t{uuid4().hex[:8]}.")
+    ensure_topics(kafka_bootstrap, topics, partitions=1)
+    producer = make_producer(kafka_bootstrap)
+    publisher = Publisher(producer, topics, Checkpoints(tmp_path / "state.json"))
+    stop = threading.Event()
+    worker = threading.Thread(
+        target=publish_paths,
+        args=(publisher, [path.parent]),
+        kwargs={"follow": True, "poll_seconds": 0.1, "should_stop": stop.is_set},
+    )
+    worker.start()
+    try:
+        with path.open("ab") as handle:
+            handle.write(b"".join(source[10:30]))
+            handle.write(source[30][:15])  # a line still being written
+            handle.flush()
+            time.sleep(0.5)
+            handle.write(source[30][15:])
+        deadline = time.monotonic() + 30
+        while publisher.counts.published < 31 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        worker.join(30)
+        producer.close()
+    seqs = _published(kafka_bootstrap, topics)
+    assert list(seqs.values()) == [list(range(1, 32))]
+
+
+def _free_port_pair() -> int:
+    """A port p with p and p + 1 both free (broker and controller)."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port >= 65535:
+            continue
+        with socket.socket() as second:
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair")
+
+
+@pytest.mark.slow
+def test_broker_restart_mid_publish_loses_nothing(fleet: Path, tmp_path: Path) -> None:
+    """Stopping and restarting the broker in the middle of a publish loses and doubles nothing."""
+    from sessionfold.streams import broker
+
+    config = broker.BrokerConfig(port=_free_port_pair(), data_dir=tmp_path / "kafka")
+    broker.up(config)
+    try:
+        bootstrap = config.bootstrap
+        topics = Topics(f"t{uuid4().hex[:8]}.")
+        ensure_topics(bootstrap, topics, partitions=2)
+        producer = make_producer(bootstrap)
+        publisher = Publisher(producer, topics, Checkpoints(tmp_path / "state.json"))
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                publish_paths(publisher, [fleet])
+            except BaseException as exc:  # surfaced to the test thread below
+                failure.append(exc)
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        deadline = time.monotonic() + 60
+        while publisher.counts.published < 2000 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert worker.is_alive(), "publish finished before the restart: make the fleet bigger"
+        broker.stop(config)
+        broker.up(config)
+        worker.join(240)
+        producer.close()
+        assert not failure, repr(failure)
+        expected, _letters = _expected([fleet])
+        assert _published(bootstrap, topics) == expected
+    finally:
+        broker.stop(config)
+
+
+def test_dead_letters_reach_their_topic(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """An unreadable line goes to the dead-letter topic with its place, cause and bytes."""
+    import base64
+
+    import orjson
+
+    header = b'{"type":"session","version":3,"id":"dl-1"}'
+    good = b'{"type":"label","id":"a","parentId":null,"targetId":"a","label":"x"}'
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(header + b"\n" + b"{broken\n" + good + b"\n")
+    prefix = f"t{uuid4().hex[:8]}."
+    args = ["publish", str(path), "--bootstrap", kafka_bootstrap, "--topic-prefix", prefix]
+    result = CliRunner().invoke(app, [*args, "--state-file", str(tmp_path / "s.json")])
+    assert result.exit_code == 0, result.output
+    assert "published 2, skipped 0, dead-lettered 1" in result.stdout
+    letters = [
+        orjson.loads(r.value) for r in read_topic(kafka_bootstrap, Topics(prefix).dead_letters)
+    ]
+    assert len(letters) == 1
+    letter = letters[0]
+    assert (letter["line"], letter["session_id"], letter["size"]) == (2, "dl-1", 7)
+    assert base64.b64decode(letter["raw_b64"]) == b"{broken"

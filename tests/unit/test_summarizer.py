@@ -1,0 +1,145 @@
+"""The model port's text formats (reference §6.1, §6.4) and the offline summarizer."""
+
+from __future__ import annotations
+
+from sessionfold.events.flush import FlushBatch, FlushCall, FlushRequestPayload
+from sessionfold.projections.capture import js_length
+from sessionfold.streams.summarizer import (
+    OfflineSummarizer,
+    batch_prompt,
+    offline_summary,
+    substitute_inline_refs,
+    summary_footer,
+)
+
+
+def _call(
+    call_id: str,
+    name: str = "bash",
+    args: dict | None = None,
+    head: str = "ok\n" * 500,
+    *,
+    error: bool = False,
+    truncated: int = 0,
+    ref: str | None = None,
+) -> FlushCall:
+    return FlushCall(
+        key=f"{call_id}@1",
+        tool_call_id=call_id,
+        tool_name=name,
+        arguments=args if args is not None else {"command": "npm test"},
+        is_error=error,
+        raw_chars=len(head) + truncated,
+        content_hash="h",
+        head=head,
+        truncated_chars=truncated,
+        seq=1,
+        ref=ref,
+    )
+
+
+def _request(*batches: FlushBatch) -> FlushRequestPayload:
+    return FlushRequestPayload(
+        request_id="s:9", session_id="s", seq=9, trigger="manual", model="offline", batches=batches
+    )
+
+
+def test_prompt_labels_are_contiguous_whatever_the_ids() -> None:
+    """Calls are labelled [[1:name]]..[[N:name]] in order, with args as indented JSON."""
+    batch = FlushBatch(
+        turn_index=0,
+        timestamp=0,
+        assistant_text="Looking.",
+        disposition="summarize",
+        calls=(_call("zz", "read", {"path": "/a"}), _call("aa", head="boom", error=True)),
+    )
+    prompt = batch_prompt(batch)
+    assert "<tool-call-batch>\nAssistant said: Looking.\n[[1:read]] Tool: read({\n" in prompt
+    assert '  "path": "/a"\n})\nResult (OK): ok' in prompt
+    assert "\n---\n[[2:bash]] Tool: bash(" in prompt
+    assert "Result (ERROR): boom\n</tool-call-batch>" in prompt
+
+
+def test_prompt_marks_truncated_results() -> None:
+    """A result cut to its head says how many chars were left out."""
+    batch = FlushBatch(
+        turn_index=0,
+        timestamp=0,
+        disposition="summarize",
+        calls=(_call("a", head="x" * 2000, truncated=345),),
+    )
+    assert "x ...[345 chars truncated]\n</tool-call-batch>" in batch_prompt(batch)
+    assert "Assistant said" not in batch_prompt(batch)
+
+
+def test_inline_refs_replace_matching_leading_labels() -> None:
+    """A line-leading label naming the right tool becomes its ref, case and spaces aside."""
+    text = "- [[1:Read]]   read the file\n* [[2:bash]] ran tests\n  [[2:bash]] again"
+    assert substitute_inline_refs(text, ["t7", "t8"], ["read", "bash"]) == (
+        "- `t7` read the file\n* `t8` ran tests\n  `t8` again"
+    )
+
+
+def test_mismatched_out_of_range_and_inline_labels_are_stripped() -> None:
+    """Wrong names, N=0, out-of-range and mid-line labels vanish; fenced lines stay untouched."""
+    text = (
+        "- [[1:bash]] wrong name\n- [[0:read]] zero\n- [[3:read]] out of range\n"
+        "1. [[1:read]] numbered\nsee [[1:read]] here\n```\n[[1:read]] fenced\n```\n[single]"
+    )
+    assert substitute_inline_refs(text, ["t1"], ["read"]) == (
+        "- wrong name\n- zero\n- out of range\n1. numbered\nsee here\n```\n[[1:read]] fenced\n"
+        "```\n[single]"
+    )
+
+
+def test_footer_lists_the_refs() -> None:
+    """The footer is a rule, the refs in backticks, and the recovery hint."""
+    assert summary_footer(["t1", "t2"]) == (
+        "\n\n---\n**Summarized tool refs**: `t1`, `t2`\n"
+        "Use `context_tree_query` with these refs to retrieve the original full outputs."
+    )
+
+
+def test_offline_bullets_say_tool_gist_outcome_and_error_line() -> None:
+    """One bullet per call: ref, tool, argument gist, outcome, size and its error line."""
+    calls = [
+        _call("a", "read", {"path": "src/main.ts"}, head="import x\n" * 200),
+        _call("b", head="running\nError: Cannot find module 'y'\n" + "." * 2000, error=True),
+        _call("c", head="wrote build/out/app.js\n" + "." * 2000),
+    ]
+    text = offline_summary(calls, ["t1", "t2", "t3"])
+    lines = text.split("\n")
+    assert lines[0] == "- `t1` read `src/main.ts`: ok, 1800 chars"
+    assert lines[1].startswith("- `t2` bash `npm test`: error, ")
+    assert lines[1].endswith("error line: `Error: Cannot find module 'y'`")
+    assert lines[2].endswith("printed `build/out/app.js`")
+    assert text.endswith(summary_footer(["t1", "t2", "t3"]))
+
+
+def test_offline_summary_is_never_longer_than_the_raw_output() -> None:
+    """With little raw output the bullets lose detail until the text fits."""
+    calls = [_call(f"c{n}", head="e" * 60, args={"command": "x" * 70}) for n in range(5)]
+    text = offline_summary(calls, [f"t{n}" for n in range(5)])
+    assert js_length(text) <= 300
+    assert text.startswith("- `t0` bash: ok\n")
+
+
+def test_offline_summarizer_answers_each_batch_and_echoes_skips() -> None:
+    """Summarized batches get text and refs; skipped ones are echoed; it is deterministic."""
+    request = _request(
+        FlushBatch(turn_index=0, timestamp=0, disposition="skipped-trivial", calls=(_call("a"),)),
+        FlushBatch(
+            turn_index=1,
+            timestamp=0,
+            disposition="summarize",
+            calls=(_call("b", ref="t4"), _call("c", ref="t5")),
+        ),
+    )
+    answer = OfflineSummarizer().summarize(request)
+    assert answer == OfflineSummarizer().summarize(request)
+    assert answer.request_id == "s:9" and answer.model == "offline"
+    trivial, summarized = answer.results
+    assert (trivial.batch, trivial.outcome, trivial.text) == (0, "skipped-trivial", None)
+    assert summarized.outcome == "summarized" and summarized.refs == ("t4", "t5")
+    assert summarized.text is not None and "`t4`" in summarized.text and "`t5`" in summarized.text
+    assert answer.usage.calls == 1
