@@ -61,13 +61,17 @@ class Batch:
 
 def js_length(text: str) -> int:
     """JavaScript's `text.length`: UTF-16 code units."""
-    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+    if text.isascii():
+        return len(text)
+    # UTF-16 in C: an astral character is two units, a lone surrogate one.
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def js_head(text: str, units: int) -> str:
     """The longest prefix of `text` of at most `units` UTF-16 units, never half a pair."""
-    if len(text) <= units and text.isascii():
-        return text
+    head = text[:units]
+    if js_length(head) <= units:
+        return head  # no astral character in the first `units` code points: the common case
     used = 0
     for index, ch in enumerate(text):
         used += 2 if ord(ch) > 0xFFFF else 1

@@ -1,15 +1,147 @@
-"""`sessionfold demo`: the main job for a new user (placeholder until the embedded runtime)."""
+"""`sessionfold demo [FILE]`: the main job for a new user.
+
+One session (a generated one when no file is given) goes through the embedded runtime with a
+progress bar; then a report: flushes by trigger and outcome, what the model would see before and
+after pruning, and the three context metrics over time.
+"""
 
 from __future__ import annotations
 
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from sessionfold.projections import digest, metrics
+from sessionfold.projections.config import DEFAULT_CONFIG, ConfigError, load_config
+from sessionfold.projections.jsjson import js_json_length
+from sessionfold.streams.embedded import EmbeddedRuntime
+from sessionfold.streams.session_file import DeadLetter, read_session_file
+from sessionfold.streams.synthetic import write_fleet
+
+#: How many points of the session the metrics table shows.
+SAMPLES = 10
 
 
 def register(app: typer.Typer) -> None:
     """Attach the `demo` command to the root app."""
 
     @app.command("demo")
-    def demo() -> None:
-        """Fold a session through the embedded runtime and report (not built yet)."""
-        typer.echo("sessionfold demo: the embedded runtime is not built yet", err=True)
-        raise typer.Exit(1)
+    def demo(
+        file: Annotated[
+            Path | None,
+            typer.Argument(help="A pi session file; a generated session when omitted."),
+        ] = None,
+        turns: Annotated[
+            int, typer.Option("--turns", min=1, help="Assistant turns of the generated session.")
+        ] = 300,
+        seed: Annotated[int, typer.Option("--seed", help="Seed of the generated session.")] = 0,
+        settings: Annotated[
+            list[str] | None,
+            typer.Option("--set", help="Override one pruning setting, e.g. --set enabled=false."),
+        ] = None,
+    ) -> None:
+        """Fold one session through the embedded runtime and report what pruning did."""
+        out = Console()
+        err = Console(stderr=True)
+        try:
+            config = load_config(None, settings or []) if settings else DEFAULT_CONFIG
+        except ConfigError as exc:
+            err.print(f"[red]invalid setting:[/] {exc}")
+            raise typer.Exit(2) from None
+        with tempfile.TemporaryDirectory(prefix="sessionfold-demo-") as tmp:
+            if file is None:
+                file = write_fleet(Path(tmp), sessions=1, turns=turns, seed=seed)[0].path
+                err.print(f"generated a session of {turns} turns (seed {seed})")
+            elif not file.is_file():
+                err.print(f"[red]no such file:[/] {file}")
+                raise typer.Exit(2)
+            runtime, samples, dead = _fold_with_progress(file, config, err)
+        sessions = runtime.sessions()
+        if not sessions:
+            err.print(f"[red]no session in {file}[/] ({dead} unreadable lines)")
+            raise typer.Exit(1)
+        _report(out, runtime, sessions[0], samples, dead)
+
+
+def _fold_with_progress(
+    path: Path, config: Any, err: Console
+) -> tuple[EmbeddedRuntime, list[dict[str, Any]], int]:
+    """Fold the file, sampling the metrics at evenly spaced events."""
+    total = sum(1 for line in path.open("rb") if line.strip())
+    every = max(1, total // SAMPLES)
+    runtime = EmbeddedRuntime(config)
+    samples: list[dict[str, Any]] = []
+    dead = 0
+    columns = (TextColumn("fold"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=err, transient=True) as progress:
+        task = progress.add_task("fold", total=total)
+        for i, record in enumerate(read_session_file(path), start=1):
+            runtime.publish(record)
+            progress.advance(task)
+            if isinstance(record, DeadLetter):
+                dead += 1
+            elif i % every == 0 or i == total:
+                sid = record.session_id
+                point = metrics.snapshot(runtime.store, sid)
+                point["event"] = i
+                point["turns"] = digest.head(runtime.store, sid).get("turns", 0)
+                samples.append(point)
+    return runtime, samples, dead
+
+
+def _report(
+    out: Console, runtime: EmbeddedRuntime, sid: str, samples: list[dict[str, Any]], dead: int
+) -> None:
+    state = runtime.session_state(sid)
+    roles = state["counts"]["messages"]
+    out.print(f"[bold]session[/] {sid}: {sum(roles.values())} messages ", end="")
+    out.print(", ".join(f"{role} {n}" for role, n in sorted(roles.items())), end="")
+    out.print(f"; {dead} unreadable lines" if dead else "")
+
+    attempts = state["flush_attempts"]
+    by_cell = Counter((a["trigger"], a["outcome"]) for a in attempts)
+    flushes = Table(title=f"flush attempts: {len(attempts)}")
+    for column in ("trigger", "outcome", "attempts"):
+        flushes.add_column(column)
+    for (trigger, outcome), n in sorted(by_cell.items()):
+        flushes.add_row(trigger, outcome, str(n))
+    out.print(flushes)
+
+    unpruned = _branch_tokens(runtime, sid)
+    reclaimed = metrics.js_round(state["stats"].get("reclaimed_chars", 0) / 4)
+    pruned = unpruned - reclaimed
+    share = 100 * pruned / unpruned if unpruned else 100.0
+    out.print(
+        f"the model would see [bold]{pruned:,}[/] tokens after pruning, "
+        f"against {unpruned:,} for the unpruned branch ({share:.0f}%); "
+        f"{state['stats'].get('summarized_calls', 0)} tool results summarized"
+    )
+
+    over_time = Table(title="context metrics over the session")
+    for column in ("event", "turns", "open-cycle thinking", "largest chain %", "frontier gap"):
+        over_time.add_column(column, justify="right")
+    for point in samples:
+        over_time.add_row(
+            str(point["event"]),
+            str(point["turns"]),
+            f"{point['open_cycle_thinking_tokens']:,}",
+            str(point["largest_chain_share_pct"]),
+            f"{point['frontier_gap_tokens']:,}",
+        )
+    out.print(over_time)
+
+
+def _branch_tokens(runtime: EmbeddedRuntime, sid: str) -> int:
+    """Tokens of the unpruned branch: every message's compact JSON length / 4, rounded."""
+    events = runtime.log["session-events"]
+    total = 0
+    for row in digest.branch_rows(runtime.store, sid):
+        message = digest.message_of(events[row["seq"] - 1].payload.entry)
+        total += metrics.js_round(js_json_length(message) / 4)
+    return total

@@ -1,0 +1,139 @@
+"""Embedded fold throughput against the raw parse ceiling, and incremental metrics against a
+per-turn full recompute (what pi-condense does), measured side by side in one run.
+
+    .venv/bin/python bench/fold_throughput.py [--repeat 3]
+
+Prints ratios, not absolute targets: the machine's speed cancels out of each ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from sessionfold.projections import digest, metrics
+from sessionfold.projections.store import DictStore
+from sessionfold.streams.embedded import EmbeddedRuntime
+from sessionfold.streams.session_file import DeadLetter, read_session_file
+
+SESSIONS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sessions"
+REAL = ("before-compaction.jsonl", "large-session.jsonl")
+
+
+def best_of(repeat: int, run: Callable[[], Any]) -> float:
+    """The fastest of `repeat` timed runs, in seconds (least disturbed by other load)."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def parse_only(path: Path) -> None:
+    """The ceiling: orjson over every line of the file, nothing else."""
+    with path.open("rb") as handle:
+        for line in handle:
+            if line.strip():
+                orjson.loads(line)
+
+
+def fold_file(path: Path) -> None:
+    """Read, migrate, validate and fold the file in the embedded runtime, flushes included."""
+    runtime = EmbeddedRuntime()
+    for record in read_session_file(path):
+        runtime.publish(record)
+
+
+def throughput(repeat: int) -> None:
+    """Events/s and MB/s of the embedded fold next to the orjson parse ceiling."""
+    print("embedded fold vs raw parse ceiling (orjson over the same lines)")
+    print(
+        f"{'file':28} {'events':>7} {'MB':>6} {'fold ev/s':>10} {'fold MB/s':>10} "
+        f"{'parse MB/s':>11} {'ratio':>6}"
+    )
+    for name in REAL:
+        path = SESSIONS / name
+        size = path.stat().st_size / 1e6
+        events = sum(1 for r in read_session_file(path) if not isinstance(r, DeadLetter))
+        fold_s = best_of(repeat, lambda p=path: fold_file(p))
+        parse_s = best_of(repeat, lambda p=path: parse_only(p))
+        print(
+            f"{name:28} {events:7d} {size:6.2f} {events / fold_s:10.0f} {size / fold_s:10.1f} "
+            f"{size / parse_s:11.1f} {parse_s / fold_s:6.3f}"
+        )
+
+
+def messages_of(path: Path) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """(entry, message) pairs of a file, in order."""
+    pairs = []
+    for record in read_session_file(path):
+        if not isinstance(record, DeadLetter):
+            entry = record.payload.entry
+            pairs.append((entry, digest.message_of(entry)))
+    return pairs
+
+
+def scaled(pairs: list[tuple[dict[str, Any], dict[str, Any] | None]], times: int) -> list:
+    """The session repeated `times` times as one longer linear session (fresh entry ids)."""
+    out = []
+    parent = None
+    for copy in range(times):
+        for entry, _message in pairs[1:]:
+            clone = dict(entry, id=f"{copy}-{entry['id']}", parentId=parent)
+            parent = clone["id"]
+            out.append(clone)
+    return out
+
+
+def incremental(entries: list[dict[str, Any]]) -> None:
+    """Fold every entry and read the metrics snapshot after each assistant message."""
+    store = DictStore()
+    for entry in entries:
+        appended = digest.apply_entry(store, "s", entry)
+        if appended is not None and appended.row and appended.row["role"] == "assistant":
+            metrics.snapshot(store, "s")
+
+
+def recompute_per_turn(entries: list[dict[str, Any]]) -> None:
+    """pi-condense's way: after each assistant message, recompute from the whole branch."""
+    branch: list[dict[str, Any]] = []
+    for entry in entries:
+        message = digest.message_of(entry)
+        if message is None:
+            continue
+        branch.append(message)
+        if message.get("role") == "assistant":
+            metrics.naive_snapshot(branch)
+
+
+def metrics_scaling(repeat: int) -> None:
+    """Incremental metrics against a per-turn full recompute at 1x, 4x and 16x the length."""
+    pairs = messages_of(SESSIONS / "large-session.jsonl")
+    print("\nincremental metrics vs per-turn full recompute (large-session.jsonl, scaled)")
+    print(f"{'length':>7} {'entries':>8} {'incremental s':>14} {'recompute s':>12} {'speedup':>8}")
+    for times in (1, 4, 16):
+        entries = scaled(pairs, times)
+        inc = best_of(repeat, lambda e=entries: incremental(e))
+        # The recompute is quadratic: one run is plenty at 16x.
+        full = best_of(1 if times > 4 else repeat, lambda e=entries: recompute_per_turn(e))
+        print(f"{times:>6}x {len(entries):8d} {inc:14.3f} {full:12.2f} {full / inc:8.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per figure (best kept)")
+    args = parser.parse_args()
+    if not SESSIONS.is_dir():
+        raise SystemExit(f"real sessions not found at {SESSIONS}")
+    throughput(args.repeat)
+    metrics_scaling(args.repeat)
+
+
+if __name__ == "__main__":
+    main()
