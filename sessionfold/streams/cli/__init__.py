@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import typer
 
-from sessionfold.streams.cli import broker, demo, fold, generate, ledger, publish
+from sessionfold.streams.cli import (
+    broker,
+    compare,
+    context,
+    demo,
+    fold,
+    generate,
+    ledger,
+    publish,
+    replay,
+)
 
 app = typer.Typer(
     name="sessionfold",
@@ -14,7 +24,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (demo, broker, fold, generate, publish, ledger):
+for module in (demo, broker, fold, generate, publish, ledger, replay, context, compare):
     module.register(app)
 
 
