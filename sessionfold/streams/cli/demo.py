@@ -17,9 +17,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from sessionfold.events.envelope import EntryEnvelope
 from sessionfold.projections import digest, metrics
 from sessionfold.projections.config import DEFAULT_CONFIG, ConfigError, load_config
-from sessionfold.projections.jsjson import js_json_length
+from sessionfold.projections.context_view import ContextView, LogEntry, context_at
 from sessionfold.streams.embedded import EmbeddedRuntime
 from sessionfold.streams.session_file import DeadLetter, read_session_file
 from sessionfold.streams.synthetic import write_fleet
@@ -113,14 +114,14 @@ def _report(
         flushes.add_row(trigger, outcome, str(n))
     out.print(flushes)
 
-    unpruned = _branch_tokens(runtime, sid)
-    reclaimed = metrics.js_round(state["stats"].get("reclaimed_chars", 0) / 4)
-    pruned = unpruned - reclaimed
+    view = _context(runtime, sid)
+    sizes = view.tokens
+    unpruned, pruned = sizes["unpruned"], sizes["pruned"]
     share = 100 * pruned / unpruned if unpruned else 100.0
     out.print(
         f"the model would see [bold]{pruned:,}[/] tokens after pruning, "
         f"against {unpruned:,} for the unpruned branch ({share:.0f}%); "
-        f"{state['stats'].get('summarized_calls', 0)} tool results summarized"
+        f"{len(view.removed)} outputs taken out, each recoverable by its ref"
     )
 
     over_time = Table(title="context metrics over the session")
@@ -137,11 +138,11 @@ def _report(
     out.print(over_time)
 
 
-def _branch_tokens(runtime: EmbeddedRuntime, sid: str) -> int:
-    """Tokens of the unpruned branch: every message's compact JSON length / 4, rounded."""
-    events = runtime.log["session-events"]
-    total = 0
-    for row in digest.branch_rows(runtime.store, sid):
-        message = digest.message_of(events[row["seq"] - 1].payload.entry)
-        total += metrics.js_round(js_json_length(message) / 4)
-    return total
+def _context(runtime: EmbeddedRuntime, sid: str) -> ContextView:
+    """What the model is given at the end of the session (the context view of §7 and §8)."""
+    entries = [
+        LogEntry(e.seq, e.payload.entry)
+        for e in runtime.log["session-events"]
+        if isinstance(e, EntryEnvelope) and e.session_id == sid
+    ]
+    return context_at(entries, runtime.store, sid, runtime.config)
