@@ -103,7 +103,7 @@ class SpanRecord(_Frozen):
     entry: str | None = None  # the compaction entry that bounded it, if any
     lastSeq: int
     model: str  # the DiffModel's name, e.g. "offline"
-    narrativeKind: Literal["model", "narrative-less"]
+    narrativeKind: Literal["model", "narrative-less", "turns"]
     narrative: str
     now: str | None = None
     world: dict[str, Any] | None = None
@@ -114,7 +114,15 @@ class SpanRecord(_Frozen):
     dropped: dict[str, int] = Field(default_factory=dict)  # reason code -> count
     carried: list[str] = Field(default_factory=list)  # u ids offered again next pass
     calls: int = 0
-    reason: str | None = None  # why it closed narrative-less
+    reason: str | None = None  # why it closed narrative-less, or why a chunk is missing
+    chunks: int = 1  # diff calls the span was split into (retries and questions aside)
+    takeover: str | None = None  # the entry of the foreign compaction this pass took over
+    # Turns mode: the objective, each section's outcome (ok, repaired, carried, ...), and the
+    # reasons the model gave for excusing an expectation check.
+    objective: str | None = None
+    sections: dict[str, str] = Field(default_factory=dict)
+    excuses: dict[str, str] = Field(default_factory=dict)
+    missing: list[int] = Field(default_factory=list)  # chunks that never verified
     summaryChars: int = 0
     capFit: dict[str, int] = Field(default_factory=dict)  # section -> items left out
 

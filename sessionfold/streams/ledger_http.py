@@ -1,7 +1,8 @@
 """The ledger's diff call over OpenAI-compatible HTTP (seed 002, "When the diff fails").
 
-`HttpDiffModel.diff(prompt)` sends the prompt's text form (`prompt.prompt_text`) and returns the
-answer's JSON object, handling what goes wrong before the pass ever sees it:
+`HttpDiffModel.diff(prompt)` sends the prompt's text form (`prompt.prompt_text`), or in turns mode
+the conversation so far (`prompt["turns"]`), and returns the answer's JSON object, handling what
+goes wrong before the pass ever sees it:
 
 - a format defect the model can fix (no JSON object in the answer, or one that does not fit the
   answer schema) is retried once with a note naming the defect; an answer that parsed is kept
@@ -220,6 +221,17 @@ class HttpDiffModel:
         raise DiffModelError(f"unusable:{'cut-off' if cut else _code(problem)}")
 
     def _messages(self, prompt: dict[str, Any], note: str | None) -> list[dict[str, str]]:
+        turns = prompt.get("turns")
+        if turns:
+            # Turns mode: the conversation so far, as chat messages; a format note is one
+            # more user message.
+            conversation = [
+                {"role": str(m["role"]), "content": str(m["content"])}
+                for m in turns["conversation"]
+            ]
+            if note is not None:
+                conversation.append({"role": "user", "content": note})
+            return [{"role": "system", "content": self.system_prompt}, *conversation]
         if note is not None:
             earlier = prompt.get("retryNote")
             prompt = {**prompt, "retryNote": f"{earlier}\n{note}" if earlier else note}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,14 @@ def has_control(text: str) -> bool:
         (ord(ch) < 32 and ch not in "\n") or 0x7F <= ord(ch) <= 0x9F or ch == "\u202e"
         for ch in text
     )
+
+
+@pytest.fixture(autouse=True)
+def ledger_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every run here logs under the test's own directory, never the user's state dir."""
+    path = tmp_path / "log" / "ledger.jsonl"
+    monkeypatch.setenv("SESSIONFOLD_LEDGER_LOG", str(path))
+    return path
 
 
 @pytest.fixture
@@ -150,3 +159,89 @@ def test_real_session_json_rules_quote_the_file() -> None:
     ]
     rules = json.loads(result.stdout)["rules"]
     assert rules and all(any(r["words"] in t for t in texts) for r in rules)
+
+
+# --- the model port and `ledger compact` ------------------------------------------------------
+
+
+def test_compact_prints_the_compaction_of_a_pass_at_the_end(session_file: Path) -> None:
+    """`ledger compact FILE` runs a pass over the open span and prints its summary; `--json`
+    gives the payload and the two pi entries (compaction, span record) it becomes."""
+    human = RUNNER.invoke(app, ["ledger", "compact", str(session_file)])
+    assert human.exit_code == 0, human.output
+    assert human.stdout.startswith("# Session state") and not has_control(human.stdout)
+    result = RUNNER.invoke(app, ["ledger", "compact", str(session_file), "--json"])
+    data = json.loads(result.stdout)
+    assert data["payload"]["record"]["trigger"] == "compact-request"
+    compaction, span_record = data["entries"]
+    assert (
+        compaction["type"] == "compaction" and compaction["summary"] == data["payload"]["summary"]
+    )
+    assert compaction["details"]["producer"] == "sessionfold-ledger"
+    assert span_record["customType"] == "sessionfold-ledger.span"
+    assert span_record["data"]["v"] == 1
+
+
+def test_compact_with_nothing_new_exits_1(tmp_path: Path) -> None:
+    """A file whose last span is empty has nothing to compact."""
+    path = write_session(tmp_path / "empty.jsonl", [])
+    assert RUNNER.invoke(app, ["ledger", "compact", str(path)]).exit_code == 1
+
+
+def test_compact_and_views_do_not_mix(session_file: Path) -> None:
+    """`compact` takes no view option; a third argument is a usage error."""
+    args = ["ledger", "compact", str(session_file), "--spans"]
+    assert RUNNER.invoke(app, args).exit_code == 2
+    assert RUNNER.invoke(app, ["ledger", "x", "y", "z"]).exit_code == 2
+
+
+def test_model_option_drives_the_http_diff_model(
+    session_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--model NAME` (or SESSIONFOLD_MODEL) uses the OpenAI-compatible port: the fake server
+    answers every pass and the span records name the model."""
+    from fake_openai import FakeOpenAI, json_answer
+
+    def respond(request: Any) -> Any:
+        ids = sorted(set(re.findall(r"^- (u\d+) \(", request.prompt, re.M)))
+        items = [{"message": m, "label": "rule"} for m in ids]
+        return json_answer({"labels": items, "narrative": "by the fake"})
+
+    with FakeOpenAI(respond) as fake:
+        monkeypatch.setenv("SESSIONFOLD_MODEL_BASE_URL", fake.base_url)
+        monkeypatch.setenv("SESSIONFOLD_MODEL_STREAM", "0")
+        result = RUNNER.invoke(app, ["ledger", str(session_file), "--spans", "--json"])
+        assert result.exit_code == 0, result.output
+        assert not fake.requests  # offline by default
+        result = RUNNER.invoke(
+            app, ["ledger", str(session_file), "--spans", "--json", "--model", "fake-model"]
+        )
+        assert result.exit_code == 0, result.output
+        spans = json.loads(result.stdout)["spans"]
+        assert [s["model"] for s in spans] == ["fake-model", "fake-model"]
+        assert [s["narrative"] for s in spans] == ["by the fake", "by the fake"]
+        monkeypatch.setenv("SESSIONFOLD_MODEL", "env-model")
+        result = RUNNER.invoke(app, ["ledger", "compact", str(session_file), "--json"])
+        assert json.loads(result.stdout)["payload"]["record"]["model"] == "env-model"
+        assert fake.models()[-1] == "env-model"
+
+
+def test_a_model_that_cannot_be_configured_is_a_usage_error(
+    session_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unknown provider with no base URL exits 2 and names the setting."""
+    monkeypatch.delenv("SESSIONFOLD_MODEL_BASE_URL", raising=False)
+    result = RUNNER.invoke(app, ["ledger", str(session_file), "--model", "nowhere/model"])
+    assert result.exit_code == 2 and "SESSIONFOLD_MODEL_BASE_URL" in result.output
+
+
+def test_turns_mode_is_opt_in_from_the_command_line(session_file: Path) -> None:
+    """`--narrative-mode turns` runs the conversation (five calls a pass, offline here)."""
+    result = RUNNER.invoke(
+        app, ["ledger", str(session_file), "--spans", "--json", "--narrative-mode", "turns"]
+    )
+    assert result.exit_code == 0, result.output
+    spans = json.loads(result.stdout)["spans"]
+    assert [(s["narrativeKind"], s["calls"]) for s in spans] == [("turns", 5), ("turns", 5)]
+    bad = RUNNER.invoke(app, ["ledger", str(session_file), "--narrative-mode", "chatty"])
+    assert bad.exit_code == 2

@@ -99,3 +99,48 @@ def excerpt(text: str, limit: int) -> str:
     if len(text) <= 2 * limit:
         return text
     return text[:limit] + " … " + text[-limit:]
+
+
+#: pi's file tools and what a successful call did to its file (as pi's own compaction tracks
+#: <read-files> and <modified-files>).
+FILE_TOOLS = {"read": "read", "edit": "modified", "write": "modified"}
+
+
+def file_calls(message: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(tool-call id, path, read|modified) of every file tool call in an assistant message."""
+    calls: list[tuple[str, str, str]] = []
+    content = message.get("content")
+    if not isinstance(content, list):
+        return calls
+    for block in content:
+        if not isinstance(block, dict) or block.get("type") != "toolCall":
+            continue
+        op = FILE_TOOLS.get(str(block.get("name")))
+        arguments = block.get("arguments")
+        path = arguments.get("path") if isinstance(arguments, dict) else None
+        if op and isinstance(block.get("id"), str) and isinstance(path, str) and path.strip():
+            calls.append((block["id"], path.strip(), op))
+    return calls
+
+
+def unfixed_errors(commands: list[dict[str, Any]], errors: list[dict[str, Any]]) -> list[str]:
+    """Ids of a span's command errors that no later run of the same command fixed.
+
+    A failed command counts as fixed when the same command line ran again later in the span
+    and exited cleanly; errors of other tools are not judged here.
+    """
+    unfixed = []
+    by_id = {row["id"]: row for row in commands}
+    for error in errors:
+        command = by_id.get(error.get("command") or "")
+        if command is None:
+            continue
+        later_ok = any(
+            row.get("command") == command.get("command")
+            and row.get("status") == "ok"
+            and int(row.get("seq", 0)) > int(command.get("seq", 0))
+            for row in commands
+        )
+        if not later_ok:
+            unfixed.append(error["id"])
+    return unfixed

@@ -9,6 +9,7 @@ and the messages to label) and holds the session's later events (the flush barri
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any
 
@@ -48,6 +49,7 @@ from sessionfold.projections.ledger.state import (
     span_has_content,
 )
 from sessionfold.projections.ledger.text import message_text
+from sessionfold.projections.ledger.values import command_values
 from sessionfold.projections.store import Store
 
 log = logging.getLogger(__name__)
@@ -141,7 +143,7 @@ class LedgerFold:
         self.store.put(ledger_key(head["session"], "head"), head)
 
     def _put_row(self, head: dict[str, Any], kind: str, row: dict[str, Any]) -> int:
-        number = head["n"][kind] + 1
+        number = head["n"].get(kind, 0) + 1  # .get: a head from before a kind existed
         head["n"][kind] = number
         self.store.put(ledger_key(head["session"], kind, number), row)
         return number
@@ -226,6 +228,11 @@ class LedgerFold:
                     ledger_key(head["session"], "call", call_id),
                     {"command": command[: config.command_chars], "seq": seq, "entry": entry_id},
                 )
+            for call_id, path, op in commands.file_calls(message):
+                self.store.put(
+                    ledger_key(head["session"], "call", call_id),
+                    {"file": path[: config.path_chars], "op": op, "seq": seq, "entry": entry_id},
+                )
         elif role == "toolResult":
             self._tool_result(head, message, entry_id, seq, span, cleanup)
         elif role == "bashExecution" and isinstance(message.get("command"), str):
@@ -248,6 +255,14 @@ class LedgerFold:
         call_key = ledger_key(head["session"], "call", call_id) if isinstance(call_id, str) else ""
         call = self.store.get(call_key) if call_key else None
         tool = message.get("toolName")
+        if isinstance(call, dict) and "file" in call:
+            # A file tool's result: the file counts as read or modified when the call worked.
+            if message.get("isError") is not True:
+                self._file(head, call["file"], call["op"], entry_id, seq, span)
+            cleanup.append(call_key)
+            call = None
+            if message.get("isError") is not True:
+                return
         if isinstance(call, dict) or tool == "bash":
             command = call.get("command", "") if isinstance(call, dict) else ""
             outcome = commands.result_outcome(message)
@@ -279,6 +294,22 @@ class LedgerFold:
                     "span": span,
                 },
             )
+
+    def _file(
+        self, head: dict[str, Any], path: str, op: str, entry: str | None, seq: int, span: int
+    ) -> None:
+        """A file read or modified, once per (path, op): the first time it happened."""
+        digest = hashlib.sha256(path.encode()).hexdigest()[:20]
+        index = ledger_key(head["session"], "file", op, digest)
+        if self.store.get(index) is not None:
+            return
+        number = head["n"].get("F", 0) + 1
+        self._put_row(
+            head,
+            "F",
+            {"id": f"F{number}", "path": path, "op": op, "entry": entry, "seq": seq, "span": span},
+        )
+        self.store.put(index, number)
 
     def _command(
         self,
@@ -323,6 +354,12 @@ class LedgerFold:
                 "error": error_id,
                 "call": call_id,
                 "excerpt": commands.excerpt(output, config.excerpt_chars),
+                # Values the whole output shows (a count, an error location, a commit),
+                # verbatim, so one in the middle of a long output is not lost to the excerpt.
+                "values": [
+                    [value[: config.world_value_chars], what]
+                    for value, what in command_values(command, output)[: config.command_values]
+                ],
                 "entry": entry_id,
                 "seq": seq,
                 "span": span,
@@ -340,8 +377,24 @@ class LedgerFold:
                 self._anomaly(head, "state-format-newer", seq, entry_id, found=exc.found)
                 return []
             head["ours"] = {"request": details.get("request"), "entry": entry_id}
+            head["foreign"] = None
             return []
-        # pi's own (or another extension's) compaction: the span ends here; judge it ourselves.
+        # pi's own (or another extension's) compaction: the span ends here; judge it ourselves,
+        # taking over from that compactor: its summary (head and tail) goes into the prompt.
+        summary = entry.get("summary") if isinstance(entry.get("summary"), str) else ""
+        config = self.config
+        cut = len(summary) > config.takeover_head_chars + config.takeover_tail_chars
+        self.store.put(
+            ledger_key(head["session"], "foreign"),
+            {
+                "entry": entry_id,
+                "seq": seq,
+                "chars": len(summary),
+                "head": summary[: config.takeover_head_chars] if cut else summary,
+                "tail": summary[-config.takeover_tail_chars :] if cut else "",
+            },
+        )
+        head["foreign"] = {"entry": entry_id, "seq": seq}
         return self._request(head, seq, "compaction", entry_id)
 
     def _bounded_world(self, facts: dict[str, Any]) -> dict[str, Any]:
@@ -377,6 +430,11 @@ class LedgerFold:
             if isinstance(row := self.store.get(ledger_key(head["session"], "u", u[1:])), dict)
         ]
         offered = carried + open_rows(self.store, head, "u")
+        # The newest compaction on the branch is not ours: its summary and the messages it
+        # replaced are what the pass takes over.
+        earlier = (
+            self.store.get(ledger_key(head["session"], "foreign")) if head.get("foreign") else None
+        )
         log.info(
             "ledger pass requested",
             extra={"ledger": {"span": head["span"] + 1, "seq": seq, "offered": len(offered)}},
@@ -393,6 +451,7 @@ class LedgerFold:
                 "counters": dict(head["n"]),
                 "bounds": {k: [head["first"][k], head["n"][k]] for k in ("C", "E", "u")},
                 "state": snapshot(self.store, head["session"]),
+                "earlier": earlier if isinstance(earlier, dict) else None,
             }
         ]
 
@@ -507,17 +566,29 @@ class LedgerFold:
         number = event.rule[1:]
         rule = self.store.get(ledger_key(session, "R", number))
         user = self.store.get(ledger_key(session, "u", event.by[1:]))
+        replaced = []
+        if isinstance(rule, dict):
+            for rid in rule.get("replaces", []):
+                row = self.store.get(ledger_key(session, "R", str(rid)[1:]))
+                if isinstance(row, dict):
+                    replaced.append(row["words"])
         if (
             not isinstance(rule, dict)
             or rule.get("lifted")
             or not isinstance(user, dict)
-            or not lift_check(user["text"], rule["words"])
+            or not lift_check(user["text"], rule["words"], (), replaced)
         ):
             self._anomaly(head, "lift-refused", seq, entry, rule=event.rule, u=event.by)
             return
         lifted = {"by": event.by, "entry": event.entry, "span": span}
         if event.replacedBy:
             lifted["replacedBy"] = event.replacedBy
+            # The replacement remembers what it replaced: lifting it later must name more.
+            successor_key = ledger_key(session, "R", event.replacedBy[1:])
+            successor = self.store.get(successor_key)
+            if isinstance(successor, dict):
+                replaces = [*successor.get("replaces", []), event.rule]
+                self.store.put(successor_key, {**successor, "replaces": replaces})
         self.store.put(ledger_key(session, "R", number), {**rule, "lifted": lifted})
 
     def _drain(self, head: dict[str, Any]) -> list[PassRequest]:

@@ -14,7 +14,13 @@ from __future__ import annotations
 
 import re
 
-from sessionfold.projections.ledger.text import Region
+from sessionfold.projections.ledger.rules import removed_spans
+from sessionfold.projections.ledger.text import Region, quotable_regions
+
+#: A message up to this long is recorded whole, even when words were given.
+WHOLE_CHARS = 300
+#: A message over this long is recorded only from the exact words given for it.
+WORDS_REQUIRED_CHARS = 600
 
 _RULE_WORD = re.compile(r"\b(?:never|always|don['’]?t|do\s+not|must|stop|only)\b", re.I)
 _FROM_NOW = re.compile(r"\b(?:from\s+now\s+on|from\s+here\s+on|going\s+forward)\b", re.I)
@@ -139,3 +145,42 @@ def rule_sentences(text: str) -> list[Region]:
 def reads_as_rule(text: str) -> bool:
     """True when a sentence of `text` reads as a standing rule."""
     return bool(rule_sentences(text))
+
+
+def standing_sentences(text: str) -> list[Region]:
+    """Offsets in `text` of the user's own sentences that read as standing rules.
+
+    Only quotable regions count; a sentence that touches a code fence, a blockquoted line or
+    a quoted passage of six words or more is not the user's own and is not read.
+    """
+    found: list[Region] = []
+    for start, end in quotable_regions(text):
+        region = text[start:end]
+        removed = removed_spans(region)
+        for a, b in rule_sentences(region):
+            if any(r0 < b and a < r1 for r0, r1 in removed):
+                continue
+            found.append((start + a, start + b))
+    return found
+
+
+def standing_region(
+    text: str, whole_chars: int = WHOLE_CHARS, words_chars: int = WORDS_REQUIRED_CHARS
+) -> Region | None:
+    """Where the rule of a message that reads as standing stands, or None when it reads as none.
+
+    A message of at most `whole_chars` is its rule whole (a part can lean on the rest);
+    a longer one is its rule sentences, first to last, or the first alone when those run
+    past `words_chars`. The region always lies inside one quotable region.
+    """
+    standing = standing_sentences(text)
+    if not standing:
+        return None
+    regions = quotable_regions(text)
+    if sum(end - start for start, end in regions) <= whole_chars:
+        return max(regions, key=lambda r: r[1] - r[0])
+    start, end = standing[0][0], standing[-1][1]
+    inside = any(a <= start and end <= b for a, b in regions)
+    if end - start > words_chars or not inside:
+        end = standing[0][1]
+    return start, end

@@ -2,22 +2,26 @@
 
 A `DiffModel` gets one call's prompt data (`prompt.build_prompt`) and returns the parsed JSON
 answer, or raises. The offline model is deterministic: it labels with the seed's heuristic
-reading of standing rules (`heuristics`), recognises withdrawals (`rules.withdraws`), and
-writes its narrative line and Now from the ledger. Whatever any model answers, code verifies.
+reading of standing rules (`heuristics`), recognises withdrawals (`rules.withdraws`), names the
+values the span's command outputs show (`values`), and writes its narrative line and Now from
+the ledger. It names no value from an earlier compactor's summary: it cannot read one.
+Whatever any model answers, code verifies.
 """
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Any, Protocol, runtime_checkable
 
-from sessionfold.projections.ledger.heuristics import rule_sentences
-from sessionfold.projections.ledger.rules import (
-    judged_text,
-    removed_spans,
-    shared_words,
-    withdraws,
+from sessionfold.projections.ledger.heuristics import (
+    WHOLE_CHARS,
+    WORDS_REQUIRED_CHARS,
+    standing_region,
+    standing_sentences,
 )
-from sessionfold.projections.ledger.text import Region, clip, quotable_regions
+from sessionfold.projections.ledger.rules import judged_text, shared_words, withdraws
+from sessionfold.projections.ledger.text import clip, quotable_regions
+from sessionfold.projections.ledger.values import span_values
 
 
 @runtime_checkable
@@ -31,34 +35,27 @@ class DiffModel(Protocol):
         ...
 
 
-def standing_sentences(text: str) -> list[Region]:
-    """Offsets in `text` of the user's own sentences that read as standing rules.
-
-    Only quotable regions count; a sentence that touches a code fence, a blockquoted line or
-    a quoted passage of six words or more is not the user's own and is not read.
-    """
-    found: list[Region] = []
-    for start, end in quotable_regions(text):
-        region = text[start:end]
-        removed = removed_spans(region)
-        for a, b in rule_sentences(region):
-            if any(r0 < b and a < r1 for r0, r1 in removed):
-                continue
-            found.append((start + a, start + b))
-    return found
-
-
 class OfflineModel:
     """The deterministic default: heuristic labels, a narrative line from the ledger."""
 
     name = "offline"
 
-    def __init__(self, whole_chars: int = 300, words_chars: int = 600) -> None:
+    def __init__(
+        self,
+        whole_chars: int = WHOLE_CHARS,
+        words_chars: int = WORDS_REQUIRED_CHARS,
+        values_per_span: int = 16,
+        values_per_command: int = 4,
+    ) -> None:
         self.whole_chars = whole_chars
         self.words_chars = words_chars
+        self.values_per_span = values_per_span
+        self.values_per_command = values_per_command
 
     def diff(self, prompt: dict[str, Any]) -> dict[str, Any]:
         """Label every message of the prompt (or answer its questions) and narrate the span."""
+        if prompt.get("turns"):
+            return self._turn(prompt)
         if prompt.get("questions"):
             return {"labels": self._answer_questions(prompt), "narrative": "questions"}
         labels = self._labels(prompt)
@@ -72,11 +69,51 @@ class OfflineModel:
             f"rule labels {rules}, lift labels {lifts} (offline reading)."
         )
         answer: dict[str, Any] = {"labels": labels, "narrative": narrative}
+        values = span_values(commands, self.values_per_command, self.values_per_span)
+        if values:
+            answer["values"] = values
         if prompt["messages"]:
             last = prompt["messages"][-1]
             own = " ".join(last["excerpt"].split())
             answer["now"] = f"Last user request ({last['id']}): {clip(own, 240)}"
         return answer
+
+    def _turn(self, prompt: dict[str, Any]) -> dict[str, Any]:
+        """Turns mode: one section's answer, written from the ledger as the single call is."""
+        turns = prompt["turns"]
+        section = turns["section"]
+        asked = next(
+            (m["content"] for m in reversed(turns["conversation"]) if m["role"] == "user"), ""
+        )
+        if asked.startswith("Questions"):
+            return {"labels": []}  # stay with the labels given: no silent withdrawal
+        if asked.startswith("Expected, not met"):
+            return {"excuse": "The offline model writes this section from the ledger alone."}
+        whole = self.diff({**prompt, "turns": None})
+        messages = prompt["messages"]
+        if section == "narrative":
+            modified = [
+                PurePosixPath(f["path"]).name
+                for f in prompt.get("files", [])
+                if f["op"] == "modified"
+            ]
+            narrative = whole["narrative"]
+            if modified:
+                narrative += " Modified: " + ", ".join(dict.fromkeys(modified)) + "."
+            return {"narrative": clip(narrative, 400)}
+        if section == "objective":
+            if not messages:
+                return {"objective": "(no user message in this span)"}
+            first = messages[0]
+            return {"objective": clip(f"As {first['id']} put it: {first['excerpt']}", 400)}
+        if section == "labels":
+            standing = set(prompt.get("standing", []))
+            return {"labels": [i for i in whole["labels"] if i["message"] not in standing]}
+        if section == "notes":
+            return {"decisions": [], "deadEnds": [], "openErrors": prompt.get("unfixedErrors", [])}
+        now = whole.get("now") or "No user request in this span."
+        resume = f"continue with {messages[-1]['id']}'s request" if messages else "continue"
+        return {"now": now, "resume": resume}
 
     def _labels(self, prompt: dict[str, Any]) -> list[dict[str, Any]]:
         candidates: list[tuple[str, str]] = [(r["id"], r["words"]) for r in prompt["rules"]]
@@ -86,7 +123,7 @@ class OfflineModel:
             own = "\n\n".join(text[a:b] for a, b in quotable_regions(text))
             judged = judged_text(own)
             standing = standing_sentences(text)
-            words = self._words(text, standing, message["chars"]) if standing else None
+            words = self._words(text) if standing else None
             target = self._target(judged, words, candidates)
             item: dict[str, Any] = {"message": message["id"]}
             if target and standing:
@@ -125,14 +162,11 @@ class OfflineModel:
                 return None
         return target
 
-    def _words(self, text: str, standing: list[Region], chars: int) -> str | None:
+    def _words(self, text: str) -> str | None:
         """The exact words of a long message's rule: its rule sentences, or the first alone."""
-        if chars <= self.whole_chars:
-            return None
-        start, end = standing[0][0], standing[-1][1]
-        if end - start > self.words_chars:
-            end = standing[0][1]
-        return text[start:end]
+        region = standing_region(text, self.whole_chars, self.words_chars)
+        whole = sum(end - start for start, end in quotable_regions(text)) <= self.whole_chars
+        return None if region is None or whole else text[region[0] : region[1]]
 
     def _answer_questions(self, prompt: dict[str, Any]) -> list[dict[str, Any]]:
         texts = {m["id"]: m["text"] for m in prompt["messages"]}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from sessionfold.events.ledger import (
@@ -31,25 +32,34 @@ from sessionfold.projections.ledger.context import PassContext
 from sessionfold.projections.ledger.model import DiffModel
 from sessionfold.projections.ledger.prompt import build_prompt, fit_whole
 from sessionfold.projections.ledger.render import render
+from sessionfold.projections.ledger.text import clip
+from sessionfold.projections.ledger.turns import TurnsOutcome, run_turns
 from sessionfold.projections.ledger.verify import Verdict, apply_replies, verify
 
 log = logging.getLogger(__name__)
+
+#: A span's narrative line (chunk lines joined) is cut to this.
+NARRATIVE_CHARS = 600
 
 
 class _Calls:
     """Counts the model calls of a pass and remembers whether the last one threw."""
 
-    def __init__(self, model: DiffModel, context: PassContext, config: LedgerConfig) -> None:
+    def __init__(self, model: DiffModel, config: LedgerConfig) -> None:
         self.model = model
-        self.context = context
         self.config = config
         self.count = 0
         self.last_threw = False
 
-    def ask(self, **prompt_options: Any) -> tuple[Answer | None, str | None]:
+    def ask(
+        self, context: PassContext, prior: Verdict | None, **prompt_options: Any
+    ) -> tuple[Answer | None, str | None]:
         """One call: the parsed answer, or None and a defect note (no message text)."""
         prompt = build_prompt(
-            self.context, excerpt_chars=self.config.prompt_message_chars, **prompt_options
+            context,
+            excerpt_chars=self.config.prompt_message_chars,
+            span_rules=_span_rules(prior),
+            **prompt_options,
         )
         self.count += 1
         try:
@@ -64,30 +74,94 @@ class _Calls:
             return None, str(exc)
 
 
-def run_pass(
-    request: dict[str, Any], model: DiffModel, config: LedgerConfig | None = None
-) -> dict[str, Any]:
-    """Answer one pass request with a compaction payload (a JSON-ready dict)."""
-    config = config or LedgerConfig()
-    context = PassContext.from_request(request)
-    calls = _Calls(model, context, config)
-    answer, problem = calls.ask()
-    verdict = verify(answer, context) if answer is not None else None
+def _span_rules(prior: Verdict | None) -> list[tuple[str, str]]:
+    """(u<n>, words) of the rules earlier chunks accepted and no lift withdrew."""
+    if prior is None:
+        return []
+    lifted = prior.lifted()
+    return [(rule.u, rule.words) for rule in prior.rules if rule.u not in lifted]
+
+
+def _diff_chunk(
+    calls: _Calls, context: PassContext, prior: Verdict | None, config: LedgerConfig
+) -> tuple[Verdict | None, str | None]:
+    """One chunk's diff: an answer, one retry with a note, one round of lift questions.
+
+    Returns the settled verdict (holding what earlier chunks accepted too), or None and the
+    reason no answer was usable.
+    """
+    answer, problem = calls.ask(context, prior)
+    verdict = verify(answer, context, prior) if answer is not None else None
     if verdict is None or verdict.defects:
         notes = [problem] if verdict is None and problem else (verdict.defects if verdict else [])
         note = "\n".join(fit_whole([f"- {n}" for n in notes], config.retry_note_chars))
-        retry, retry_problem = calls.ask(note=note or "- answer again with one JSON object")
+        retry, retry_problem = calls.ask(
+            context, prior, note=note or "- answer again with one JSON object"
+        )
         if retry is not None:
-            verdict, problem = verify(retry, context), None
+            verdict, problem = verify(retry, context, prior), None
         elif verdict is None:
             problem = retry_problem or problem
-    if verdict is not None and verdict.questions and not calls.last_threw:
+    if verdict is None:
+        return None, problem
+    # A question raised by the settled answer gets one more call (once per chunk); none
+    # follows a call that threw.
+    if verdict.questions and not calls.last_threw:
         texts = fit_whole([q.text for q in verdict.questions], config.retry_note_chars)
         asked = [q for q in verdict.questions if q.text in texts]
-        reply, _ = calls.ask(questions=asked)
+        reply, _ = calls.ask(context, prior, questions=asked)
         if reply is not None:
             apply_replies(verdict, reply, context)
-    payload = _close(context, verdict, problem, model.name, calls.count, config)
+    placed = {lift.by for lift in verdict.lifts}
+    unplaced = {q.message for q in verdict.questions if q.kind != "may-replace"} - placed
+    verdict.dropped["lift-unplaced"] += len(unplaced)
+    return verdict, None
+
+
+def run_pass(
+    request: dict[str, Any],
+    model: DiffModel,
+    config: LedgerConfig | None = None,
+    clock: Callable[[], float] | None = None,
+) -> dict[str, Any]:
+    """Answer one pass request with a compaction payload (a JSON-ready dict).
+
+    With `narrative_mode = "turns"` the pass is a conversation (`turns.run_turns`) whose time
+    budget reads `clock` (monotonic seconds; None: no budget).
+
+    A span too large for one call is asked in chunks (`PassContext.chunks`), each verified
+    on top of what the earlier ones accepted. A chunk that never verifies leaves its
+    messages unlabeled, so they are carried whole to the next pass; when no chunk verifies
+    the span closes narrative-less.
+    """
+    config = config or LedgerConfig()
+    context = PassContext.from_request(request)
+    if config.narrative_mode == "turns":
+        outcome = run_turns(context, model, config, clock)
+        payload = _close(
+            context, None, outcome.problem, model.name, outcome.calls, config, turns=outcome
+        )
+        return payload.model_dump(mode="json")
+    calls = _Calls(model, config)
+    chunks = context.chunks(config.chunk_chars, config.max_chunks)
+    verdict: Verdict | None = None
+    narratives: list[str] = []
+    missing: list[int] = []
+    problems: list[str] = []
+    for view in chunks:
+        settled, problem = _diff_chunk(calls, view, verdict, config)
+        if settled is None:
+            missing.append(view.chunk[0])
+            problems.append(problem or "no answer")
+            continue
+        verdict = settled
+        narratives.append(settled.narrative)
+    if verdict is not None:
+        verdict.narrative = clip(" | ".join(n for n in narratives if n), NARRATIVE_CHARS)
+    problem = problems[0] if problems else None
+    payload = _close(
+        context, verdict, problem, model.name, calls.count, config, (len(chunks), missing)
+    )
     return payload.model_dump(mode="json")
 
 
@@ -189,6 +263,9 @@ def apply_to_state(
             lifted = {"by": event.by, "entry": event.entry, "span": record.span}
             if event.replacedBy:
                 lifted["replacedBy"] = event.replacedBy
+                successor = rules.get(event.replacedBy)
+                if successor is not None:
+                    successor["replaces"] = [*successor.get("replaces", []), event.rule]
             rules[event.rule]["lifted"] = lifted
         elif isinstance(event, NoteEvent):
             name = "decisions" if event.kind == "decision" else "deadEnds"
@@ -205,6 +282,26 @@ def apply_to_state(
     return after
 
 
+def _last_objective(context: PassContext) -> str | None:
+    """The newest objective a span record of the state holds."""
+    for record in reversed(context.state.get("spans", [])):
+        if record.get("objective"):
+            return str(record["objective"])
+    return None
+
+
+def _takeover_counts(context: PassContext, verdict: Verdict | None) -> dict[str, int]:
+    """Counts of a pass that took over from another compactor (empty otherwise)."""
+    if context.earlier is None:
+        return {}
+    return {
+        "earlier": sum(context.is_earlier(m) for m in context.messages.values()),
+        "standing": len(context.standing),
+        "recorded": len(verdict.recorded) if verdict else 0,
+        "oneOffs": len(verdict.one_offs) if verdict else 0,
+    }
+
+
 def _close(
     context: PassContext,
     verdict: Verdict | None,
@@ -212,9 +309,24 @@ def _close(
     model_name: str,
     calls: int,
     config: LedgerConfig,
+    chunking: tuple[int, list[int]] = (1, []),
+    turns: TurnsOutcome | None = None,
 ) -> LedgerPassPayload:
     offered = list(context.messages)
-    if verdict is None:
+    chunks, missing = chunking
+    extras: dict[str, Any] = {}
+    if turns is not None:
+        extras = {"objective": turns.objective, "sections": turns.sections}
+        extras["excuses"] = turns.excuses
+        if turns.objective is None:
+            extras["objective"] = _last_objective(context)  # carried from the previous state
+    if turns is not None and turns.problem is None:
+        verdict = turns.verdict or Verdict()
+        events = _events(context, verdict)
+        carried = verdict.unlabeled(context)[-config.carry_limit :]
+        narrative = turns.narrative or "(turns mode: the narrative section was not settled)"
+        kind, now, dropped = "turns", turns.now or context.state.get("now"), verdict.dropped
+    elif verdict is None:
         events: list[LedgerEvent] = []
         carried = offered[-config.carry_limit :]
         narrative = f"narrative-less: {problem or 'no answer'}; {len(offered)} messages carried"
@@ -223,12 +335,10 @@ def _close(
         events = _events(context, verdict)
         carried = verdict.unlabeled(context)[-config.carry_limit :]
         narrative = verdict.narrative or "(no narrative line)"
+        if missing:
+            # The close does not say which messages were judged: they are carried instead.
+            narrative += f" (chunk {', '.join(map(str, missing))} of {chunks} missing)"
         kind, now, dropped = "model", verdict.now or context.state.get("now"), verdict.dropped
-        for question in verdict.questions:
-            if question.kind != "may-replace" and all(
-                lift.by != question.message for lift in verdict.lifts
-            ):
-                dropped["lift-unplaced"] += 1
     bounds = context.bounds
     record = SpanRecord(
         span=context.span,
@@ -253,11 +363,16 @@ def _close(
             "decisions": sum(isinstance(e, NoteEvent) and e.kind == "decision" for e in events),
             "deadEnds": sum(isinstance(e, NoteEvent) and e.kind == "deadEnd" for e in events),
             "values": sum(isinstance(e, ValueEvent) for e in events),
+            **_takeover_counts(context, verdict),
         },
         dropped=dict(sorted((k, v) for k, v in dropped.items() if v)),
         carried=carried,
         calls=calls,
-        reason=problem if verdict is None else None,
+        reason=problem if verdict is None or missing else None,
+        chunks=chunks,
+        missing=missing,
+        takeover=(context.earlier or {}).get("entry") if context.earlier is not None else None,
+        **extras,
     )
     summary, cap_fit = render(
         apply_to_state(context.state, events, record),

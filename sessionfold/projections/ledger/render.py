@@ -2,8 +2,10 @@
 
 Rules come first and are shown with the user's exact words (JSON-quoted, so a quote mark or a
 line break inside them cannot be misread). When the whole does not fit the configured size, the
-oldest commands go first, then the oldest errors, narrative lines, values, lifted rules, dead
-ends, decisions and the World; rules are cut only as a last resort. Every omission is said.
+oldest commands go first, then the oldest files read, errors, narrative lines, values, files
+modified, lifted rules, dead ends, decisions and the World; rules are cut only as a last
+resort. Every omission is said. The files are those pi's file tools read or modified (as pi's
+own compaction lists them), a file modified not listed again as read.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ def sections(state: dict[str, Any], command_chars: int = 120) -> list[_Section]:
     """The summary's sections, in display order, fully populated."""
     live, lifted = _rule_lines(state)
     now = state.get("now")
+    objective = next(
+        (r["objective"] for r in reversed(state.get("spans", [])) if r.get("objective")), None
+    )
     commands = []
     for command in state.get("commands", []):
         error = f" -> {command['error']}" if command.get("error") else ""
@@ -99,6 +104,13 @@ def sections(state: dict[str, Any], command_chars: int = 120) -> list[_Section]:
         )
         for row in state.get("values", [])
     ]
+    modified = [row["path"] for row in state.get("files", []) if row["op"] == "modified"]
+    changed = set(modified)
+    read = [
+        row["path"]
+        for row in state.get("files", [])
+        if row["op"] == "read" and row["path"] not in changed
+    ]
     world = [
         _line(f"- {name}: {value if isinstance(value, str) else json.dumps(value)}")
         for name, value in (state.get("world") or {}).items()
@@ -108,8 +120,16 @@ def sections(state: dict[str, Any], command_chars: int = 120) -> list[_Section]:
         _Section("lifted", "## Lifted rules", lifted, "lifted rules"),
         _Section("decisions", "## Decisions", _notes(state.get("decisions", [])), "decisions"),
         _Section("deadEnds", "## Dead ends", _notes(state.get("deadEnds", [])), "dead ends"),
-        _Section("now", "## Now", [_line(now)] if now else [], "lines"),
+        _Section(
+            "now",
+            "## Now",
+            ([_line(f"Objective: {objective}")] if objective else [])
+            + ([_line(now)] if now else []),
+            "lines",
+        ),
         _Section("values", "## Values", values, "values"),
+        _Section("modified", "## Files modified", [_line(f"- {p}") for p in modified], "files"),
+        _Section("read", "## Files read", [_line(f"- {p}") for p in read], "files"),
         _Section("narrative", "## Narrative", narrative, "narrative lines"),
         _Section("errors", "## Errors", errors, "errors"),
         _Section("commands", "## Commands", commands, "commands"),
@@ -120,9 +140,11 @@ def sections(state: dict[str, Any], command_chars: int = 120) -> list[_Section]:
 # Which sections give way first when the summary is over its size.
 _GIVE_WAY = (
     "commands",
+    "read",
     "errors",
     "narrative",
     "values",
+    "modified",
     "lifted",
     "deadEnds",
     "decisions",

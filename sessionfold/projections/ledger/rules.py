@@ -1,7 +1,8 @@
 """The lift check, and the text it judges: only the user's own words withdraw a rule.
 
 A lift is applied only when the message says it withdraws something ("lifted", "no longer",
-"doesn't apply", "instead of" the rule's own words) and shares a word with the rule it names.
+"doesn't apply", "instead of" the rule's own words) and shares a word with the rule it names;
+a lift of a replacement must also name what it set beyond the rule it replaced.
 Quoted passages of six words or more (straight, curly, German or guillemet marks, or inline
 code), blockquoted lines and code fences are left out first, so a pasted or relayed withdrawal
 withdraws nothing.
@@ -97,10 +98,28 @@ def shared_words(text: str, rule_words: str) -> set[str]:
     return content_words(text) & content_words(rule_words)
 
 
-def lift_check(message: str, rule_words: str, given: Iterable[str] = ()) -> bool:
-    """True when the message, and each of the words given for it, withdraws and shares a word."""
+def beyond_words(rule_words: str, replaced: Iterable[str]) -> set[str]:
+    """Content words a replacement set beyond the rules it replaced."""
+    before: set[str] = set()
+    for words in replaced:
+        before |= content_words(words)
+    return content_words(rule_words) - before
+
+
+def lift_check(
+    message: str, rule_words: str, given: Iterable[str] = (), replaced: Iterable[str] = ()
+) -> bool:
+    """True when the message, and each of the words given for it, withdraws and shares a word.
+
+    For a rule that replaced others (`replaced`: their words), the shared word must be one
+    the replacement set beyond them: a withdrawal worded after the old rule does not lift
+    what only the replacement says, so it is lifted only when named.
+    """
+    beyond = beyond_words(rule_words, replaced) if replaced else set()
     for text in (message, *given):
         judged = judged_text(text)
         if not (withdraws(judged) and shared_words(judged, rule_words)):
+            return False
+        if beyond and not content_words(judged) & beyond:
             return False
     return True

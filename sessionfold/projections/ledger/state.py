@@ -6,8 +6,11 @@ Layout, all under `key(session, "ledger", ...)`:
   u/<n>           user messages (text capped): rules quote them, the pass labels them
   call/<id>       a bash call waiting for its result (deleted when it arrives)
   R/<n> D/<n> X/<n> V/<n>   rules (with their lift), decisions, dead ends, values
+  F/<n>           files read or modified by pi's file tools (once per path and kind)
+  file/<op>/<h>   which F row holds a path (h: its digest), so a file is kept once
   S/<n>           span records
   A/<n>           anomalies (codes and ids, no text)
+  foreign         the newest compaction not ours: entry, seq, its summary's head and tail
   buf/<seq>       envelopes held by the flush barrier
   answered/<req>  pass results already applied
 One event writes the head and a row or two, so a write never grows with the session.
@@ -23,7 +26,7 @@ from sessionfold.events.ledger import STATE_FORMAT
 from sessionfold.projections.store import Store, key
 
 #: Counters in the head, one per kind of numbered row, plus `ev` for accepted pass events.
-COUNTERS = ("C", "E", "u", "R", "D", "X", "V", "S", "A", "ev")
+COUNTERS = ("C", "E", "u", "R", "D", "X", "V", "S", "A", "F", "ev")
 #: Kinds whose rows belong to the open span until a pass closes it.
 SPAN_KINDS = ("C", "E", "u")
 
@@ -48,6 +51,7 @@ def new_head(session_id: str) -> dict[str, Any]:
         "buffer": [],
         "carried": [],
         "ours": None,
+        "foreign": None,  # {entry, seq} of the newest compaction when it is not ours
     }
 
 
@@ -69,7 +73,7 @@ def rows(store: Store, session_id: str, kind: str, first: int, last: int) -> lis
 
 def all_rows(store: Store, head: dict[str, Any], kind: str) -> list[dict]:
     """Every row of a kind the head counts."""
-    return rows(store, head["session"], kind, 1, head["n"][kind])
+    return rows(store, head["session"], kind, 1, head["n"].get(kind, 0))
 
 
 def span_has_content(head: dict[str, Any]) -> bool:
@@ -114,6 +118,7 @@ def snapshot(store: Store, session_id: str, at_span: int | None = None) -> dict[
         "deadEnds": [r for r in all_rows(store, head, "X") if within(r)],
         "values": [r for r in all_rows(store, head, "V") if within(r)],
         "commands": [r for r in all_rows(store, head, "C") if within(r)],
+        "files": [r for r in all_rows(store, head, "F") if within(r)],
         "errors": [r for r in all_rows(store, head, "E") if within(r)],
         "spans": spans,
         "now": head["now"] if at_span is None else (record or {}).get("now"),

@@ -14,6 +14,7 @@ from sessionfold.streams.cli import (
     ledger,
     publish,
     replay,
+    report,
 )
 
 app = typer.Typer(
@@ -24,7 +25,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (demo, broker, fold, generate, publish, ledger, replay, context, compare):
+for module in (demo, broker, fold, generate, publish, ledger, replay, context, compare, report):
     module.register(app)
 
 

@@ -1,26 +1,36 @@
-"""`sessionfold ledger FILE`: the rule ledger of a pi session file, with no model call.
+"""`sessionfold ledger FILE` and `sessionfold ledger compact FILE`: the rule ledger of a pi
+session file.
 
-The file is folded through the embedded ledger with the offline model: a pass at each pi
-compaction that is not ours, and, when the file has no compaction of ours, one more pass at its
-end, so the state covers the whole file. Transcript bytes are untrusted: everything printed goes
-through the sanitizer (human output) or JSON escaping that leaves no control character raw.
+The file is folded through the embedded ledger: a pass at each pi compaction that is not ours,
+and, when the file has no compaction of ours, one more pass at its end, so the state covers the
+whole file. `ledger compact FILE` runs the pass a compact request at the end of the file would,
+and prints the compaction it produces. The diff model is the offline one unless `--model
+provider/model-id` (or `SESSIONFOLD_MODEL`) names an OpenAI-compatible one. Transcript bytes
+are untrusted: everything printed goes through the sanitizer (human output) or JSON escaping
+that leaves no control character raw.
 """
 
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
 import typer
 
+from sessionfold.events.envelope import EntryEnvelope
+from sessionfold.events.ledger import LEDGER_PRODUCER, SPAN_RECORD_TYPE, STATE_FORMAT
 from sessionfold.projections.ledger.config import LedgerConfig
 from sessionfold.projections.ledger.driver import LedgerRun, fold_records
-from sessionfold.projections.ledger.model import OfflineModel
+from sessionfold.projections.ledger.fold import is_ours
+from sessionfold.projections.ledger.model import DiffModel, OfflineModel
 from sessionfold.projections.ledger.render import render
 from sessionfold.projections.ledger.state import snapshot
 from sessionfold.projections.ledger.text import sanitize
+from sessionfold.streams.ledger_log import LedgerLog, LogObserver
 from sessionfold.streams.session_file import DeadLetter, read_session_file
 
 # JSON escapes C0 controls itself; C1 controls, DEL, bidi controls and line separators it
@@ -66,11 +76,22 @@ def _span_lines(spans: list[dict[str, Any]]) -> list[str]:
                 return "none"
             return f"{letter}{bounds['first']}-{letter}{bounds['last']}"
 
+        chunks = record.get("chunks", 1)
         lines.append(
             f"span {record['span']}: {record['trigger']}"
             + (f" at entry {record['entry']}" if record.get("entry") else "")
-            + f", model {record['model']} ({record['narrativeKind']}, {record['calls']} calls)"
+            + f", model {record['model']} ({record['narrativeKind']}, {record['calls']} calls"
+            + (f", {chunks} chunks" if chunks > 1 else "")
+            + ")"
         )
+        if record.get("takeover"):
+            lines.append(
+                f"  took over from entry {record['takeover']}: {counts.get('earlier', 0)} "
+                f"earlier messages, {counts.get('recorded', 0)} standing rules recorded by "
+                f"code, {counts.get('oneOffs', 0)} one-offs"
+            )
+        if record.get("missing"):
+            lines.append(f"  chunks missing: {', '.join(map(str, record['missing']))}")
         lines.append(
             f"  messages {counts.get('messages', 0)}; commands {ids('C', record['commands'])}; "
             f"errors {ids('E', record['errors'])}; rules +{counts.get('rules', 0)}; "
@@ -86,6 +107,100 @@ def _span_lines(spans: list[dict[str, Any]]) -> list[str]:
     return [sanitize(line, newlines=False) for line in lines]
 
 
+#: `--model` values that mean the offline model.
+OFFLINE_NAMES = frozenset({"", "offline"})
+
+
+def diff_model_for(spec: str | None) -> DiffModel:
+    """The diff model a `--model` value names: offline by default, else HTTP (`provider/id`).
+
+    Raises ValueError when an HTTP model cannot be configured (no base URL, say).
+    """
+    if spec is None or spec.strip().lower() in OFFLINE_NAMES:
+        return OfflineModel()
+    # Imported here: the offline path needs no HTTP client.
+    from sessionfold.streams.ledger_http import HttpDiffModel
+
+    return HttpDiffModel.from_env(spec.strip())
+
+
+def compaction_entries(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """The two pi entry bodies a pass result becomes: the compaction, then the span record.
+
+    pi (or whoever appends them) adds `id`, `parentId`, `timestamp`, and the compaction's
+    `firstKeptEntryId` and `tokensBefore`, which only it knows.
+    """
+    details = {"producer": LEDGER_PRODUCER, "stateFormat": STATE_FORMAT}
+    details["request"] = payload["request"]
+    return [
+        {"type": "compaction", "summary": payload["summary"], "details": details},
+        {
+            "type": "custom",
+            "customType": SPAN_RECORD_TYPE,
+            "data": {"v": 1, "stateFormat": STATE_FORMAT, "payload": payload},
+        },
+    ]
+
+
+def session_of(records: list[Any], file: Path, model: DiffModel) -> dict[str, Any]:
+    """What names a session in the log: its id, working directory, file and diff model."""
+    session: dict[str, Any] = {"id": None, "cwd": None, "file": str(file.resolve())}
+    session["model"] = model.name
+    for record in records:
+        if isinstance(record, EntryEnvelope):
+            session["id"] = record.session_id
+            entry = record.payload.entry
+            if entry.get("type") == "session" and isinstance(entry.get("cwd"), str):
+                session["cwd"] = entry["cwd"]
+            break
+    return session
+
+
+def logged_compactions(records: Iterable[Any], observer: LogObserver) -> Iterator[Any]:
+    """The records, writing a `compacted` record for each compaction entry as it is folded."""
+    for record in records:
+        if isinstance(record, EntryEnvelope) and record.payload.entry.get("type") == "compaction":
+            observer.compacted(record.payload.entry, is_ours(record.payload.entry))
+        yield record
+
+
+def _parse_target(args: list[str]) -> tuple[bool, Path]:
+    """(compact?, file) from `FILE` or `compact FILE`; exits 2 on anything else."""
+    if len(args) == 2 and args[0] == "compact":
+        compact, name = True, args[1]
+    elif len(args) == 1:
+        compact, name = False, args[0]
+    else:
+        typer.echo("usage: sessionfold ledger [compact] FILE [OPTIONS]", err=True)
+        raise typer.Exit(2)
+    path = Path(name)
+    if not path.is_file():
+        typer.echo(f"no such file: {sanitize(name, newlines=False)}", err=True)
+        raise typer.Exit(2)
+    return compact, path
+
+
+def _print_compaction(run: LedgerRun, as_json: bool) -> None:
+    """`ledger compact`: the compaction the last pass produced, or exit 1 when none ran."""
+    last = run.payloads[-1] if run.payloads else None
+    if last is None or last.get("record") is None or last["record"]["trigger"] != "compact-request":
+        typer.echo("nothing to compact: the open span holds no message or command", err=True)
+        raise typer.Exit(1)
+    record = last["record"]
+    typer.echo(
+        sanitize(
+            f"span {record['span']}: model {record['model']}, {record['calls']} calls, "
+            f"{record['narrativeKind']}, summary {record['summaryChars']} chars",
+            newlines=False,
+        ),
+        err=True,
+    )
+    if as_json:
+        typer.echo(safe_json({"payload": last, "entries": compaction_entries(last)}))
+        return
+    typer.echo(sanitize(last["summary"]), nl=False)
+
+
 def register(app: typer.Typer) -> None:
     """Attach the `ledger` command, and `facts` which reads the same folds, to the root app."""
     # Imported here: facts.py reuses safe_json from this module.
@@ -95,9 +210,13 @@ def register(app: typer.Typer) -> None:
 
     @app.command("ledger")
     def ledger(
-        file: Annotated[
-            Path,
-            typer.Argument(exists=True, dir_okay=False, readable=True, help="A pi session file."),
+        target: Annotated[
+            list[str],
+            typer.Argument(
+                metavar="[compact] FILE",
+                help="A pi session file; `compact FILE` runs a pass at its end and prints it.",
+                show_default=False,
+            ),
         ],
         spans: Annotated[
             bool, typer.Option("--spans", help="Every span: entry, events, ids, narrative.")
@@ -118,27 +237,80 @@ def register(app: typer.Typer) -> None:
                 help="Size bound of the rendered summary.",
             ),
         ] = LedgerConfig().summary_chars,
+        model: Annotated[
+            str | None,
+            typer.Option(
+                "--model",
+                envvar="SESSIONFOLD_MODEL",
+                help="The diff model: offline (default) or provider/model-id over HTTP "
+                "(SESSIONFOLD_MODEL_BASE_URL, _API_KEY, _FALLBACK ... apply).",
+            ),
+        ] = None,
+        narrative_mode: Annotated[
+            str,
+            typer.Option(
+                "--narrative-mode",
+                envvar="SESSIONFOLD_LEDGER_NARRATIVE_MODE",
+                help="single: one diff call per chunk; turns: one conversation, a section per "
+                "turn (opt-in, for small models).",
+            ),
+        ] = "single",
     ) -> None:
-        """Show the rule ledger of a session file (offline model; no network)."""
-        if sum((spans, anomalies, span is not None)) > 1:
-            typer.echo("use one of --spans, --anomalies, --span N", err=True)
+        """Show the rule ledger of a session file, or (`compact FILE`) compact it."""
+        if narrative_mode not in ("single", "turns"):
+            typer.echo("--narrative-mode: single or turns", err=True)
             raise typer.Exit(2)
-        config = LedgerConfig(summary_chars=summary_chars)
+        compact, file = _parse_target(target)
+        if sum((spans, anomalies, span is not None)) > 1 or (
+            compact and (spans or anomalies or span is not None)
+        ):
+            typer.echo("use one of --spans, --anomalies, --span N (none with compact)", err=True)
+            raise typer.Exit(2)
+        config = LedgerConfig(
+            summary_chars=summary_chars,
+            narrative_mode="turns" if narrative_mode == "turns" else "single",
+        )
+        try:
+            diff_model = diff_model_for(model)
+        except ValueError as exc:
+            typer.echo(f"--model: {exc}", err=True)
+            raise typer.Exit(2) from None
         records = list(read_session_file(file))
         letters = [r for r in records if isinstance(r, DeadLetter)]
-        run = fold_records(records, OfflineModel(), config=config)
+        observer = LogObserver(LedgerLog.from_env(), session_of(records, file, diff_model))
+        observer.run("ledger compact" if compact else "ledger")
+        try:
+            run = fold_records(
+                logged_compactions(records, observer),
+                diff_model,
+                config=config,
+                compact=compact,
+                observer=observer,
+                clock=time.monotonic,  # turns mode's time budget
+            )
+        except KeyboardInterrupt as exc:
+            observer.aborted(exc)
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
+        finally:
+            close = getattr(diff_model, "close", None)
+            if callable(close):
+                close()
         if run.session_id is None:
             typer.echo(f"no pi session in {sanitize(str(file), newlines=False)}", err=True)
             raise typer.Exit(1)
-        state = snapshot(run.store, run.session_id)
-        if span is not None and span > state["span"]:
-            typer.echo(f"the file has {state['span']} spans; no span {span}", err=True)
-            raise typer.Exit(2)
         typer.echo(
             f"folded {run.envelopes} entries, {len(run.payloads)} passes, "
             f"{len(letters)} unreadable lines",
             err=True,
         )
+        if compact:
+            _print_compaction(run, as_json)
+            return
+        state = snapshot(run.store, run.session_id)
+        if span is not None and span > state["span"]:
+            typer.echo(f"the file has {state['span']} spans; no span {span}", err=True)
+            raise typer.Exit(2)
         if anomalies:
             found = state["anomalies"]
             unread = [letter.describe() for letter in letters]

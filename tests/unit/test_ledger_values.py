@@ -1,0 +1,194 @@
+"""Values a later turn may need, and the files pi's tools read or modified: what the offline
+model names from command output (verbatim, with its turn) and what the fold records, so the
+rendered state keeps the paths and values the work used again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_ledger_verify import Session
+
+from sessionfold.events.envelope import EntryEnvelope
+from sessionfold.projections.ledger.driver import fold_records
+from sessionfold.projections.ledger.facts import facts
+from sessionfold.projections.ledger.model import OfflineModel
+from sessionfold.projections.ledger.render import render
+from sessionfold.projections.ledger.values import command_values
+from sessionfold.streams.session_file import read_session_file
+
+SESSIONS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "sessions"
+
+
+@pytest.mark.parametrize(
+    ("command", "output", "expected"),
+    [
+        (
+            "wc -l src/a.ts src/b.ts",
+            "  885 src/a.ts\n   12 src/b.ts\n  897 total",
+            [
+                ("885 src/a.ts", "lines, wc -l"),
+                ("12 src/b.ts", "lines, wc -l"),
+                ("897 total", "lines, wc -l"),
+            ],
+        ),
+        (
+            "npx tsc",
+            "src/x.ts(1110,8): error TS2339: nope",
+            [("src/x.ts(1110,8)", "error location")],
+        ),
+        ("ruff check", "app/y.py:12:5: error E501", [("app/y.py:12:5", "error location")]),
+        ("git commit -m x", "[main 3f9a2c1] x\n 1 file changed", [("3f9a2c1", "commit made")]),
+        (
+            "git log --oneline | head",
+            "e9f6de7 WP14\n934c2bc WP13",
+            [("e9f6de7", "newest commit logged")],
+        ),
+        (
+            "npm start",
+            "listening on http://localhost:8080 (port 8080)",
+            [
+                ("localhost:8080", "address"),
+                ("port 8080", "port"),
+            ],
+        ),
+        (
+            "pytest",
+            "12 passed, 1 failed\nDuration 3.2s",
+            [
+                ("3.2s", "timing"),
+                ("12 passed", "test total"),
+                ("1 failed", "test total"),
+            ],
+        ),
+    ],
+)
+def test_command_values_reads_values_by_their_shape(
+    command: str, output: str, expected: list[tuple[str, str]]
+) -> None:
+    """Each kind is read where its shape says what it is."""
+    assert command_values(command, output) == expected
+
+
+def test_command_values_skips_bare_numbers_linter_timings_and_cut_lines() -> None:
+    """No 'any number': grep line numbers, "in 122ms" and lines cut by the excerpt are left."""
+    assert command_values("grep -n foo x.ts", "128: foo()\n1020: foo(1)") == []
+    assert command_values("npm run check", "Checked 50 files in 122ms. No fixes applied.") == []
+    excerpt = "head line\nsrc/long/pa … h.ts(8,49): error TS1\nlast line"
+    assert command_values("tsc", excerpt) == []
+
+
+def test_the_offline_model_names_values_verbatim_with_their_turn() -> None:
+    """A wc count and a port from the span's commands become V rows naming their command."""
+    session = Session()
+    session.users("count the lines")
+    session.bash("wc -l src/core/agent-session.ts", "  885 src/core/agent-session.ts")
+    session.bash("npm start", "listening on port 8080")
+    payload = session.run(OfflineModel())
+    values = [(v["value"], v["turn"], v["what"]) for v in session.state()["values"]]
+    assert values == [
+        ("885 src/core/agent-session.ts", "C1", "lines, wc -l"),
+        ("port 8080", "C2", "port"),
+    ]
+    assert "V1 885 src/core/agent-session.ts (lines, wc -l) [C1]" in payload["summary"]
+
+
+def test_the_offline_model_keeps_the_newest_values_of_a_span() -> None:
+    """At most `values_per_span`, the newest; a value seen again counts from its newest turn."""
+    model = OfflineModel(values_per_span=2)
+    commands = [
+        {"id": f"C{n}", "command": "git commit", "output": f"[main {n:07x}a] x"} for n in range(4)
+    ]
+    commands.append({"id": "C9", "command": "git commit", "output": "[main 0000000a] again"})
+    answer = model.diff({"messages": [], "rules": [], "commands": commands, "errors": []})
+    assert [(v["value"], v["turn"]) for v in answer["values"]] == [
+        ("0000003a", "C3"),
+        ("0000000a", "C9"),
+    ]
+
+
+def _tool(session: Session, name: str, path: str, error: bool = False) -> None:
+    """A file tool call and its result."""
+    call = f"f{session.seq}"
+    block = {"type": "toolCall", "id": call, "name": name, "arguments": {"path": path}}
+    session.feed({"type": "message", "message": {"role": "assistant", "content": [block]}})
+    result = {
+        "role": "toolResult",
+        "toolCallId": call,
+        "toolName": name,
+        "content": [{"type": "text", "text": "Could not find the text" if error else "done"}],
+        "isError": error,
+    }
+    session.feed({"type": "message", "message": result})
+
+
+def test_files_read_and_modified_are_recorded_once_and_rendered() -> None:
+    """Successful file tool calls become F rows, once per path and kind; a failed edit is an
+    error, not a modification; a modified file is not listed again as read."""
+    session = Session()
+    session.users("look around")
+    _tool(session, "read", "/w/src/a.ts")
+    _tool(session, "read", "/w/src/a.ts")
+    _tool(session, "read", "/w/src/b.ts")
+    _tool(session, "edit", "/w/src/a.ts")
+    _tool(session, "edit", "/w/src/c.ts", error=True)
+    _tool(session, "write", "/w/src/d.ts")
+    session.run(OfflineModel())
+    state = session.state()
+    assert [(f["id"], f["path"], f["op"]) for f in state["files"]] == [
+        ("F1", "/w/src/a.ts", "read"),
+        ("F2", "/w/src/b.ts", "read"),
+        ("F3", "/w/src/a.ts", "modified"),
+        ("F4", "/w/src/d.ts", "modified"),
+    ]
+    assert [e["tool"] for e in state["errors"]] == ["edit"]
+    summary, _ = render(state)
+    modified = summary.split("## Files modified\n", 1)[1].split("\n\n", 1)[0]
+    read = summary.split("## Files read\n", 1)[1].split("\n\n", 1)[0]
+    assert modified == "- /w/src/a.ts\n- /w/src/d.ts" and read == "- /w/src/b.ts"
+    assert not [k for k in session.store if "/call/" in k]  # call rows are cleaned up
+
+
+def test_files_read_give_way_before_errors_and_modified_files_late() -> None:
+    """Over the size, files read go right after the oldest commands; files modified stay."""
+    state = {
+        "rules": [],
+        "commands": [{"id": f"C{n}", "command": "x" * 80, "exit": 0} for n in range(40)],
+        "errors": [{"id": "E1", "tool": "bash", "head": "boom"}],
+        "files": [{"path": f"/w/read{n}.ts", "op": "read"} for n in range(40)]
+        + [{"path": "/w/changed.ts", "op": "modified"}],
+    }
+    summary, fit = render(state, limit=500)
+    assert len(summary) <= 500 and fit["commands"] == 40 and fit["read"] > 0
+    assert "errors" not in fit
+    assert "/w/changed.ts" in summary and "E1 (bash)" in summary
+
+
+def test_facts_on_the_real_session_keep_more_than_before() -> None:
+    """before-compaction.jsonl: our state kept 12 of the values used again before the files
+    and command values; it keeps at least 17 now (pi's summaries: 20)."""
+    path = SESSIONS / "before-compaction.jsonl"
+    if not path.is_file():
+        pytest.skip(f"real session not found in {SESSIONS} (../shared is absent)")
+    records = list(read_session_file(path))
+    entries = [r.payload.entry for r in records if isinstance(r, EntryEnvelope)]
+    run = fold_records(records, OfflineModel(), final_pass=False)
+    rows = facts(entries, run.payloads)
+    assert sum(r.ours or 0 for r in rows) >= 17
+    assert sum(r.pi or 0 for r in rows) == 20
+    assert all(r.oursChars is not None and r.oursChars <= 12_000 for r in rows)
+
+
+def test_a_value_in_the_middle_of_a_long_output_is_kept() -> None:
+    """The fold reads values from the whole output, so an error location past the excerpt's
+    head and tail is still named, and verification finds it in what the turn holds."""
+    session = Session()
+    session.users("type check")
+    middle = "src/x.ts(1110,8): error TS2339: Property 'settingsManager' does not exist"
+    output = "\n".join(["noise " * 20] * 5 + [middle] + ["noise " * 20] * 5)
+    session.bash("npx tsgo --noEmit", output, code=2)
+    session.run(OfflineModel())
+    [command] = session.state()["commands"]
+    assert middle not in command["excerpt"]
+    assert command["values"] == [["src/x.ts(1110,8)", "error location"]]
+    assert [v["value"] for v in session.state()["values"]] == ["src/x.ts(1110,8)"]
