@@ -15,6 +15,8 @@ from sessionfold.streams.cli import (
     publish,
     replay,
     report,
+    state,
+    worker,
 )
 
 app = typer.Typer(
@@ -25,7 +27,20 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (demo, broker, fold, generate, publish, ledger, replay, context, compare, report):
+for module in (
+    demo,
+    broker,
+    fold,
+    generate,
+    publish,
+    ledger,
+    replay,
+    context,
+    compare,
+    worker,
+    state,
+    report,
+):
     module.register(app)
 
 

@@ -1,0 +1,770 @@
+"""The Kafka runtime measured end to end, side by side in one run on one broker.
+
+    .venv/bin/python bench/kafka_pipeline.py [--sessions 16] [--turns 80] [--partitions 4]
+
+- Fold throughput through Faust: events/s from the first publish of a generated fleet until
+  every event is folded and no flush barrier is up (the workers' own /metrics: events folded,
+  held events, outstanding flushes, consumer lag), with one fold worker and a summarizer worker.
+- Its ratio to a raw aiokafka consume of the same topic (the transport's ceiling; target >= 0.5),
+  next to the embedded fold of the same files (the fold's own ceiling, no Kafka).
+- Publish-to-projection latency, p50 and p99: single events of a new session, each published
+  with a timestamp, the state API polled until the session's message count reflects it.
+- One fold worker against two, on the same fleet over `--partitions` partitions.
+- The state the workers hold is compared with the embedded fold's, session by session.
+
+Uses the broker at SESSIONFOLD_BOOTSTRAP when it answers; otherwise starts one from Maven
+Central on a free port with a temporary data dir, and stops it at the end. Workers are
+subprocesses (`sessionfold worker`), stopped with SIGTERM at the end, whatever happens. Every wait
+is bounded, so the run takes a few minutes at most.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import httpx
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from kafka import KafkaProducer
+from prometheus_client.parser import text_string_to_metric_families
+
+from sessionfold.events.envelope import decode, encode
+from sessionfold.projections.config import load_config
+from sessionfold.streams import broker
+from sessionfold.streams.embedded import EmbeddedRuntime, fold_files
+from sessionfold.streams.publish import make_producer
+from sessionfold.streams.session_file import DeadLetter, read_session_file
+from sessionfold.streams.synthetic import generate_session, write_fleet, write_session
+from sessionfold.streams.topics import Topics, ensure_topics
+
+#: Seconds a worker may take to join its group and get its partitions.
+READY_TIMEOUT_S = 90.0
+#: Scrape interval while waiting for a fleet to be folded: each scrape recomputes the gauges of
+#: the sessions that changed, so scraping much faster would slow the workers being measured.
+PROGRESS_POLL_S = 0.5
+#: State API poll interval in the latency phase (the resolution of the latency figures).
+LATENCY_POLL_S = 0.002
+#: Longest wait for one event to show in the state API before the latency phase gives up.
+LATENCY_EVENT_TIMEOUT_S = 15.0
+#: Pruning off: no flush requests, so no flush barrier; what is left is the fold and its state.
+PRUNING_OFF = ("enabled=false",)
+
+
+def log(message: str) -> None:
+    """Progress on stderr; the results table goes to stdout."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --- the broker ---------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def free_port_pair() -> int:
+    """A free port P whose neighbour P + 1 (the broker's controller port) is free too."""
+    for _ in range(50):
+        port = free_port()
+        if port >= 65535:
+            continue
+        with socket.socket() as second:
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair")
+
+
+@contextlib.contextmanager
+def kafka_broker(work: Path) -> Iterator[tuple[str, str]]:
+    """(bootstrap, where it came from): SESSIONFOLD_BOOTSTRAP's broker, else one started here."""
+    bootstrap = os.environ.get("SESSIONFOLD_BOOTSTRAP", "").strip()
+    if bootstrap and broker.probe(bootstrap, timeout_s=10.0):
+        yield bootstrap, "SESSIONFOLD_BOOTSTRAP"
+        return
+    config = broker.BrokerConfig(port=free_port_pair(), data_dir=work / "kafka")
+    log(f"starting Kafka {config.version} on {config.bootstrap}")
+    broker.up(config)
+    try:
+        yield config.bootstrap, f"started here, Kafka {config.version}"
+    finally:
+        log("stopping the broker")
+        broker.stop(config)
+
+
+# --- workers ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Worker:
+    """A `sessionfold worker` subprocess."""
+
+    role: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        """Base URL of its web server (state API, /metrics, Faust's /router/)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def check_alive(self) -> None:
+        """Raise with the end of its log if the process has exited."""
+        if self.process.poll() is not None:
+            tail = self.log_path.read_text(errors="replace").splitlines()[-20:]
+            joined = "\n".join(tail)
+            msg = f"{self.role} worker exited ({self.process.returncode}):\n{joined}"
+            raise RuntimeError(msg)
+
+
+def start_worker(
+    bootstrap: str,
+    topics: Topics,
+    app_id: str,
+    role: str,
+    partitions: int,
+    work: Path,
+    settings: Sequence[str] = (),
+) -> Worker:
+    """Start one worker of `app_id` on a free web port; it logs to a file under `work`.
+
+    `settings` are pruning settings passed as `--set NAME=VALUE`.
+    """
+    port = free_port()
+    log_path = work / f"{app_id}-{role}-{port}.log"
+    argv = [sys.executable, "-m", "sessionfold.streams.cli", "worker", "--role", role]
+    argv += ["--bootstrap", bootstrap, "--topic-prefix", topics.prefix]
+    argv += ["--partitions", str(partitions), "--app-id", app_id]
+    argv += ["--web-port", str(port), "--web-bind", "127.0.0.1"]
+    argv += ["--data-dir", str(work / "faust" / f"{role}-{port}")]
+    for setting in settings:
+        argv += ["--set", setting]
+    with log_path.open("wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    return Worker(role, port, process, log_path)
+
+
+def stop_workers(workers: Sequence[Worker]) -> None:
+    """SIGTERM every worker (a clean group leave), then SIGKILL what is left after 30 s."""
+    for worker in workers:
+        if worker.process.poll() is None:
+            worker.process.send_signal(signal.SIGTERM)
+    for worker in workers:
+        try:
+            worker.process.wait(30)
+        except subprocess.TimeoutExpired:
+            worker.process.kill()
+            worker.process.wait(10)
+
+
+def get_json(client: httpx.Client, url: str) -> Any:
+    """The JSON body of a 200 answer, else None (not up yet, rebalancing, unknown)."""
+    try:
+        response = client.get(url, timeout=5.0)
+    except httpx.HTTPError:
+        return None
+    return orjson.loads(response.content) if response.status_code == 200 else None
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float) -> None:
+    """Poll `condition` until it holds; raise TimeoutError after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(poll_s)
+    raise TimeoutError(f"{what}: not within {timeout_s:.0f}s")
+
+
+def wait_assigned(
+    client: httpx.Client, folds: Sequence[Worker], summarizer: Worker, partitions: int
+) -> None:
+    """Wait until every fold worker sees the same assignment, in which each of them owns some
+    of the state table's partitions and together all; and the summarizer is ready.
+
+    Measuring from then on keeps group joins and rebalances out of the figures.
+    """
+    urls = {w.url for w in folds}
+
+    def settled() -> bool:
+        for worker in [*folds, summarizer]:
+            worker.check_alive()
+        views = []
+        for worker in folds:
+            tables = get_json(client, f"{worker.url}/router/")
+            if not tables:
+                return False
+            owned = {url: {p for ps in m.values() for p in ps} for url, m in tables.items()}
+            if set(owned) != urls or not all(owned.values()):
+                return False
+            views.append(owned)
+        if any(view != views[0] for view in views):
+            return False
+        if set().union(*views[0].values()) != set(range(partitions)):
+            return False
+        # A worker without a table publishes no routes: the summarizer says so in its log.
+        return "Worker ready" in summarizer.log_path.read_text(errors="replace")
+
+    wait_until(settled, READY_TIMEOUT_S, "workers assigned", 0.25)
+
+
+# --- metrics ------------------------------------------------------------------------------------
+
+
+def scrape(client: httpx.Client, worker: Worker) -> dict[str, float]:
+    """A worker's /metrics, each sample name summed over its label sets."""
+    try:
+        text = client.get(f"{worker.url}/metrics", timeout=5.0).text
+    except httpx.HTTPError:
+        return {}
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return totals
+
+
+@dataclass
+class Progress:
+    """What the fold workers add up to at one scrape."""
+
+    folded: float = 0.0
+    held: float = 0.0
+    outstanding: float = 0.0
+    lag: float = 0.0
+    per_worker: list[float] = field(default_factory=list)
+
+    def done(self, events: int) -> bool:
+        """Every event folded, no barrier up, nothing unread."""
+        return self.folded >= events and self.held == self.outstanding == self.lag == 0
+
+
+def progress(client: httpx.Client, folds: Sequence[Worker]) -> Progress:
+    """Sum the fold workers' counters and gauges."""
+    result = Progress()
+    for worker in folds:
+        values = scrape(client, worker)
+        folded = values.get("sessionfold_events_folded_total", 0.0)
+        result.folded += folded
+        result.per_worker.append(folded)
+        result.held += values.get("sessionfold_held_events", 0.0)
+        result.outstanding += values.get("sessionfold_outstanding_flushes", 0.0)
+        # Lag is labelled by role; a fold worker's only role is fold.
+        result.lag += values.get("sessionfold_consumer_lag_records", 0.0)
+    return result
+
+
+# --- the fleet ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """A generated fleet: its files, its records in publish order, the embedded fold's result."""
+
+    paths: list[Path]
+    records: list[tuple[bytes, bytes]]  # (key, value) as `sessionfold publish` sends them
+    sessions: list[str]
+    megabytes: float
+    embedded_seconds: float
+    embedded_off_seconds: float  # the same with pruning off: no flushes
+    expected: dict[str, Any]  # session id -> state, as the state API reports it
+
+
+def make_fleet(work: Path, sessions: int, turns: int, seed: int) -> Fleet:
+    """Generate the fleet, encode its envelopes, and fold it embedded (timed) for reference."""
+    out = work / "fleet"
+    written = write_fleet(out, sessions=sessions, turns=turns, seed=seed)
+    paths = [w.path for w in written]
+    records = []
+    for path in paths:
+        for record in read_session_file(path):
+            if not isinstance(record, DeadLetter):
+                records.append((record.session_id.encode(), encode(record)))
+    started = time.perf_counter()
+    folded = fold_files(paths)
+    embedded_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    fold_files(paths, load_config(None, list(PRUNING_OFF)))
+    embedded_off_seconds = time.perf_counter() - started
+    # Through JSON, as the state API sends it (tuples become lists, and so on).
+    expected = orjson.loads(orjson.dumps(folded["sessions"]))
+    return Fleet(
+        paths=paths,
+        records=records,
+        sessions=list(expected),
+        megabytes=sum(len(v) for _k, v in records) / 1e6,
+        embedded_seconds=embedded_seconds,
+        embedded_off_seconds=embedded_off_seconds,
+        expected=expected,
+    )
+
+
+def publish(producer: KafkaProducer, topic: str, records: Sequence[tuple[bytes, bytes]]) -> None:
+    """Send every record and wait until the broker acknowledged them all."""
+    for key, value in records:
+        producer.send(topic, key=key, value=value)
+    producer.flush()
+
+
+# --- phases -------------------------------------------------------------------------------------
+
+
+@dataclass
+class FoldRun:
+    """One fleet folded through Faust."""
+
+    fold_workers: int
+    seconds: float
+    publish_seconds: float
+    events: int
+    complete: bool
+    per_worker: list[float]
+    topics: Topics
+    folds: list[Worker]
+    summarizer: Worker
+
+    @property
+    def rate(self) -> float:
+        """Events per second, publish to complete."""
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+def fold_run(
+    bootstrap: str,
+    fleet: Fleet,
+    fold_workers: int,
+    partitions: int,
+    work: Path,
+    timeout_s: float,
+    started: list[Worker],
+    settings: Sequence[str] = (),
+) -> FoldRun:
+    """Start `fold_workers` fold workers and a summarizer on fresh topics, publish the fleet,
+    and time it until every event is folded. The workers are left running (and in `started`).
+
+    `settings` are pruning settings for the fold workers (`--set`).
+    """
+    topics = Topics(f"bench{uuid4().hex[:8]}.")
+    ensure_topics(bootstrap, topics, partitions=partitions)
+    app_id = f"bench-{uuid4().hex[:8]}"
+    summarizer = start_worker(bootstrap, topics, app_id, "summarize", partitions, work)
+    started.append(summarizer)
+    folds = []
+    for _ in range(fold_workers):
+        folds.append(start_worker(bootstrap, topics, app_id, "fold", partitions, work, settings))
+        started.append(folds[-1])
+    with httpx.Client() as client:
+        note = f" ({', '.join(settings)})" if settings else ""
+        log(f"{fold_workers} fold worker(s){note} + 1 summarizer, {partitions} partitions")
+        wait_assigned(client, folds, summarizer, partitions)
+        time.sleep(1.0)  # let the last "Worker ready" (table recovery) finish after assignment
+        producer = make_producer(bootstrap)
+        try:
+            log(f"publishing {len(fleet.records)} events")
+            began = time.perf_counter()
+            publish(producer, topics.session_events, fleet.records)
+            published = time.perf_counter() - began
+        finally:
+            producer.close()
+        deadline = began + timeout_s
+        state = Progress()
+        while time.perf_counter() < deadline:
+            for worker in [*folds, summarizer]:
+                worker.check_alive()
+            state = progress(client, folds)
+            if state.done(len(fleet.records)):
+                break
+            time.sleep(PROGRESS_POLL_S)
+        seconds = time.perf_counter() - began
+    complete = state.done(len(fleet.records))
+    events = len(fleet.records) if complete else int(state.folded - state.held)
+    log(
+        f"{fold_workers} fold worker(s): {'complete' if complete else 'INCOMPLETE'} "
+        f"in {seconds:.1f}s"
+    )
+    return FoldRun(
+        fold_workers,
+        seconds,
+        published,
+        events,
+        complete,
+        state.per_worker,
+        topics,
+        folds,
+        summarizer,
+    )
+
+
+def raw_consume(
+    bootstrap: str, topic: str, partitions: int, decode_values: bool, repeat: int = 3
+) -> float:
+    """Events/s of the fastest of `repeat` plain aiokafka reads of the whole topic (no group)."""
+    return max(
+        asyncio.run(_raw_consume_once(bootstrap, topic, partitions, decode_values))
+        for _ in range(repeat)
+    )
+
+
+async def _raw_consume_once(
+    bootstrap: str, topic: str, partitions: int, decode_values: bool
+) -> float:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=8 * 1024 * 1024,
+    )
+    await consumer.start()
+    try:
+        # Assigned, not subscribed: aiokafka knows no topic metadata before it is told a topic.
+        assigned = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(assigned)
+        await consumer.seek_to_beginning(*assigned)
+        ends = await consumer.end_offsets(assigned)
+        remaining = {tp for tp in assigned if ends[tp] > 0}
+        count = 0
+        began = time.perf_counter()
+        while remaining:
+            batches = await consumer.getmany(timeout_ms=1000, max_records=10_000)
+            for tp, records in batches.items():
+                for record in records:
+                    if decode_values:
+                        decode(record.value)
+                count += len(records)
+                if await consumer.position(tp) >= ends[tp]:
+                    remaining.discard(tp)
+        return count / (time.perf_counter() - began)
+    finally:
+        await consumer.stop()
+
+
+def compare_state(run: FoldRun, fleet: Fleet) -> int:
+    """How many sessions the state API reports exactly as the embedded fold does."""
+    same = 0
+    with httpx.Client() as client:
+        for session_id in fleet.sessions:
+            document = get_json(client, f"{run.folds[0].url}/sessions/{session_id}")
+            if document == fleet.expected[session_id]:
+                same += 1
+            else:
+                log(f"session {session_id} differs from the embedded fold")
+    return same
+
+
+@dataclass
+class Latency:
+    """Publish-to-projection latencies, seconds."""
+
+    samples: list[float]
+    events: int
+    timed_out: bool
+
+    def quantile(self, q: float) -> float:
+        """The q-quantile of the samples, by nearest rank."""
+        ordered = sorted(self.samples)
+        return ordered[min(len(ordered), max(1, math.ceil(q * len(ordered)))) - 1]
+
+
+def latency(
+    bootstrap: str, run: FoldRun, work: Path, turns: int, max_samples: int, budget_s: float
+) -> Latency:
+    """Publish a new session one event at a time; for each event that adds a message to the
+    branch, poll the state API until the session's message count reflects it.
+
+    The expected count after every event comes from the embedded runtime, so events held by a
+    flush barrier are timed until the barrier releases them, as a client would see them.
+    """
+    entries = generate_session(seed=987_654, turns=turns)
+    path = write_session(work, entries).path
+    envelopes = [r for r in read_session_file(path) if not isinstance(r, DeadLetter)]
+    session_id = envelopes[0].session_id
+    runtime = EmbeddedRuntime()
+    expected = []
+    for envelope in envelopes:
+        runtime.publish(envelope)
+        expected.append(sum(runtime.session_state(session_id)["counts"]["messages"].values()))
+    # No batching delay: each event is sent as soon as it is handed over.
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+    samples: list[float] = []
+    timed_out = False
+    url = f"{run.folds[0].url}/sessions/{session_id}"
+    deadline = time.monotonic() + budget_s
+    sent = 0
+    try:
+        with httpx.Client() as client:
+            previous = 0
+            for envelope, count in zip(envelopes, expected, strict=True):
+                if len(samples) >= max_samples or time.monotonic() > deadline:
+                    break
+                began = time.perf_counter()
+                producer.send(
+                    run.topics.session_events,
+                    key=session_id.encode(),
+                    value=encode(envelope),
+                    timestamp_ms=int(time.time() * 1000),
+                )
+                producer.flush()
+                sent += 1
+                if count == previous:
+                    continue  # no visible change to wait for (header, model change, ...)
+                previous = count
+                give_up = time.monotonic() + LATENCY_EVENT_TIMEOUT_S
+                while True:
+                    document = get_json(client, url)
+                    if document and sum(document["counts"]["messages"].values()) >= count:
+                        samples.append(time.perf_counter() - began)
+                        break
+                    if time.monotonic() > give_up:
+                        timed_out = True
+                        break
+                    time.sleep(LATENCY_POLL_S)
+                if timed_out:
+                    break
+    finally:
+        producer.close()
+    return Latency(samples, sent, timed_out)
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def table(rows: Sequence[tuple[str, str, str]]) -> str:
+    """Three columns: what (left-aligned), figure (right-aligned), note."""
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = []
+    for i, row in enumerate(rows):
+        lines.append(f"  {row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]}".rstrip())
+        if i == 0:
+            lines.append("  " + "-" * (sum(widths) + 4))
+    return "\n".join(lines)
+
+
+@dataclass
+class Results:
+    """Everything one run measured."""
+
+    bootstrap: str
+    origin: str
+    partitions: int
+    turns: int
+    fleet: Fleet
+    one: FoldRun
+    two: FoldRun
+    off: FoldRun
+    raw: float
+    raw_decoded: float
+    same_one: int
+    same_two: int
+    latency: Latency
+
+    @property
+    def ok(self) -> bool:
+        """Every run complete, every session identical, some latency measured."""
+        sessions = len(self.fleet.sessions)
+        return (
+            self.one.complete
+            and self.two.complete
+            and self.off.complete
+            and self.same_one == self.same_two == sessions
+            and bool(self.latency.samples)
+        )
+
+
+def run(args: argparse.Namespace, work: Path) -> Results:
+    """Every phase, in order; the workers of each phase are stopped before the next starts."""
+    workers: list[Worker] = []
+    try:
+        with kafka_broker(work) as (bootstrap, origin):
+            log(f"generating {args.sessions} sessions x {args.turns} turns")
+            fleet = make_fleet(work, args.sessions, args.turns, args.seed)
+
+            def fold(count: int, settings: Sequence[str] = ()) -> FoldRun:
+                return fold_run(
+                    bootstrap, fleet, count, args.partitions, work, args.timeout, workers, settings
+                )
+
+            one = fold(1)
+            log("raw aiokafka consume of the same topic")
+            source = one.topics.session_events
+            raw = raw_consume(bootstrap, source, args.partitions, decode_values=False)
+            raw_decoded = raw_consume(bootstrap, source, args.partitions, decode_values=True)
+            same_one = compare_state(one, fleet)
+            log("latency: single events, state API polled")
+            lat = latency(
+                bootstrap, one, work, args.turns, args.latency_samples, args.latency_seconds
+            )
+            stop_workers(workers)
+            workers.clear()
+
+            two = fold(2)
+            same_two = compare_state(two, fleet)  # any worker answers: the API routes by key
+            stop_workers(workers)
+            workers.clear()
+
+            off = fold(1, PRUNING_OFF)
+            stop_workers(workers)
+            workers.clear()
+    finally:
+        stop_workers(workers)
+    return Results(
+        bootstrap,
+        origin,
+        args.partitions,
+        args.turns,
+        fleet,
+        one,
+        two,
+        off,
+        raw,
+        raw_decoded,
+        same_one,
+        same_two,
+        lat,
+    )
+
+
+def _fold_note(run: FoldRun, events: int) -> str:
+    note = f"publish to complete, {run.seconds:.1f}s"
+    return note if run.complete else f"{note} (INCOMPLETE: {run.events}/{events} events)"
+
+
+def report(results: Results) -> str:
+    """The results table, with a two-line header."""
+    fleet = results.fleet
+    events = len(fleet.records)
+    sessions = len(fleet.sessions)
+    embedded = events / fleet.embedded_seconds
+    embedded_off = events / fleet.embedded_off_seconds
+    one, two, off, lat = results.one, results.two, results.off, results.latency
+    ratio = one.rate / results.raw if results.raw else 0.0
+    rows = [
+        ("measure", "figure", "note"),
+        (
+            "raw aiokafka consume of session-events",
+            f"{results.raw:,.0f} ev/s",
+            "best of 3 whole-topic reads, assigned partitions, no group",
+        ),
+        (
+            "raw aiokafka consume + envelope decode",
+            f"{results.raw_decoded:,.0f} ev/s",
+            "pydantic validation of every envelope",
+        ),
+        (
+            "embedded fold of the same files",
+            f"{embedded:,.0f} ev/s",
+            "no Kafka: the fold's own ceiling here",
+        ),
+        ("Faust fold, 1 fold worker", f"{one.rate:,.0f} ev/s", _fold_note(one, events)),
+        (
+            "  / raw aiokafka consume",
+            f"{ratio:.3f}",
+            "target >= 0.5: " + ("met" if ratio >= 0.5 else "NOT met"),
+        ),
+        ("  / embedded fold", f"{one.rate / embedded:.3f}", "what Kafka and Faust cost"),
+        ("Faust fold, 2 fold workers", f"{two.rate:,.0f} ev/s", _fold_note(two, events)),
+        (
+            "  2 workers / 1 worker",
+            f"{two.rate / one.rate if one.rate else 0.0:.2f}x",
+            "events per worker: " + " / ".join(f"{n:,.0f}" for n in two.per_worker),
+        ),
+        (
+            "Faust fold, 1 worker, pruning off",
+            f"{off.rate:,.0f} ev/s",
+            _fold_note(off, events) + "; no flush barrier",
+        ),
+        (
+            "  / embedded fold, pruning off",
+            f"{off.rate / embedded_off:.3f}",
+            f"embedded, pruning off: {embedded_off:,.0f} ev/s",
+        ),
+        (
+            "publish (kafka-python, acks=all)",
+            f"{events / one.publish_seconds:,.0f} ev/s",
+            "sessionfold publish's producer settings",
+        ),
+    ]
+    if lat.samples:
+        timed_out = " (an event TIMED OUT)" if lat.timed_out else ""
+        rows += [
+            (
+                "publish-to-projection latency p50",
+                f"{lat.quantile(0.5) * 1000:,.1f} ms",
+                f"{len(lat.samples)} timed events of {lat.events} sent{timed_out}",
+            ),
+            (
+                "publish-to-projection latency p99",
+                f"{lat.quantile(0.99) * 1000:,.1f} ms",
+                f"max {max(lat.samples) * 1000:,.1f} ms; poll every {LATENCY_POLL_S * 1000:.0f} ms",
+            ),
+        ]
+    else:
+        rows.append(("publish-to-projection latency", "n/a", "no event reached the state API"))
+    rows += [
+        (
+            "state API = embedded fold, 1 worker",
+            f"{results.same_one}/{sessions}",
+            "sessions identical",
+        ),
+        (
+            "state API = embedded fold, 2 workers",
+            f"{results.same_two}/{sessions}",
+            "sessions identical",
+        ),
+    ]
+    header = (
+        f"sessionfold Kafka pipeline: broker {results.bootstrap} ({results.origin}), "
+        f"{results.partitions} partitions, {os.cpu_count()} CPUs\n"
+        f"fleet: {sessions} sessions x {results.turns} turns, {events:,} events, "
+        f"{fleet.megabytes:.1f} MB; summarizer: the offline port, in its own worker"
+    )
+    return f"{header}\n{table(rows)}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every phase and print the table; 0 if every phase completed and matched, else 1."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=16, help="sessions in the fleet")
+    parser.add_argument("--turns", type=int, default=80, help="assistant messages per session")
+    parser.add_argument("--seed", type=int, default=42, help="fleet seed")
+    parser.add_argument("--partitions", type=int, default=4, help="partitions (>= 2)")
+    parser.add_argument("--timeout", type=float, default=150.0, help="seconds per fold run")
+    parser.add_argument("--latency-samples", type=int, default=150, help="timed events, at most")
+    parser.add_argument("--latency-seconds", type=float, default=45.0, help="latency budget")
+    args = parser.parse_args(argv)
+    if args.partitions < 2:
+        parser.error("--partitions must be at least 2 (one worker against two)")
+    work = Path(tempfile.mkdtemp(prefix="sessionfold-bench-"))
+    try:
+        results = run(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print()
+    print(report(results))
+    return 0 if results.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""`sessionfold worker`: run one Kafka worker (fold, summarize or both) until SIGTERM.
+
+It creates the topics if they are missing, checks that they are co-partitioned, builds the Faust
+app (`faust_app.make_app`) and runs it with Faust's worker (logging, signals, graceful leave).
+Each role scales by starting more workers with the same topic prefix and app id; give each its
+own `--web-port`. `--config`/`--set` are the pruning settings, as for `sessionfold fold`; every
+fold worker of one app must run with the same ones.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from kafka import KafkaConsumer
+from kafka.errors import KafkaError
+from rich.console import Console
+
+from sessionfold.projections.config import ConfigError, PruneConfig, load_config
+from sessionfold.streams.cli.options import (
+    DEFAULT_BOOTSTRAP,
+    DEFAULT_PARTITIONS,
+    DEFAULT_PREFIX,
+    Bootstrap,
+    Partitions,
+    TopicPrefix,
+)
+from sessionfold.streams.summarizer import ModelPort, OfflineSummarizer
+from sessionfold.streams.topics import Topics, ensure_topics
+
+#: Tests only: seconds the summarizer sleeps before each answer, so a test can kill it mid-call.
+ENV_TEST_DELAY = "SESSIONFOLD_TEST_SUMMARIZER_DELAY"
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the `worker` command to the root app."""
+
+    @app.command("worker")
+    def worker(
+        role: Annotated[
+            str,
+            typer.Option(
+                "--role",
+                envvar="SESSIONFOLD_WORKER_ROLE",
+                help="fold, summarize, or all (both in one process).",
+            ),
+        ] = "all",
+        bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+        topic_prefix: TopicPrefix = DEFAULT_PREFIX,
+        partitions: Partitions = DEFAULT_PARTITIONS,
+        web_port: Annotated[
+            int,
+            typer.Option(
+                "--web-port",
+                envvar="SESSIONFOLD_WEB_PORT",
+                min=1,
+                max=65535,
+                help="Port of the state API and /metrics.",
+            ),
+        ] = 6066,
+        web_bind: Annotated[
+            str,
+            typer.Option("--web-bind", envvar="SESSIONFOLD_WEB_BIND", help="Address to listen on."),
+        ] = "0.0.0.0",
+        web_host: Annotated[
+            str | None,
+            typer.Option(
+                "--web-host",
+                envvar="SESSIONFOLD_WEB_HOST",
+                help="Host other workers reach this one at (default: the bind address, or the "
+                "host name when binding all addresses).",
+            ),
+        ] = None,
+        app_id: Annotated[
+            str | None,
+            typer.Option(
+                "--app-id",
+                envvar="SESSIONFOLD_APP_ID",
+                help="Faust app id (consumer group, changelog prefix). Default: <prefix>worker.",
+            ),
+        ] = None,
+        store: Annotated[
+            str,
+            typer.Option(
+                "--store",
+                envvar="SESSIONFOLD_STORE",
+                help="Table store: memory:// (rebuilt from the changelog at start) or "
+                "rocksdb:// (needs rocksdict).",
+            ),
+        ] = "memory://",
+        data_dir: Annotated[
+            Path | None,
+            typer.Option(
+                "--data-dir",
+                envvar="SESSIONFOLD_DATA_DIR",
+                help="Where Faust keeps local data (default ~/.local/state/sessionfold/worker).",
+            ),
+        ] = None,
+        processing_guarantee: Annotated[
+            str,
+            typer.Option(
+                "--processing-guarantee",
+                envvar="SESSIONFOLD_PROCESSING_GUARANTEE",
+                help="at_least_once (with the fold's journal) or exactly_once (Kafka "
+                "transactions; best effort in Faust).",
+            ),
+        ] = "at_least_once",
+        config_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--config",
+                envvar="SESSIONFOLD_CONFIG",
+                help="TOML file with pruning settings (top level or a \\[pruning] table).",
+            ),
+        ] = None,
+        settings: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--set", help="Override one setting, e.g. --set minBatchChars=500 (repeatable)."
+            ),
+        ] = None,
+        loglevel: Annotated[
+            str,
+            typer.Option(
+                "--loglevel",
+                envvar="SESSIONFOLD_LOG_LEVEL",
+                help="Log level. At debug, Faust and aiokafka log record contents: keep it off "
+                "where sessions hold anything private.",
+            ),
+        ] = "info",
+    ) -> None:
+        """Run a Kafka worker: fold session events, answer flush requests, serve state."""
+        # Faust is imported here: the other subcommands should not pay for it.
+        from pydantic import ValidationError
+
+        from sessionfold.streams.faust_app import WorkerSettings, make_app
+
+        err = Console(stderr=True)
+        if role not in ("fold", "summarize", "all"):
+            err.print("[red]--role must be fold, summarize or all[/]")
+            raise typer.Exit(2)
+        config = _config_or_exit(err, config_file, settings or [])
+        topics = Topics(topic_prefix)
+        try:
+            ensure_topics(bootstrap, topics, partitions)
+            counts = _partition_counts(bootstrap, topics)
+        except KafkaError as exc:
+            err.print(f"[red]cannot reach Kafka at {bootstrap}:[/] {type(exc).__name__}")
+            raise typer.Exit(1) from None
+        if len(set(counts.values())) != 1:
+            listing = ", ".join(f"{name} {n}" for name, n in counts.items())
+            err.print(f"[red]topics are not co-partitioned:[/] {listing}")
+            raise typer.Exit(2)
+        actual = counts[topics.session_events]
+        if actual != partitions:
+            err.print(f"topics exist with {actual} partitions; using {actual}", highlight=False)
+        try:
+            worker_settings = WorkerSettings(
+                bootstrap=bootstrap,
+                topic_prefix=topic_prefix,
+                partitions=actual,
+                role=role,  # type: ignore[arg-type]
+                app_id=app_id,
+                web_port=web_port,
+                web_bind=web_bind,
+                web_host=web_host,
+                store=store,
+                data_dir=data_dir,
+                processing_guarantee=processing_guarantee,  # type: ignore[arg-type]
+                prune=config,
+            )
+        except ValidationError as exc:
+            fields = ", ".join(str(e["loc"][0]) for e in exc.errors())
+            err.print(f"[red]invalid worker settings:[/] {fields}")
+            raise typer.Exit(2) from None
+        faust_app = make_app(worker_settings, model_port=model_port_for(config))
+        _run(faust_app, loglevel)
+
+
+def model_port_for(config: PruneConfig) -> ModelPort:
+    """The port `summarizerModel` names (offline unless the HTTP port is available), plus the
+    tests' artificial delay when its variable is set."""
+    port: ModelPort = OfflineSummarizer()
+    if config.summarizerModel != "offline":
+        from sessionfold.streams.summarizer_http import summarizer_for
+
+        port = summarizer_for(config)
+    delay = os.environ.get(ENV_TEST_DELAY)
+    if delay:
+        from sessionfold.streams.worker import DelayedPort
+
+        port = DelayedPort(port, float(delay))
+    return port
+
+
+def _partition_counts(bootstrap: str, topics: Topics) -> dict[str, int]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="sessionfold-worker-setup")
+    try:
+        return {name: len(consumer.partitions_for_topic(name) or ()) for name in topics.all()}
+    finally:
+        consumer.close()
+
+
+def _run(faust_app: object, loglevel: str) -> None:
+    from faust import Worker
+
+    worker = Worker(faust_app, loglevel=loglevel, redirect_stdouts=False)  # type: ignore[arg-type]
+    # No terminal spinner: to drive it Faust lowers the root logger to DEBUG, and every library
+    # then builds debug records (some with message values) for nothing.
+    worker.spinner = None
+    worker.execute_from_commandline()
+
+
+def _config_or_exit(err: Console, path: Path | None, overrides: list[str]) -> PruneConfig:
+    try:
+        return load_config(path, overrides)
+    except ConfigError as exc:
+        err.print(f"[red]invalid config[/] {exc.key}: {exc.problem}", highlight=False)
+        raise typer.Exit(2) from None
+    except OSError as exc:
+        err.print(f"[red]cannot read config[/] {path}: {type(exc).__name__}", highlight=False)
+        raise typer.Exit(2) from None

@@ -1,0 +1,526 @@
+"""The Kafka runtime: `make_app(settings)` builds one Faust app for a worker's role.
+
+- role `fold`: the fold agent over session-events and compaction-events (one Faust topic over
+  both names; every topic is keyed by session id with the same partition count, so one worker
+  holds all of a session's state), the dead-letter count agent, the `state` table and the state
+  API. Consumer group: the app id.
+- role `summarize`: the summarizer agent over flush-requests. Consumer group: app id +
+  `-summarize`, so summarizers scale apart from the folds.
+- role `all`: both in one process and one group (do not run separate summarize workers beside
+  `all` workers of the same app id: both would answer, harmlessly but twice).
+
+The `state` table is changelog-backed (keys `sid/...` as the folds write them, values orjson
+bytes: worker.py and kafka_store.py). Every agent runs with concurrency 1 (faust #606: with more,
+Faust can commit past an in-flight message). Every worker serves `/metrics` from a registry of
+its own (metrics.py). No app exists at import time: each call builds a new one.
+
+At-least-once, for real: a record is acknowledged to Faust only once everything it wrote to the
+changelog and sent to other topics is acknowledged by the broker (`FaustBackend`,
+`_ack_when_durable`), since Faust's own pre-commit flush can return early; and
+`ContiguousOffsets` reads again the records Faust's consumer skips around rebalances. Together
+with the journal (kafka_store.py) and the folds' idempotence, a crash, a redelivery or a
+rebalance neither loses nor double-applies an event or a flush.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import faust
+from faust.web import Request, Response, View
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from sessionfold.projections.config import DEFAULT_CONFIG, PruneConfig
+from sessionfold.streams import state_api
+from sessionfold.streams.kafka_store import Output
+from sessionfold.streams.metrics import FleetCollector, Metrics, create
+from sessionfold.streams.summarizer import ModelPort, OfflineSummarizer
+from sessionfold.streams.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
+from sessionfold.streams.worker import (
+    FoldRuntime,
+    Sender,
+    SessionTracker,
+    SourceRecord,
+    SummarizeRuntime,
+)
+
+log = logging.getLogger(__name__)
+
+Role = Literal["fold", "summarize", "all"]
+
+#: Largest record the worker produces (journal records hold one event's writes): 8 MiB.
+MAX_RECORD_BYTES = 8 * 1024 * 1024
+
+
+class WorkerSettings(BaseModel):
+    """Everything a worker needs; the timeouts default to values that also suit tests."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bootstrap: str = "127.0.0.1:9092"
+    topic_prefix: str = DEFAULT_PREFIX
+    partitions: int = Field(DEFAULT_PARTITIONS, ge=1)
+    replication: int = Field(1, ge=1)
+    role: Role = "all"
+    #: Faust id: consumer group and prefix of the changelog topic. Default: `<prefix>worker`.
+    app_id: str | None = None
+    web_port: int = Field(6066, ge=0, le=65535)
+    web_bind: str = "0.0.0.0"
+    #: Host other workers reach this one at (state requests are proxied to the owner).
+    web_host: str | None = None
+    store: str = "memory://"
+    data_dir: Path | None = None
+    processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once"
+    session_timeout_s: float = Field(6.0, gt=0)
+    heartbeat_interval_s: float = Field(1.0, gt=0)
+    rebalance_timeout_s: float = Field(20.0, gt=0)
+    request_timeout_s: float = Field(30.0, gt=0)
+    commit_interval_s: float = Field(0.5, gt=0)
+    #: Records an agent may have fetched but not processed. Small on purpose: a compaction queued
+    #: behind thousands of session events keeps its session's barrier up (and its events held)
+    #: for as long as those take.
+    stream_buffer: int = Field(128, ge=1)
+    max_poll_records: int = Field(100, ge=1)
+    #: Seconds the producer waits to batch records: one event writes several changelog records,
+    #: and sent one request each they cost more than the fold itself.
+    producer_linger_s: float = Field(0.005, ge=0)
+    prune: PruneConfig = DEFAULT_CONFIG
+
+    @field_validator("store")
+    @classmethod
+    def _known_store(cls, value: str) -> str:
+        if not value.startswith(("memory://", "rocksdb://")):
+            msg = "store must be memory:// or rocksdb://"
+            raise ValueError(msg)
+        return value
+
+    @property
+    def folds(self) -> bool:
+        """Whether this worker runs the fold."""
+        return self.role in ("fold", "all")
+
+    @property
+    def summarizes(self) -> bool:
+        """Whether this worker runs the summarizer."""
+        return self.role in ("summarize", "all")
+
+    @property
+    def faust_id(self) -> str:
+        """The Faust app id (consumer group) for this role."""
+        base = self.app_id or f"{self.topic_prefix}worker"
+        return f"{base}-summarize" if self.role == "summarize" else base
+
+    @property
+    def advertised_host(self) -> str:
+        """The host in this worker's canonical URL."""
+        if self.web_host:
+            return self.web_host
+        if self.web_bind not in ("0.0.0.0", "::", ""):
+            return self.web_bind
+        return os.uname().nodename
+
+
+def faust_options(settings: WorkerSettings) -> dict[str, Any]:
+    """The Faust settings for a worker (reference kafka-broker.md §4)."""
+    data_dir = settings.data_dir or _default_data_dir()
+    brokers = ";".join(f"kafka://{b.strip()}" for b in settings.bootstrap.split(","))
+    return {
+        "broker": brokers,
+        "store": settings.store,
+        "autodiscover": False,
+        "datadir": str(data_dir / settings.faust_id),
+        # Table changelogs get this count; it must equal the source topics' (PartitionsMismatch).
+        "topic_partitions": settings.partitions,
+        "topic_replication_factor": settings.replication,
+        "topic_disable_leader": True,
+        "table_standby_replicas": 0,
+        "processing_guarantee": settings.processing_guarantee,
+        "broker_session_timeout": settings.session_timeout_s,
+        "broker_heartbeat_interval": settings.heartbeat_interval_s,
+        "broker_rebalance_timeout": settings.rebalance_timeout_s,
+        "broker_request_timeout": settings.request_timeout_s,
+        "broker_commit_interval": settings.commit_interval_s,
+        "broker_max_poll_records": settings.max_poll_records,
+        "stream_buffer_maxsize": settings.stream_buffer,
+        # A revoked partition is handed over only after every record read from it is acked,
+        # which here means its writes are in the changelog (see FaustBackend).
+        "stream_wait_empty": True,
+        "producer_max_request_size": MAX_RECORD_BYTES,
+        "producer_linger": settings.producer_linger_s,
+        "consumer_auto_offset_reset": "earliest",
+        "key_serializer": "raw",
+        "value_serializer": "raw",
+        "web_enabled": True,
+        "web_port": settings.web_port,
+        "web_bind": settings.web_bind,
+        "web_host": settings.advertised_host,
+        "canonical_url": f"http://{settings.advertised_host}:{settings.web_port}",
+        "worker_redirect_stdouts": False,
+    }
+
+
+def _default_data_dir() -> Path:
+    base = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state"))
+    return base / "sessionfold" / "worker"
+
+
+def make_app(
+    settings: WorkerSettings,
+    model_port: ModelPort | None = None,
+    registry: CollectorRegistry | None = None,
+) -> faust.App:
+    """A new Faust app running `settings.role`; `model_port` answers flush requests."""
+    options = faust_options(settings)
+    Path(options["datadir"]).parent.mkdir(parents=True, exist_ok=True)
+    app = faust.App(settings.faust_id, **options)
+    topics = Topics(settings.topic_prefix)
+    metrics = create(registry or CollectorRegistry())
+    metrics.worker_info.labels(role=settings.role).set(1)
+    send = _sender(app, topics)
+    offsets = ContiguousOffsets(app, repair=settings.processing_guarantee == "at_least_once")
+    app.timer(1.0, name="reread-skipped")(offsets.retry)
+    tracker: SessionTracker | None = None
+    if settings.folds:
+        tracker = _add_fold(app, settings, topics, send, metrics, offsets)
+    if settings.summarizes:
+        port = model_port or OfflineSummarizer()
+        _add_summarizer(app, topics, send, metrics, port, offsets)
+    roles = _roles_by_topic(settings, topics)
+    metrics.registry.register(
+        FleetCollector(
+            fleet=lambda: None if tracker is None else tracker.snapshot(_active(app, topics)),
+            lag=lambda: consumer_lag(app, roles),
+        )
+    )
+    _add_metrics_page(app, metrics)
+    return app
+
+
+class StateTable(faust.Table):
+    """The fold's table: str keys go to the changelog as plain UTF-8, not JSON-quoted.
+
+    The state API's table_route hashes the serialized key to find the owner, and it must hash
+    like the session id does on the topics; recovery decodes the keys the same way.
+    """
+
+    def _serializer_from_type(self, typ: Any) -> Any:
+        if typ in (str, bytes):
+            return "raw"
+        return super()._serializer_from_type(typ)
+
+
+class FaustBackend:
+    """The state table as a Backend: reads from its store, every write sent to its changelog.
+
+    Writes go around `Table.__setitem__` to get the changelog send's future: Faust commits
+    offsets after flushing its producer buffer, but that flush gives up after 0.1 s without a
+    send, so only an acknowledged write is known to be in the changelog.
+    """
+
+    #: Changelog records Faust may queue before it pauses the streams to drain them (its default,
+    #: 100, is less than one flush writes, and it warns each time the queue passes it).
+    BUFFER_RECORDS = 2_000
+
+    def __init__(self, table: faust.Table) -> None:
+        self.table = table
+        self._buffer_sized = False
+
+    def get(self, key: str) -> bytes | None:
+        """The value at `key`, or None."""
+        return self.table.get(key)
+
+    def keys(self) -> Any:
+        """Every key the store holds."""
+        return self.table.keys()
+
+    async def write(self, key: str, value: bytes | None, partition: int) -> Any:
+        """Set (or with None delete) `key` in the store and send it to the changelog."""
+        if not self._buffer_sized:
+            self.table.app.producer.buffer.max_messages = self.BUFFER_RECORDS
+            self._buffer_sized = True
+        if value is None:
+            self.table.data.pop(key, None)
+            return self.table.send_changelog(partition, key, None, value_serializer="raw")
+        self.table.data[key] = value
+        return self.table.send_changelog(partition, key, value)
+
+
+#: How long a re-read may take before the consumer is sent back again.
+RETRY_SEEK_S = 2.0
+
+
+class ContiguousOffsets:
+    """Lets each partition's records through in offset order, with none left out.
+
+    faust-streaming 0.15 can drop records it has fetched: around a rebalance or the end of a
+    recovery its `getmany` abandons the rest of a batch (flow stopped, generation changed) or
+    skips a partition it does not count as active yet, and the consumer's position has moved on.
+    It then books the hole as a "gap" and treats it as processed, so the offsets get committed and
+    the records are never read: a lost compaction leaves its session's barrier up forever, a lost
+    session event a wrong state. Our topics have no real gaps (no compaction, no transactions
+    under at-least-once), so a jump means a loss: the record after the hole is refused (not
+    acked), the consumer is sent back to the first missing offset, and Faust's gap booking is
+    turned off so nothing past the hole is committed before it is read. Records Faust had already
+    buffered still arrive after the seek and move its read offset past the hole, so it drops the
+    re-read ones: `retry` (a timer) seeks again until the missing record arrives.
+
+    Under exactly_once, transaction markers leave real gaps: then every record is let through
+    and Faust's gap booking is kept (`repair=False`).
+    """
+
+    def __init__(self, app: faust.App, repair: bool = True) -> None:
+        self.app = app
+        self.repair = repair
+        self._patched = False
+        self._generation: int | None = None
+        self._next: dict[Any, int] = {}
+        self._rewound: dict[Any, tuple[int, float]] = {}
+
+    async def admit(self, message: Any) -> bool:
+        """Whether to process `message` now (False: an earlier record is missing)."""
+        if not self.repair:
+            return True
+        consumer = self.app.consumer
+        if not self._patched:
+            consumer._add_gap = _keep_gap  # type: ignore[attr-defined]
+            self._patched = True
+        generation = self.app.consumer_generation_id
+        if generation != self._generation:
+            # A rebalance: Faust re-reads every partition from its committed offset.
+            self._generation = generation
+            self._next.clear()
+            self._rewound.clear()
+        tp, offset = message.tp, message.offset
+        expected = self._next.get(tp)
+        if expected is None:
+            expected = getattr(consumer, "_committed_offset", {}).get(tp)
+        if expected is not None and offset > expected:
+            rewound = self._rewound.get(tp)
+            if rewound is None or rewound[0] != expected:
+                log.warning(
+                    "consumer skipped records; reading them again",
+                    extra={"topic": tp.topic, "partition": tp.partition, "offset": expected},
+                )
+                await self._seek(tp, expected)
+            return False
+        self._rewound.pop(tp, None)
+        self._next[tp] = offset + 1
+        return True
+
+    async def retry(self) -> None:
+        """Seek again for every partition whose missing record has not come for 2 s."""
+        if self._generation != self.app.consumer_generation_id:
+            return  # a rebalance re-reads from the committed offsets anyway
+        now = time.monotonic()
+        for tp, (expected, since) in list(self._rewound.items()):
+            if now - since >= RETRY_SEEK_S:
+                await self._seek(tp, expected)
+
+    async def _seek(self, tp: Any, offset: int) -> None:
+        self._rewound[tp] = (offset, time.monotonic())
+        try:
+            await self.app.consumer.seek(tp, offset)
+        except Exception as exc:  # revoked meanwhile: the rebalance re-reads it
+            log.warning(
+                "seek failed", extra={"partition": tp.partition, "error": type(exc).__name__}
+            )
+
+
+async def _keep_gap(tp: Any, offset_from: int, offset_to: int) -> None:
+    """Faust's gap booking, disabled: a hole in our offsets is a loss to repair, not a gap."""
+
+
+def _ack_when_durable(event: Any, durable: Any) -> None:
+    """Acknowledge `event` to Faust once everything it wrote and sent is acknowledged.
+
+    Until then its offset is not committed: after a crash it is delivered again.
+    """
+
+    def done(future: asyncio.Future[Any]) -> None:
+        if future.cancelled() or future.exception() is not None:
+            log.error("a write was not acknowledged; the record is not acked")
+            return
+        event.ack()
+
+    asyncio.ensure_future(durable).add_done_callback(done)
+
+
+def _add_fold(
+    app: faust.App,
+    settings: WorkerSettings,
+    topics: Topics,
+    send: Sender,
+    metrics: Metrics,
+    offsets: ContiguousOffsets,
+) -> SessionTracker:
+    options = {"driver": "rocksdict"} if settings.store.startswith("rocksdb://") else None
+    table = app.tables.add(
+        StateTable(
+            app,
+            name="state",
+            beacon=app.tables.beacon,
+            key_type=str,
+            value_type=bytes,
+            partitions=settings.partitions,
+            extra_topic_configs={"max.message.bytes": str(MAX_RECORD_BYTES)},
+            options=options,
+            help="Fold state: sid/... keys, orjson values (one changelog record per write).",
+        )
+    )
+    backend = FaustBackend(table)
+    tracker = SessionTracker(backend, settings.prune, settings.partitions)
+    runtime = FoldRuntime(
+        backend,
+        send,
+        topics,
+        settings.prune,
+        metrics,
+        tracker,
+        journal=settings.processing_guarantee == "at_least_once",
+    )
+    inputs = _topic(app, topics.session_events, topics.compaction_events)
+
+    async def fold(stream: faust.StreamT[bytes]) -> None:
+        """Fold session events and compactions into the state table."""
+        async for event in stream.noack().events():
+            if await offsets.admit(event.message):
+                _ack_when_durable(event, await runtime.handle(_record(event.message)))
+
+    async def count_dead_letters(stream: faust.StreamT[bytes]) -> None:
+        """Count each session's dead letters into the state table."""
+        async for event in stream.noack().events():
+            if await offsets.admit(event.message):
+                record = _record(event.message)
+                _ack_when_durable(event, await runtime.handle_dead_letter(record))
+
+    async def on_recovered() -> None:
+        tracker.rebuild()
+
+    app.agent(inputs, name="fold", concurrency=1)(fold)
+    app.agent(_topic(app, topics.dead_letters), name="dead-letters", concurrency=1)(
+        count_dead_letters
+    )
+    table.on_recover(on_recovered)
+    state_api.register(app, table, backend, settings.prune, topics, settings.bootstrap)
+    return tracker
+
+
+def _add_summarizer(
+    app: faust.App,
+    topics: Topics,
+    send: Sender,
+    metrics: Metrics,
+    port: ModelPort,
+    offsets: ContiguousOffsets,
+) -> None:
+    runtime = SummarizeRuntime(port, send, topics, metrics)
+
+    async def summarize(stream: faust.StreamT[bytes]) -> None:
+        """Answer flush requests with compaction events."""
+        async for event in stream.noack().events():
+            if await offsets.admit(event.message):
+                _ack_when_durable(event, await runtime.handle(_record(event.message)))
+
+    app.agent(_topic(app, topics.flush_requests), name="summarize", concurrency=1)(summarize)
+
+
+def _topic(app: faust.App, *names: str) -> faust.TopicT:
+    return app.topic(
+        *names,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+    )
+
+
+def _sender(app: faust.App, topics: Topics) -> Sender:
+    by_name = {name: _topic(app, name) for name in topics.all()}
+
+    async def send(output: Output) -> Any:
+        return await by_name[output.topic].send(key=output.key, value=output.value)
+
+    return send
+
+
+def _record(message: Any) -> SourceRecord:
+    return SourceRecord(
+        message.topic, message.partition, message.offset, message.key, message.value
+    )
+
+
+def _add_metrics_page(app: faust.App, metrics: Metrics) -> None:
+    class PrometheusMetrics(View):
+        async def get(self, request: Request) -> Response:
+            body = generate_latest(metrics.registry)
+            return self.bytes(body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app.page("/metrics", name="metrics")(PrometheusMetrics)
+
+
+def _active(app: faust.App, topics: Topics) -> set[int]:
+    """Partitions of session-events this worker owns now."""
+    try:
+        assigned = app.assignor.assigned_actives()
+    except Exception:  # not assigned yet
+        return set()
+    return {tp.partition for tp in assigned if tp.topic == topics.session_events}
+
+
+def _roles_by_topic(settings: WorkerSettings, topics: Topics) -> dict[str, str]:
+    roles: dict[str, str] = {}
+    if settings.folds:
+        for name in (topics.session_events, topics.compaction_events, topics.dead_letters):
+            roles[name] = "fold"
+    if settings.summarizes:
+        roles[topics.flush_requests] = "summarize"
+    return roles
+
+
+def consumer_lag(app: faust.App, roles: Mapping[str, str]) -> dict[str, int]:
+    """Unread records on the worker's assigned input partitions, by role.
+
+    Lag is the partition's high-water mark minus the next offset this worker will read (the last
+    one it read, else the last it committed); a partition it has neither read nor committed since
+    it started is left out.
+    """
+    lag = dict.fromkeys(set(roles.values()), 0)
+    try:
+        assignment = app.consumer.assignment()
+    except Exception:  # not started
+        return lag
+    monitor = app.monitor
+    for tp in assignment:
+        role = roles.get(tp.topic)
+        if role is None:
+            continue
+        highwater = _highwater(app, tp)
+        read = monitor.tp_read_offsets.get(tp)
+        position = read + 1 if read is not None else monitor.tp_committed_offsets.get(tp)
+        if highwater is None or position is None:
+            continue
+        lag[role] += max(0, highwater - position)
+    return lag
+
+
+def _highwater(app: faust.App, tp: Any) -> int | None:
+    try:
+        return app.consumer.highwater(tp)
+    except Exception:  # no fetch for it yet
+        return None
+
+
+__all__ = [
+    "MAX_RECORD_BYTES",
+    "WorkerSettings",
+    "consumer_lag",
+    "faust_options",
+    "make_app",
+]

@@ -1,0 +1,200 @@
+"""The state API on a fold worker's web server.
+
+- `GET /sessions/{id}`: the session's projections, the same document as one session of
+  `sessionfold fold --json` (embedded.session_state plus `dead_letters`).
+- `GET /sessions/{id}/flushes`: its flush-metrics records, the outstanding request id and the
+  number of events the flush barrier holds.
+- `GET /sessions/{id}/refs/{ref}`: the original tool output a summary's ref `tN` stands for,
+  read back from session-events at the offset the fold recorded for that toolResult entry.
+
+Every view is routed by Faust's `table_route` on the session id, so any fold worker can be asked:
+the one that owns the session's partition answers (Faust proxies the request to it). An unknown
+session or ref is a 404 with a JSON `error`; a partition nobody owns yet (a rebalance) is a 503.
+Reads see a session as of its last complete event (an interrupted event's journal is applied
+over the table for the read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+import orjson
+from faust.web import Request, Response, View
+from kafka import KafkaConsumer, TopicPartition
+
+from sessionfold.events.envelope import EntryEnvelope, EnvelopeError, decode
+from sessionfold.projections import digest, index, pruning
+from sessionfold.projections.config import PruneConfig
+from sessionfold.projections.store import Store
+from sessionfold.streams.embedded import session_state
+from sessionfold.streams.kafka_store import Backend, dead_letter_key, offset_key, read_view
+from sessionfold.streams.topics import Topics
+
+#: How long a ref read waits for its record.
+READ_TIMEOUT_S = 10.0
+
+
+def known(store: Store, session_id: str) -> bool:
+    """Whether any session event of the session has been folded."""
+    return store.get(pruning.row_key(session_id, "h")) is not None
+
+
+def dead_letter_count(store: Store, session_id: str) -> int:
+    """How many dead letters the session has."""
+    row = store.get(dead_letter_key(session_id))
+    return 0 if row is None else int(row["n"])
+
+
+def session_document(store: Store, session_id: str, config: PruneConfig) -> dict[str, Any] | None:
+    """One session as `sessionfold fold --json` reports it; None if the session is unknown."""
+    if not known(store, session_id):
+        return None
+    state = session_state(store, session_id, config)
+    state["dead_letters"] = dead_letter_count(store, session_id)
+    return state
+
+
+def flushes_document(store: Store, session_id: str) -> dict[str, Any] | None:
+    """The session's flush attempts and barrier; None if unknown."""
+    if not known(store, session_id):
+        return None
+    head = pruning.load_head(store, session_id)
+    return {
+        "session_id": session_id,
+        "flush_attempts": pruning.flush_records(store, session_id),
+        "outstanding": head["out"],
+        "held_events": len(head["held"]),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class RefLocation:
+    """Where the original behind a ref sits: its index record and its log position."""
+
+    session_id: str
+    ref: str
+    key: str
+    seq: int
+    partition: int
+    offset: int
+
+
+def locate_ref(store: Store, session_id: str, ref: str) -> RefLocation | str:
+    """The log position of a ref's original, or why there is none."""
+    if not known(store, session_id):
+        return "unknown session"
+    occurrence = index.resolve_ref(store, session_id, ref)
+    record = None if occurrence is None else index.record(store, session_id, occurrence)
+    if occurrence is None or record is None:
+        return "unknown ref"
+    position = store.get(offset_key(session_id, record["seq"]))
+    if position is None:
+        return "original not located"
+    return RefLocation(session_id, ref, occurrence, record["seq"], position["p"], position["o"])
+
+
+def read_record(bootstrap: str, topic: str, partition: int, offset: int) -> bytes | None:
+    """The value of one record, read by position without joining a consumer group."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        group_id=None,
+        client_id="sessionfold-state-api",
+    )
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.seek(tp, offset)
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        while time.monotonic() < deadline:
+            batch = consumer.poll(timeout_ms=500, max_records=1)
+            for records in batch.values():
+                for record in records:
+                    if record.offset == offset:
+                        return record.value
+                    return None  # the offset is gone (compacted or truncated)
+        return None
+    finally:
+        consumer.close()
+
+
+def ref_document(location: RefLocation, value: bytes | None, topic: str) -> dict[str, Any] | None:
+    """The original toolResult message behind a ref; None if the log does not hold it."""
+    if value is None:
+        return None
+    try:
+        envelope = decode(value)
+    except EnvelopeError:
+        return None
+    if (
+        not isinstance(envelope, EntryEnvelope)
+        or envelope.session_id != location.session_id
+        or envelope.seq != location.seq
+    ):
+        return None
+    message = digest.message_of(envelope.payload.entry) or {}
+    return {
+        "session_id": location.session_id,
+        "ref": location.ref,
+        "key": location.key,
+        "seq": location.seq,
+        "tool_call_id": message.get("toolCallId"),
+        "tool_name": message.get("toolName"),
+        "is_error": bool(message.get("isError", False)),
+        "content": message.get("content"),
+        "location": {"topic": topic, "partition": location.partition, "offset": location.offset},
+    }
+
+
+def register(
+    app: faust.App,
+    table: Any,
+    state: Backend,
+    config: PruneConfig,
+    topics: Topics,
+    bootstrap: str,
+) -> None:
+    """Add the state views to a fold worker's web server (`table` routes, `state` answers)."""
+
+    class Session(View):
+        @app.table_route(table=table, match_info="session_id")
+        async def get(self, request: Request, session_id: str) -> Response:
+            document = session_document(read_view(state, session_id), session_id, config)
+            if document is None:
+                return _json(self, {"error": "unknown session", "session_id": session_id}, 404)
+            return _json(self, document)
+
+    class Flushes(View):
+        @app.table_route(table=table, match_info="session_id")
+        async def get(self, request: Request, session_id: str) -> Response:
+            document = flushes_document(read_view(state, session_id), session_id)
+            if document is None:
+                return _json(self, {"error": "unknown session", "session_id": session_id}, 404)
+            return _json(self, document)
+
+    class Ref(View):
+        @app.table_route(table=table, match_info="session_id")
+        async def get(self, request: Request, session_id: str, ref: str) -> Response:
+            location = locate_ref(read_view(state, session_id), session_id, ref)
+            if isinstance(location, str):
+                return _json(self, {"error": location, "session_id": session_id, "ref": ref}, 404)
+            value = await asyncio.to_thread(
+                read_record, bootstrap, topics.session_events, location.partition, location.offset
+            )
+            document = ref_document(location, value, topics.session_events)
+            if document is None:
+                error = {"error": "original not in the log", "session_id": session_id, "ref": ref}
+                return _json(self, error, 404)
+            return _json(self, document)
+
+    app.page("/sessions/{session_id}", name="session")(Session)
+    app.page("/sessions/{session_id}/flushes", name="session-flushes")(Flushes)
+    app.page("/sessions/{session_id}/refs/{ref}", name="session-ref")(Ref)
+
+
+def _json(view: View, body: Any, status: int = 200) -> Response:
+    return view.bytes(orjson.dumps(body), content_type="application/json", status=status)

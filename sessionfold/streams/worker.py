@@ -1,0 +1,544 @@
+"""What the Kafka runtime's agents do with one record: the steps, the runtimes, the gauges.
+
+Three agents, each a loop of `await runtime.handle(record)`:
+- fold (session-events and compaction-events): `fold_record` decodes the envelope and calls
+  `session_fold.apply` over a `WriteSet`; `FoldRuntime` commits the writes and the flush-request
+  and flush-metrics outputs through the journal (kafka_store.py), so a crash at any point is
+  repaired by redelivery; it also records where each toolResult entry sits in the log.
+- dead-letter count (dead-letters): `count_dead_letter` keeps each session's count, once per
+  record, for the state API (the embedded runtime counts the same dead letters).
+- summarize (flush-requests): `SummarizeRuntime` answers a request through the model port in a
+  thread (a real model takes seconds; the event loop must keep heart-beating) and sends the
+  compaction (`embedded.answer`, so both runtimes answer alike).
+Records that cannot be read go to the dead-letter topic with a reason; logs carry ids, offsets
+and reason codes, never message text or tool output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiokafka.partitioner import murmur2
+from pydantic import ValidationError
+
+from sessionfold.events.envelope import (
+    SESSION_EVENT_KINDS,
+    CompactionEnvelope,
+    EntryEnvelope,
+    EnvelopeError,
+    FlushMetricsEnvelope,
+    FlushRequestEnvelope,
+    SchemaVersionError,
+    decode,
+    encode,
+)
+from sessionfold.events.flush import (
+    CompactionPayload,
+    is_pruning_compaction,
+    read_compaction,
+    read_request,
+    wrap,
+)
+from sessionfold.projections import digest, pruning, windows
+from sessionfold.projections import metrics as context_metrics
+from sessionfold.projections.config import PruneConfig
+from sessionfold.projections.session_fold import apply
+from sessionfold.projections.store import Store
+from sessionfold.streams.embedded import answer
+from sessionfold.streams.kafka_store import (
+    Backend,
+    Journal,
+    Output,
+    TableStore,
+    WriteSet,
+    dead_letter_key,
+    journal_key,
+    offset_key,
+    open_journal,
+    read_view,
+    write_keys,
+)
+from sessionfold.streams.metrics import FleetSnapshot, Metrics
+from sessionfold.streams.summarizer import ModelPort
+from sessionfold.streams.topics import Topics
+
+log = logging.getLogger(__name__)
+
+#: Sends one record; the awaitable it returns resolves once the broker acknowledged it.
+Sender = Callable[[Output], Awaitable[Awaitable[Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    """The parts of a consumed Kafka record a step needs."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """Why a record was dead-lettered: a short code (the metric `kind`) and a content-free note."""
+
+    reason: str
+    error: str
+
+
+@dataclass(slots=True)
+class FoldResult:
+    """What folding one record did."""
+
+    kind: str | None = None
+    fresh: bool = False  # a session event above the session's last sequence number
+    compaction: str | None = None  # applied, ignored, ledger, unreadable
+    outputs: list[Any] = field(default_factory=list)
+    fault: Fault | None = None
+
+
+# --- the steps (no I/O beyond the store they are handed) --------------------------------------
+
+
+def read_envelope(record: SourceRecord) -> Any:
+    """The record's envelope, or the Fault that sends it to the dead-letter topic."""
+    if record.value is None:
+        return Fault("undecodable", "record has no value")
+    try:
+        envelope = decode(record.value)
+    except SchemaVersionError as exc:
+        return Fault("newer-schema", f"envelope schema_version {exc.found} is newer than this one")
+    except EnvelopeError as exc:
+        return Fault("undecodable", str(exc))  # the message names the cause, never the content
+    if record.key != envelope.session_id.encode():
+        # The key decides the partition, and so which worker holds the session's state.
+        return Fault("key-mismatch", "record key is not the envelope's session id")
+    return envelope
+
+
+def fold_record(store: Store, record: SourceRecord, config: PruneConfig) -> FoldResult:
+    """Fold one session-events or compaction-events record into `store`."""
+    envelope = read_envelope(record)
+    if isinstance(envelope, Fault):
+        return FoldResult(fault=envelope)
+    if isinstance(envelope, CompactionEnvelope):
+        outcome = _compaction_outcome(store, envelope)
+        outputs = apply(store, envelope, config)
+        return FoldResult(kind="compaction", compaction=outcome, outputs=outputs)
+    if envelope.kind not in SESSION_EVENT_KINDS:
+        return FoldResult(fault=Fault("unexpected-kind", f"{envelope.kind.value} is not folded"))
+    session_id = envelope.session_id
+    fresh = envelope.seq > pruning.load_head(store, session_id)["seq"]
+    if fresh and _is_tool_result(envelope):
+        # Where the original sits, so a ref can be read back (the index points at the seq).
+        position = {"p": record.partition, "o": record.offset}
+        store.put(offset_key(session_id, envelope.seq), position)
+    outputs = apply(store, envelope, config)
+    return FoldResult(kind=envelope.kind.value, fresh=fresh, outputs=outputs)
+
+
+def _compaction_outcome(store: Store, envelope: CompactionEnvelope) -> str:
+    if not is_pruning_compaction(envelope):
+        return "ledger"
+    try:
+        payload = read_compaction(envelope)
+    except ValidationError:
+        return "unreadable"
+    outstanding = pruning.load_head(store, envelope.session_id)["out"]
+    return "applied" if payload.request_id == outstanding else "ignored"
+
+
+def _is_tool_result(envelope: Any) -> bool:
+    if not isinstance(envelope, EntryEnvelope):
+        return False
+    message = digest.message_of(envelope.payload.entry)
+    return message is not None and message.get("role") == "toolResult"
+
+
+def dead_letter_value(record: SourceRecord, fault: Fault) -> bytes:
+    """The dead-letter topic's record for a record a worker could not use (the bytes included)."""
+    value = record.value or b""
+    return orjson.dumps(
+        {
+            "source": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "reason": fault.reason,
+            "error": fault.error,
+            "size": len(value),
+            "session_id": _session_of(record.key),
+            "raw_b64": base64.b64encode(value).decode("ascii"),
+        }
+    )
+
+
+def count_dead_letter(store: Store, record: SourceRecord) -> bool:
+    """Count one dead-letter record for its session; False when it was counted already.
+
+    A redelivered record is recognised by its offset. A worker that crashed after
+    dead-lettering a record and before committing dead-letters it again at a new offset; such a
+    copy is recognised by the source offset it names.
+    """
+    session_id = _session_of(record.key)
+    if session_id is None:
+        return False
+    row_key = dead_letter_key(session_id)
+    row = store.get(row_key) or {"n": 0, "o": -1, "src": {}}
+    if record.offset <= row["o"]:
+        return False
+    row["o"] = record.offset
+    counted = True
+    source = _source_of(record.value)
+    if source is not None:
+        topic, offset = source
+        counted = offset > row["src"].get(topic, -1)
+        row["src"][topic] = max(offset, row["src"].get(topic, -1))
+    if counted:
+        row["n"] += 1
+    store.put(row_key, row)
+    return counted
+
+
+def _source_of(value: bytes | None) -> tuple[str, int] | None:
+    """(topic, offset) a worker's own dead letter names; None for a publisher's."""
+    try:
+        body = orjson.loads(value or b"")
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("offset"), int):
+        return None
+    return str(body.get("source")), body["offset"]
+
+
+def read_request_record(record: SourceRecord) -> FlushRequestEnvelope | Fault:
+    """A flush-requests record's envelope, or the Fault that dead-letters it."""
+    envelope = read_envelope(record)
+    if isinstance(envelope, Fault):
+        return envelope
+    if not isinstance(envelope, FlushRequestEnvelope):
+        return Fault("unexpected-kind", f"{envelope.kind.value} is not a flush request")
+    try:
+        read_request(envelope)
+    except ValidationError as exc:
+        return Fault("invalid-request", f"{exc.error_count()} invalid fields")
+    return envelope
+
+
+def answer_request(port: ModelPort, request: FlushRequestEnvelope) -> tuple[Any, str]:
+    """The compaction answering `request`, and whether the port answered or raised.
+
+    A port that raises still gets an answer out (an error compaction): the session's flush
+    barrier is up until one arrives, and the fold treats an error as failed batches it captures
+    again at the next flush.
+    """
+    try:
+        return answer(port, request), "answered"
+    except Exception as exc:
+        payload = read_request(request)
+        log.warning(
+            "model port raised",
+            extra={"session": payload.session_id, "error": type(exc).__name__},
+        )
+        compaction = CompactionPayload(
+            request_id=payload.request_id,
+            session_id=payload.session_id,
+            model=payload.model,
+            error=f"port-error:{type(exc).__name__}",
+        )
+        return wrap(compaction, request.seq), "error"
+
+
+def _session_of(key: bytes | None) -> str | None:
+    return None if key is None else key.decode("utf-8", "replace")
+
+
+def partition_of(session_id: str, partitions: int) -> int:
+    """The partition a session's records go to (Kafka's default murmur2 partitioner)."""
+    return (murmur2(session_id.encode()) & 0x7FFFFFFF) % partitions
+
+
+# --- metrics ----------------------------------------------------------------------------------
+
+
+def observe_fold(metrics: Metrics, result: FoldResult) -> None:
+    """Count what one fold step did."""
+    if result.fault is not None:
+        metrics.dead_letters.labels(kind=result.fault.reason).inc()
+        return
+    if result.compaction is not None:
+        metrics.compactions.labels(outcome=result.compaction).inc()
+    elif result.kind is not None:
+        counter = metrics.events_folded if result.fresh else metrics.events_duplicate
+        counter.labels(kind=result.kind).inc()
+    for envelope in result.outputs:
+        payload = envelope.payload
+        if isinstance(envelope, FlushRequestEnvelope):
+            metrics.flush_requests.labels(trigger=getattr(payload, "trigger", "unknown")).inc()
+        elif isinstance(envelope, FlushMetricsEnvelope):
+            metrics.flush_attempts.labels(
+                trigger=getattr(payload, "trigger", "unknown"),
+                outcome=getattr(payload, "outcome", "unknown"),
+            ).inc()
+
+
+def observe_answer(metrics: Metrics, compaction: Any, outcome: str, seconds: float) -> None:
+    """Count one summarizer answer: duration, usage, batch outcomes."""
+    metrics.summarizer_requests.labels(outcome=outcome).inc()
+    metrics.summarizer_duration.observe(seconds)
+    payload = read_compaction(compaction)
+    metrics.summarizer_tokens.labels(kind="input").inc(payload.usage.input_tokens)
+    metrics.summarizer_tokens.labels(kind="output").inc(payload.usage.output_tokens)
+    metrics.summarizer_cost.inc(max(payload.usage.cost, 0.0))
+    metrics.summarizer_model_calls.inc(payload.usage.calls)
+    for result in payload.results:
+        metrics.summarizer_batches.labels(outcome=result.outcome).inc()
+
+
+# --- the runtimes -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """One session's share of the fleet gauges."""
+
+    pending_batches: int
+    held_events: int
+    outstanding: bool
+    gap_tokens: int
+
+
+def session_summary(store: Store, session_id: str, config: PruneConfig) -> SessionSummary:
+    """Pending batches, held events, barrier and frontier gap of one session."""
+    session = pruning.open_session(store, session_id, config)
+    return SessionSummary(
+        pending_batches=len(windows.capture(session)),
+        held_events=len(session.head["held"]),
+        outstanding=session.busy,
+        gap_tokens=context_metrics.snapshot(store, session_id)["frontier_gap_tokens"],
+    )
+
+
+class SessionTracker:
+    """The sessions a fold worker holds state for, and their gauge values.
+
+    A session's values are recomputed at the first scrape after an event changed it, so a scrape
+    costs the sessions that changed since the last one, not the whole fleet.
+    """
+
+    def __init__(self, table: Backend, config: PruneConfig, partitions: int) -> None:
+        self.table = table
+        self.config = config
+        self.partitions = partitions
+        self._sessions: dict[str, tuple[int, SessionSummary | None]] = {}
+
+    def touch(self, session_id: str, partition: int) -> None:
+        """A session changed: recompute its values at the next scrape."""
+        self._sessions[session_id] = (partition, None)
+
+    def rebuild(self) -> None:
+        """Find every session the table holds (after a recovery)."""
+        suffix = "/pr/h"
+        for table_key in list(self.table.keys()):
+            if table_key.endswith(suffix):
+                session_id = table_key[: -len(suffix)]
+                self.touch(session_id, partition_of(session_id, self.partitions))
+
+    def snapshot(self, active: set[int]) -> FleetSnapshot:
+        """Totals over the sessions on the `active` partitions (the others are forgotten)."""
+        pending = held = outstanding = 0
+        gaps = []
+        for session_id, (partition, summary) in list(self._sessions.items()):
+            if partition not in active:
+                del self._sessions[session_id]
+                continue
+            if summary is None:
+                view = read_view(self.table, session_id)
+                summary = session_summary(view, session_id, self.config)
+                self._sessions[session_id] = (partition, summary)
+            pending += summary.pending_batches
+            held += summary.held_events
+            outstanding += summary.outstanding
+            gaps.append(summary.gap_tokens)
+        return FleetSnapshot(len(gaps), pending, held, outstanding, gaps)
+
+
+class FoldRuntime:
+    """The fold agent's work for one record: finish an open journal, fold, commit, count.
+
+    `handle` returns once the record's writes and outputs are handed to the producer; the
+    awaitable it returns resolves when the broker has acknowledged all of them. The agent
+    acknowledges the record to Faust only then, so a committed offset never runs ahead of the
+    state it produced (the next record is folded meanwhile: the store already holds the writes).
+    """
+
+    def __init__(
+        self,
+        table: Backend,
+        send: Sender,
+        topics: Topics,
+        config: PruneConfig,
+        metrics: Metrics,
+        tracker: SessionTracker,
+        journal: bool = True,
+    ) -> None:
+        self.table = table
+        self.send = send
+        self.topics = topics
+        self.config = config
+        self.metrics = metrics
+        self.tracker = tracker
+        #: Off under exactly_once, where Faust's transaction makes the writes atomic already.
+        self.journal = journal
+
+    async def handle(self, record: SourceRecord) -> Awaitable[Any]:
+        """Fold one record; the awaitable resolves when its effect is durable."""
+        session_id = _session_of(record.key)
+        acks: list[Awaitable[Any]] = []
+        if session_id is not None:
+            acks += await self._finish_open_journal(session_id, record.partition)
+        writes = WriteSet(TableStore(self.table))
+        try:
+            result = fold_record(writes, record, self.config)
+        except Exception as exc:
+            # A fold bug must not stop the partition: the record is set aside, nothing written.
+            log.error(
+                "fold failed; record dead-lettered",
+                extra={"topic": record.topic, "offset": record.offset, "error": type(exc).__name__},
+            )
+            writes = WriteSet(TableStore(self.table))
+            result = FoldResult(fault=Fault("fold-error", type(exc).__name__))
+        if result.fault is not None:
+            acks.append(await self._dead_letter(record, result.fault))
+        outputs = [
+            Output(self._topic_of(e), e.session_id.encode(), encode(e)) for e in result.outputs
+        ]
+        if session_id is not None:
+            acks += await self._commit(session_id, Journal.of(writes, outputs), record.partition)
+        observe_fold(self.metrics, result)
+        if session_id is not None and result.kind is not None:
+            self.tracker.touch(session_id, record.partition)
+        return asyncio.gather(*acks)
+
+    async def handle_dead_letter(self, record: SourceRecord) -> Awaitable[Any]:
+        """Count one dead-letter record into its session's state (one key: atomic)."""
+        writes = WriteSet(TableStore(self.table))
+        count_dead_letter(writes, record)
+        acks = await write_keys(self.table, Journal.of(writes), record.partition)
+        return asyncio.gather(*acks)
+
+    async def _commit(
+        self, session_id: str, journal: Journal, partition: int
+    ) -> list[Awaitable[Any]]:
+        """Make one event's effect durable; the acknowledgements to wait for.
+
+        Step 1: the journal, the whole effect as one changelog record (skipped when the effect
+        is one write and no output: that is atomic by itself).
+        Step 2: the keys.
+        Step 3: the outputs, awaited until the broker has them (they are on other topics, so
+        nothing else orders them before the journal's removal).
+        Step 4: the journal is deleted: the event is complete.
+        """
+        if journal.empty:
+            return []
+        journaled = self.journal and not journal.atomic
+        acks = []
+        if journaled:
+            acks.append(
+                await self.table.write(journal_key(session_id), journal.encode(), partition)
+            )
+        acks += await write_keys(self.table, journal, partition)
+        sent = [await self.send(output) for output in journal.outputs]
+        if journaled:
+            await asyncio.gather(*sent)
+            acks.append(await self.table.write(journal_key(session_id), None, partition))
+        return acks + sent
+
+    async def _finish_open_journal(self, session_id: str, partition: int) -> list[Awaitable[Any]]:
+        """Complete an event a crash interrupted (its writes and outputs, again: idempotent)."""
+        journal = open_journal(self.table, session_id)
+        if journal is None:
+            return []
+        log.warning("completing an interrupted event", extra={"session": session_id})
+        acks = await write_keys(self.table, journal, partition)
+        sent = [await self.send(output) for output in journal.outputs]
+        await asyncio.gather(*sent)
+        acks.append(await self.table.write(journal_key(session_id), None, partition))
+        self.metrics.journal_replays.inc()
+        return acks + sent
+
+    async def _dead_letter(self, record: SourceRecord, fault: Fault) -> Awaitable[Any]:
+        log.warning(
+            "record dead-lettered",
+            extra={
+                "topic": record.topic,
+                "partition": record.partition,
+                "offset": record.offset,
+                "reason": fault.reason,
+            },
+        )
+        value = dead_letter_value(record, fault)
+        return await self.send(Output(self.topics.dead_letters, record.key, value))
+
+    def _topic_of(self, envelope: Any) -> str:
+        if isinstance(envelope, FlushRequestEnvelope):
+            return self.topics.flush_requests
+        if isinstance(envelope, FlushMetricsEnvelope):
+            return self.topics.flush_metrics
+        msg = f"the fold does not produce {type(envelope).__name__}"
+        raise TypeError(msg)
+
+
+class SummarizeRuntime:
+    """The summarizer agent's work for one flush request."""
+
+    def __init__(self, port: ModelPort, send: Sender, topics: Topics, metrics: Metrics) -> None:
+        self.port = port
+        self.send = send
+        self.topics = topics
+        self.metrics = metrics
+
+    async def handle(self, record: SourceRecord) -> Awaitable[Any]:
+        """Answer one request (or dead-letter it); resolves when the answer is durable."""
+        request = read_request_record(record)
+        if isinstance(request, Fault):
+            log.warning(
+                "request dead-lettered",
+                extra={
+                    "partition": record.partition,
+                    "offset": record.offset,
+                    "reason": request.reason,
+                },
+            )
+            value = dead_letter_value(record, request)
+            ack = await self.send(Output(self.topics.dead_letters, record.key, value))
+            self.metrics.dead_letters.labels(kind=request.reason).inc()
+            return ack
+        with self.metrics.summarizer_in_progress.track_inprogress():
+            started = time.perf_counter()
+            compaction, outcome = await asyncio.to_thread(answer_request, self.port, request)
+            seconds = time.perf_counter() - started
+        key = request.session_id.encode()
+        ack = await self.send(Output(self.topics.compaction_events, key, encode(compaction)))
+        observe_answer(self.metrics, compaction, outcome, seconds)
+        return ack
+
+
+class DelayedPort:
+    """A model port that sleeps before answering: lets tests kill a summarizer mid-call."""
+
+    def __init__(self, port: ModelPort, seconds: float) -> None:
+        self.port = port
+        self.seconds = seconds
+
+    def summarize(self, request: Any) -> Any:
+        """Sleep, then answer with the wrapped port."""
+        time.sleep(self.seconds)
+        return self.port.summarize(request)

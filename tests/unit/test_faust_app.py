@@ -1,0 +1,143 @@
+"""The Faust app factory's pieces that need no broker: settings, the offset guard, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faust.types import TP
+from prometheus_client import CollectorRegistry, generate_latest
+from pydantic import ValidationError
+
+from sessionfold.streams import faust_app
+from sessionfold.streams.faust_app import ContiguousOffsets, WorkerSettings, faust_options
+from sessionfold.streams.metrics import FleetCollector, FleetSnapshot, create
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+
+
+class FakeConsumer:
+    def __init__(self, committed: dict[TP, int]) -> None:
+        self._committed_offset = committed
+        self.seeks: list[tuple[TP, int]] = []
+
+    async def seek(self, tp: TP, offset: int) -> None:
+        self.seeks.append((tp, offset))
+
+
+class FakeApp:
+    def __init__(self, consumer: FakeConsumer) -> None:
+        self.consumer = consumer
+        self.consumer_generation_id = 1
+
+
+class Message:
+    def __init__(self, tp: TP, offset: int) -> None:
+        self.tp = tp
+        self.offset = offset
+
+
+TP0 = TP("t.session-events", 0)
+
+
+class TestSettings:
+    def test_roles_get_their_own_groups(self) -> None:
+        """Fold and all share the app id and changelog; summarizers get a group of their own."""
+        fold = WorkerSettings(topic_prefix="p.", role="fold")
+        assert fold.faust_id == WorkerSettings(topic_prefix="p.", role="all").faust_id == "p.worker"
+        assert WorkerSettings(topic_prefix="p.", role="summarize").faust_id == "p.worker-summarize"
+
+    def test_faust_options_follow_the_reference(self, tmp_path: Path) -> None:
+        """Short timeouts, no standbys, no leader topic, and partitions as given."""
+        settings = WorkerSettings(
+            bootstrap="h1:1,h2:2", partitions=3, web_bind="127.0.0.1", data_dir=tmp_path
+        )
+        options = faust_options(settings)
+        assert options["broker"] == "kafka://h1:1;kafka://h2:2"
+        assert options["topic_partitions"] == 3
+        assert (options["table_standby_replicas"], options["topic_disable_leader"]) == (0, True)
+        assert options["broker_session_timeout"] <= options["broker_request_timeout"]
+        assert options["canonical_url"] == "http://127.0.0.1:6066"
+        assert options["datadir"] == str(tmp_path / "sessionfold.worker")
+
+    def test_unknown_store_is_refused(self) -> None:
+        """Only memory:// and rocksdb:// tables exist."""
+        with pytest.raises(ValidationError):
+            WorkerSettings(store="redis://x")
+
+
+class TestContiguousOffsets:
+    def test_a_skipped_record_is_read_again(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A jump in offsets refuses the record after the hole and seeks back until it is filled."""
+        monkeypatch.setattr(faust_app, "RETRY_SEEK_S", 0.0)
+        consumer = FakeConsumer({TP0: 19})
+        offsets = ContiguousOffsets(FakeApp(consumer))  # type: ignore[arg-type]
+
+        async def run() -> list[Any]:
+            seen = [await offsets.admit(Message(TP0, 19))]
+            seen.append(await offsets.admit(Message(TP0, 23)))  # 20..22 skipped by the consumer
+            seen.append(await offsets.admit(Message(TP0, 24)))  # stale: no second seek
+            await offsets.retry()  # the re-read did not come: seek again
+            seen += [await offsets.admit(Message(TP0, n)) for n in (20, 21, 22, 23)]
+            return seen
+
+        assert asyncio.run(run()) == [True, False, False, True, True, True, True]
+        assert consumer.seeks == [(TP0, 20), (TP0, 20)]
+        assert consumer._add_gap.__name__ == "_keep_gap"  # type: ignore[attr-defined]
+
+    def test_the_first_record_after_a_rebalance_starts_at_the_commit(self) -> None:
+        """After a rebalance the committed offset is expected next; redeliveries pass."""
+        consumer = FakeConsumer({TP0: 5})
+        app = FakeApp(consumer)
+        offsets = ContiguousOffsets(app)  # type: ignore[arg-type]
+
+        async def run() -> list[bool]:
+            seen = [await offsets.admit(Message(TP0, 6))]  # 5 is missing
+            app.consumer_generation_id = 2
+            consumer._committed_offset[TP0] = 3
+            seen += [await offsets.admit(Message(TP0, n)) for n in (3, 4, 3)]
+            return seen
+
+        assert asyncio.run(run()) == [False, True, True, True]
+        assert consumer.seeks == [(TP0, 5)]
+
+    def test_exactly_once_lets_everything_through(self) -> None:
+        """Under exactly_once, transaction markers make real gaps: nothing is refused."""
+        consumer = FakeConsumer({TP0: 0})
+        offsets = ContiguousOffsets(FakeApp(consumer), repair=False)  # type: ignore[arg-type]
+        assert asyncio.run(offsets.admit(Message(TP0, 9)))
+        assert consumer.seeks == []
+
+
+class TestMetrics:
+    def test_every_metric_is_documented(self) -> None:
+        """docs/metrics.md names every metric the registry exposes, with the sessionfold_ prefix."""
+        registry = CollectorRegistry()
+        metrics = create(registry)
+        metrics.worker_info.labels(role="fold").set(1)
+        snapshot = FleetSnapshot(2, 3, 0, 1, [10, 5000])
+        registry.register(FleetCollector(lambda: snapshot, lambda: {"fold": 4}))
+        text = generate_latest(registry).decode()
+        names = {
+            f"{family.name}_total" if family.type == "counter" else family.name
+            for family in registry.collect()
+        }
+        documented = DOCS.read_text()
+        assert all(n.startswith("sessionfold_") for n in names)
+        missing = sorted(n for n in names if f"`{n}`" not in documented)
+        assert missing == []
+        assert 'sessionfold_frontier_gap_tokens_bucket{le="1000.0"} 1.0' in text
+        assert 'sessionfold_consumer_lag_records{role="fold"} 4.0' in text
+
+    def test_no_session_labels(self) -> None:
+        """Labels are bounded: kind, trigger, outcome, role only."""
+        registry = CollectorRegistry()
+        create(registry)
+        registry.register(FleetCollector(lambda: FleetSnapshot(), lambda: {}))
+        labels = set()
+        for family in registry.collect():
+            for sample in family.samples:
+                labels.update(sample.labels)
+        assert labels <= {"kind", "trigger", "outcome", "role", "le"}

@@ -1,0 +1,318 @@
+"""The Kafka runtime's store, journal and fold steps, without a broker.
+
+A dict stands in for the Faust table and lists for the topics. `Cluster` replays Kafka's
+at-least-once delivery: every consumer re-reads from its last committed position after a crash,
+and whatever the table and the topics got before the crash stays. Crashing at many points must
+still end in the embedded runtime's state, with every flush answered and applied once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from sessionfold.events.envelope import EntryEnvelope, EntryPayload, decode, encode
+from sessionfold.projections.config import DEFAULT_CONFIG
+from sessionfold.projections.store import DictStore
+from sessionfold.streams.embedded import fold_files
+from sessionfold.streams.kafka_store import (
+    Journal,
+    MemoryBackend,
+    Output,
+    TableStore,
+    WriteSet,
+    journal_key,
+    read_view,
+    write_keys,
+)
+from sessionfold.streams.metrics import create
+from sessionfold.streams.session_file import DeadLetter, read_session_file
+from sessionfold.streams.state_api import session_document
+from sessionfold.streams.summarizer import OfflineSummarizer
+from sessionfold.streams.synthetic import generate_session, write_session
+from sessionfold.streams.topics import Topics
+from sessionfold.streams.worker import (
+    Fault,
+    FoldRuntime,
+    SessionTracker,
+    SourceRecord,
+    SummarizeRuntime,
+    count_dead_letter,
+    fold_record,
+    read_envelope,
+)
+
+TOPICS = Topics("u.")
+
+
+class Crash(Exception):
+    """The process died here."""
+
+
+class CrashingTable(dict):
+    """A dict table that dies at chosen write numbers (the writes before it stay)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+        self.crash_at: set[int] = set()
+
+    def _tick(self) -> None:
+        self.writes += 1
+        if self.writes in self.crash_at:
+            raise Crash
+
+    def __setitem__(self, key: str, value: bytes) -> None:
+        self._tick()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self._tick()
+        super().__delitem__(key)
+
+
+class Cluster:
+    """Topics as lists, two consumers with committed positions, the runtimes over one table."""
+
+    def __init__(self, table: CrashingTable) -> None:
+        self.table = table
+        self.backend = MemoryBackend(table)
+        self.logs: dict[str, list[Output]] = {name: [] for name in TOPICS.all()}
+        self.sends = 0
+        self.crash_sends: set[int] = set()
+        metrics = create(CollectorRegistry())
+        tracker = SessionTracker(self.backend, DEFAULT_CONFIG, 1)
+        self.fold = FoldRuntime(self.backend, self.send, TOPICS, DEFAULT_CONFIG, metrics, tracker)
+        self.summarize = SummarizeRuntime(OfflineSummarizer(), self.send, TOPICS, metrics)
+        self.crashes = 0
+
+    async def send(self, output: Output) -> Any:
+        self.sends += 1
+        if self.sends in self.crash_sends:
+            raise Crash
+        self.logs[output.topic].append(output)
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    async def run(self) -> None:
+        """Consume until every topic is read; a crash rewinds the consumer to its commit."""
+        fold_inputs = (TOPICS.session_events, TOPICS.compaction_events)
+        committed = {TOPICS.session_events: 0, TOPICS.compaction_events: 0}
+        committed_requests = 0
+        while True:
+            progressed = False
+            for topic in fold_inputs:
+                position = committed[topic]
+                if position < len(self.logs[topic]):
+                    output = self.logs[topic][position]
+                    record = SourceRecord(topic, 0, position, output.key, output.value)
+                    try:
+                        await (await self.fold.handle(record))
+                    except Crash:
+                        self.crashes += 1
+                        progressed = True  # not committed: redelivered
+                        continue
+                    committed[topic] = position + 1
+                    progressed = True
+            requests = self.logs[TOPICS.flush_requests]
+            if committed_requests < len(requests):
+                output = requests[committed_requests]
+                record = SourceRecord(
+                    TOPICS.flush_requests, 0, committed_requests, output.key, output.value
+                )
+                try:
+                    await (await self.summarize.handle(record))
+                except Crash:
+                    self.crashes += 1
+                    continue  # not committed: redelivered
+                committed_requests += 1
+                progressed = True
+            if not progressed:
+                return
+
+
+def _write_fleet(root: Path, seeds: tuple[int, ...], turns: int) -> list[Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    return [write_session(root, generate_session(seed, turns)).path for seed in seeds]
+
+
+def _records(paths: list[Path]) -> Iterator[Any]:
+    for path in paths:
+        for record in read_session_file(path):
+            if not isinstance(record, DeadLetter):
+                yield record
+
+
+def _publish(cluster: Cluster, paths: list[Path]) -> None:
+    for envelope in _records(paths):
+        key = envelope.session_id.encode()
+        cluster.logs[TOPICS.session_events].append(
+            Output(TOPICS.session_events, key, encode(envelope))
+        )
+
+
+def _states(table: dict[str, bytes], session_ids: list[str]) -> dict[str, Any]:
+    backend = MemoryBackend(table)
+    return {
+        sid: session_document(read_view(backend, sid), sid, DEFAULT_CONFIG) for sid in session_ids
+    }
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], dict[str, Any]]:
+    """Three generated sessions and their embedded-runtime states."""
+    paths = _write_fleet(tmp_path_factory.mktemp("fleet"), (21, 22, 23), 40)
+    return paths, fold_files(paths)["sessions"]
+
+
+class TestWriteSet:
+    def test_reads_fall_through_and_writes_stay_local(self) -> None:
+        """A write set reads the base, keeps its own writes and deletes, and never writes back."""
+        base = DictStore({"a": 1, "b": 2})
+        writes = WriteSet(base)
+        writes.put("a", 10)
+        writes.delete("b")
+        writes.put("c", {"x": 1})
+        assert (writes.get("a"), writes.get("b"), writes.get("c")) == (10, None, {"x": 1})
+        assert dict(base) == {"a": 1, "b": 2}
+        assert writes.get("a") is writes.get("a")
+
+    def test_journal_round_trip_applies_the_same_writes(self) -> None:
+        """A journal read back applies exactly the writes, deletes and outputs it was made of."""
+        table: dict[str, bytes] = {"gone": b"1", "kept": b"2"}
+        backend = MemoryBackend(table)
+        writes = WriteSet(TableStore(backend))
+        writes.put("new", {"n": [1, 2.5, "x"]})
+        writes.delete("gone")
+        journal = Journal.of(writes, [Output("t", b"k", b'{"v":1}'), Output("d", None, b"{}")])
+        again = Journal.decode(journal.encode())
+        assert again == journal
+        acks = asyncio.run(write_keys(backend, again, 0))
+        assert len(acks) == 2
+        assert table == {"kept": b"2", "new": orjson.dumps({"n": [1, 2.5, "x"]})}
+
+    def test_read_view_applies_an_open_journal(self) -> None:
+        """A read of a session whose last event was interrupted sees that event complete."""
+        table: dict[str, bytes] = {"s/x": orjson.dumps(1)}
+        backend = MemoryBackend(table)
+        writes = WriteSet(TableStore(backend))
+        writes.put("s/x", 2)
+        table[journal_key("s")] = Journal.of(writes).encode()
+        assert read_view(backend, "s").get("s/x") == 2
+        assert orjson.loads(table["s/x"]) == 1
+
+
+class TestSteps:
+    def test_unreadable_records_become_faults(self) -> None:
+        """Garbage, newer schemas and records keyed by another session are refused by reason."""
+        good = EntryEnvelope(
+            session_id="s", seq=1, payload=EntryPayload(entry={"type": "session", "id": "s"})
+        )
+        newer = orjson.dumps({**good.model_dump(mode="json"), "schema_version": 99})
+        cases = {
+            b"{nope": "undecodable",
+            newer: "newer-schema",
+        }
+        for value, reason in cases.items():
+            fault = read_envelope(SourceRecord("t", 0, 0, b"s", value))
+            assert isinstance(fault, Fault) and fault.reason == reason
+            assert "nope" not in fault.error
+        mismatch = read_envelope(SourceRecord("t", 0, 0, b"other", encode(good)))
+        assert isinstance(mismatch, Fault) and mismatch.reason == "key-mismatch"
+        assert decode(encode(good)) == read_envelope(SourceRecord("t", 0, 0, b"s", encode(good)))
+
+    def test_fold_records_tool_result_offsets_once(self, fleet: tuple[list[Path], Any]) -> None:
+        """Each toolResult entry's log position is recorded; a redelivery writes nothing."""
+        paths, _ = fleet
+        store = DictStore()
+        envelopes = list(_records(paths[:1]))
+        for offset, envelope in enumerate(envelopes):
+            record = SourceRecord("t", 3, offset, envelope.session_id.encode(), encode(envelope))
+            fold_record(store, record, DEFAULT_CONFIG)
+        sid = envelopes[0].session_id
+        positions = {k: v for k, v in store.items() if k.startswith(f"{sid}/rt/o/")}
+        results = [
+            e
+            for e in envelopes
+            if isinstance(e, EntryEnvelope)
+            and (e.payload.entry.get("message") or {}).get("role") == "toolResult"
+        ]
+        assert len(positions) == len(results) > 0
+        first = results[0]
+        assert positions[f"{sid}/rt/o/{first.seq}"] == {"p": 3, "o": envelopes.index(first)}
+        again = WriteSet(store)
+        record = SourceRecord("t", 3, 0, first.session_id.encode(), encode(first))
+        result = fold_record(again, record, DEFAULT_CONFIG)
+        assert (result.fresh, again.puts, again.deletes) == (False, {}, set())
+
+    def test_dead_letters_count_once_per_record(self) -> None:
+        """A dead letter counts once, redelivered or dead-lettered twice by a crashed worker."""
+        store = DictStore()
+        own = orjson.dumps({"source": "se", "offset": 7, "reason": "undecodable"})
+        publisher = orjson.dumps({"source": "/f.jsonl", "line": 3})
+        counted = [
+            count_dead_letter(store, SourceRecord("dl", 0, 0, b"s", publisher)),
+            count_dead_letter(store, SourceRecord("dl", 0, 0, b"s", publisher)),  # redelivered
+            count_dead_letter(store, SourceRecord("dl", 0, 1, b"s", own)),
+            count_dead_letter(store, SourceRecord("dl", 0, 2, b"s", own)),  # sent twice
+        ]
+        assert counted == [True, False, True, False]
+        assert store.get("s/rt/dl")["n"] == 2
+
+
+class TestFoldRuntime:
+    def test_equals_embedded_without_crashes(self, fleet: tuple[list[Path], Any]) -> None:
+        """Folded through the runtime and the summarizer, every session equals the embedded run."""
+        paths, expected = fleet
+        cluster = Cluster(CrashingTable())
+        _publish(cluster, paths)
+        asyncio.run(cluster.run())
+        states = _states(cluster.table, list(expected))
+        assert {k: orjson.dumps(v, option=orjson.OPT_SORT_KEYS) for k, v in states.items()} == {
+            k: orjson.dumps(v, option=orjson.OPT_SORT_KEYS) for k, v in expected.items()
+        }
+        assert not any(k.endswith("/rt/j") for k in cluster.table)
+
+    @pytest.mark.parametrize("every", [7, 31, 113])
+    def test_crashes_at_any_write_change_nothing(
+        self, fleet: tuple[list[Path], Any], every: int
+    ) -> None:
+        """Dying at any table write or send and redelivering gives the same state; each request
+        is applied once, and every request gets its flush-metrics record."""
+        paths, expected = fleet
+        table = CrashingTable()
+        table.crash_at = set(range(every, 200_000, every))
+        cluster = Cluster(table)
+        cluster.crash_sends = set(range(every // 2 + 1, 20_000, every))
+        _publish(cluster, paths)
+        asyncio.run(cluster.run())
+        assert cluster.crashes > 10
+        states = _states(cluster.table, list(expected))
+        for sid, state in expected.items():
+            assert orjson.dumps(states[sid], option=orjson.OPT_SORT_KEYS) == orjson.dumps(
+                state, option=orjson.OPT_SORT_KEYS
+            ), sid
+        requests = {
+            orjson.loads(o.value)["payload"]["request_id"]
+            for o in cluster.logs[TOPICS.flush_requests]
+        }
+        recorded = Counter(
+            attempt["request_id"]
+            for state in states.values()
+            for attempt in state["flush_attempts"]
+        )
+        assert requests <= set(recorded)
+        assert max(recorded.values()) == 1
+        on_topic = {
+            orjson.loads(o.value)["payload"]["request_id"]
+            for o in cluster.logs[TOPICS.flush_metrics]
+        }
+        assert on_topic == set(recorded)
