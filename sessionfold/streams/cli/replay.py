@@ -31,13 +31,13 @@ from rich.progress import (
 
 from sessionfold.events.envelope import SchemaVersionError
 from sessionfold.projections.config import ConfigError, PruneConfig, load_config
-from sessionfold.streams.cli.fold import _session_table
 from sessionfold.streams.cli.options import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_PREFIX,
     Bootstrap,
     TopicPrefix,
 )
+from sessionfold.streams.cli.session_table import session_table
 from sessionfold.streams.replay import Point, Replayer, ReplayError, replay_topic
 from sessionfold.streams.topics import Topics
 
@@ -187,6 +187,6 @@ def register(app: typer.Typer) -> None:
             return
         out = Console()
         for session_id, state in result["sessions"].items():
-            table = _session_table(session_id, state)
+            table = session_table(session_id, state)
             table.title = f"session {session_id} at {point.describe()}"
             out.print(table)

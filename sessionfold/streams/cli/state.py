@@ -18,6 +18,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from sessionfold.streams.cli.session_table import session_table
+
 DEFAULT_URL = "http://127.0.0.1:6066"
 
 
@@ -67,7 +69,7 @@ def register(app: typer.Typer) -> None:
         elif ref is not None:
             typer.echo(_content_text(document.get("content")))
         else:
-            out.print(_state_table(session, document))
+            out.print(session_table(session, document))
 
 
 def _fetch(err: Console, url: str, timeout: float) -> dict[str, Any]:
@@ -85,35 +87,6 @@ def _fetch(err: Console, url: str, timeout: float) -> dict[str, Any]:
         err.print(f"[red]{response.status_code}:[/] {reason}", highlight=False)
         raise typer.Exit(1)
     return body
-
-
-def _state_table(session_id: str, state: dict[str, Any]) -> Table:
-    table = Table(title=f"session {session_id}", show_header=False, title_justify="left")
-    table.add_column("what", style="bold")
-    table.add_column("value")
-    roles = state["counts"]["messages"]
-    stats = state["stats"]
-    metrics = state["metrics"]
-    frontier = state["frontier"]
-    table.add_row("messages", ", ".join(f"{role} {n}" for role, n in roles.items()) or "0")
-    table.add_row("flush attempts", str(len(state["flush_attempts"])))
-    table.add_row("pending batches", str(state["pending_batches"]))
-    table.add_row(
-        "frontier",
-        "none"
-        if frontier is None
-        else f"turn {frontier['last_attempted_turn_index']}, {frontier['outcome']}",
-    )
-    table.add_row("open-cycle thinking", f"{metrics['open_cycle_thinking_tokens']:,} tokens")
-    table.add_row("largest-chain share", f"{metrics['largest_chain_share_pct']}%")
-    table.add_row("frontier gap", f"{metrics['frontier_gap_tokens']:,} tokens")
-    table.add_row(
-        "summarized",
-        f"{stats['summarized_calls']} calls in {stats['summaries']} summaries, "
-        f"~{stats['reclaimed_chars'] // 4:,} tokens reclaimed",
-    )
-    table.add_row("dead letters", str(state["dead_letters"]))
-    return table
 
 
 def _flushes_table(session_id: str, document: dict[str, Any]) -> Table:

@@ -18,14 +18,17 @@ from kafka import KafkaConsumer
 from kafka.errors import KafkaError
 from rich.console import Console
 
-from sessionfold.projections.config import ConfigError, PruneConfig, load_config
+from sessionfold.projections.config import PruneConfig
 from sessionfold.streams.cli.options import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_PARTITIONS,
     DEFAULT_PREFIX,
     Bootstrap,
+    ConfigFile,
     Partitions,
+    Settings,
     TopicPrefix,
+    config_or_exit,
 )
 from sessionfold.streams.summarizer import ModelPort, OfflineSummarizer
 from sessionfold.streams.topics import Topics, ensure_topics
@@ -107,20 +110,8 @@ def register(app: typer.Typer) -> None:
                 "transactions; best effort in Faust).",
             ),
         ] = "at_least_once",
-        config_file: Annotated[
-            Path | None,
-            typer.Option(
-                "--config",
-                envvar="SESSIONFOLD_CONFIG",
-                help="TOML file with pruning settings (top level or a \\[pruning] table).",
-            ),
-        ] = None,
-        settings: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--set", help="Override one setting, e.g. --set minBatchChars=500 (repeatable)."
-            ),
-        ] = None,
+        config_file: ConfigFile = None,
+        settings: Settings = None,
         loglevel: Annotated[
             str,
             typer.Option(
@@ -141,7 +132,7 @@ def register(app: typer.Typer) -> None:
         if role not in ("fold", "summarize", "all"):
             err.print("[red]--role must be fold, summarize or all[/]")
             raise typer.Exit(2)
-        config = _config_or_exit(err, config_file, settings or [])
+        config = config_or_exit(err, config_file, settings or [])
         topics = Topics(topic_prefix)
         try:
             ensure_topics(bootstrap, topics, partitions)
@@ -211,14 +202,3 @@ def _run(faust_app: object, loglevel: str) -> None:
     # then builds debug records (some with message values) for nothing.
     worker.spinner = None
     worker.execute_from_commandline()
-
-
-def _config_or_exit(err: Console, path: Path | None, overrides: list[str]) -> PruneConfig:
-    try:
-        return load_config(path, overrides)
-    except ConfigError as exc:
-        err.print(f"[red]invalid config[/] {exc.key}: {exc.problem}", highlight=False)
-        raise typer.Exit(2) from None
-    except OSError as exc:
-        err.print(f"[red]cannot read config[/] {path}: {type(exc).__name__}", highlight=False)
-        raise typer.Exit(2) from None
