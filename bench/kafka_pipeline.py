@@ -81,21 +81,6 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def free_port_pair() -> int:
-    """A free port P whose neighbour P + 1 (the broker's controller port) is free too."""
-    for _ in range(50):
-        port = free_port()
-        if port >= 65535:
-            continue
-        with socket.socket() as second:
-            try:
-                second.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port pair")
-
-
 @contextlib.contextmanager
 def kafka_broker(work: Path) -> Iterator[tuple[str, str]]:
     """(bootstrap, where it came from): SESSIONFOLD_BOOTSTRAP's broker, else one started here."""
@@ -103,7 +88,7 @@ def kafka_broker(work: Path) -> Iterator[tuple[str, str]]:
     if bootstrap and broker.probe(bootstrap, timeout_s=10.0):
         yield bootstrap, "SESSIONFOLD_BOOTSTRAP"
         return
-    config = broker.BrokerConfig(port=free_port_pair(), data_dir=work / "kafka")
+    config = broker.BrokerConfig(port=broker.free_port_pair(), data_dir=work / "kafka")
     log(f"starting Kafka {config.version} on {config.bootstrap}")
     broker.up(config)
     try:

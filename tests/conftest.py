@@ -8,7 +8,6 @@ this session starts on a free port with a temporary data dir and stops at the en
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,19 +40,7 @@ class KafkaBroker:
 
 def free_port_pair() -> int:
     """Return a free port P whose neighbour P + 1 (the controller port) is free too."""
-    for _ in range(50):
-        with socket.socket() as first:
-            first.bind(("127.0.0.1", 0))
-            port = int(first.getsockname()[1])
-            if port >= 65535:
-                continue
-            with socket.socket() as second:
-                try:
-                    second.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-        return port
-    raise RuntimeError("no free port pair found")
+    return broker.free_port_pair()
 
 
 def unique_topic_prefix() -> str:

@@ -571,6 +571,23 @@ def _port_in_use(port: int) -> bool:
         return sock.connect_ex((HOST, port)) == 0
 
 
+def free_port_pair() -> int:
+    """A free port P on 127.0.0.1 whose neighbour P + 1 (the controller port) is free too."""
+    for _ in range(50):
+        with socket.socket() as first:
+            first.bind((HOST, 0))
+            port = int(first.getsockname()[1])
+            if port >= 65535:
+                continue
+            with socket.socket() as second:
+                try:
+                    second.bind((HOST, port + 1))
+                except OSError:
+                    continue
+        return port
+    raise BrokerError("no free port pair found")
+
+
 def _rotate_log(config: BrokerConfig) -> None:
     # One previous run is kept: enough to see why the last broker died, bounded on disk.
     if config.log_file.exists():

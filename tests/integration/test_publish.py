@@ -119,31 +119,12 @@ def test_follow_publishes_appended_lines(
     assert list(seqs.values()) == [list(range(1, 32))]
 
 
-def _free_port_pair() -> int:
-    """A port p with p and p + 1 both free (broker and controller)."""
-    import socket
-
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if port >= 65535:
-            continue
-        with socket.socket() as second:
-            try:
-                second.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port pair")
-
-
 @pytest.mark.slow
 def test_broker_restart_mid_publish_loses_nothing(fleet: Path, tmp_path: Path) -> None:
     """Stopping and restarting the broker in the middle of a publish loses and doubles nothing."""
     from sessionfold.streams import broker
 
-    config = broker.BrokerConfig(port=_free_port_pair(), data_dir=tmp_path / "kafka")
+    config = broker.BrokerConfig(port=broker.free_port_pair(), data_dir=tmp_path / "kafka")
     broker.up(config)
     try:
         bootstrap = config.bootstrap

@@ -34,9 +34,12 @@ from sessionfold.streams.cli.options import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_PREFIX,
     Bootstrap,
+    ConfigFile,
+    Settings,
     TopicPrefix,
+    config_or_exit,
 )
-from sessionfold.streams.cli.replay import ConfigFile, Settings, Turn, config_or_exit, run_replay
+from sessionfold.streams.cli.replay import Turn, run_replay
 from sessionfold.streams.replay import Collector, Point, Replayer, ReplayError, replay_files
 from sessionfold.streams.session_file import DeadLetter, read_session_file
 

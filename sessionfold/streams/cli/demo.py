@@ -19,8 +19,8 @@ from rich.table import Table
 
 from sessionfold.events.envelope import EntryEnvelope
 from sessionfold.projections import digest, metrics
-from sessionfold.projections.config import DEFAULT_CONFIG, ConfigError, load_config
 from sessionfold.projections.context_view import ContextView, LogEntry, context_at
+from sessionfold.streams.cli.options import Settings, config_or_exit
 from sessionfold.streams.embedded import EmbeddedRuntime
 from sessionfold.streams.session_file import DeadLetter, read_session_file
 from sessionfold.streams.synthetic import write_fleet
@@ -42,19 +42,12 @@ def register(app: typer.Typer) -> None:
             int, typer.Option("--turns", min=1, help="Assistant turns of the generated session.")
         ] = 300,
         seed: Annotated[int, typer.Option("--seed", help="Seed of the generated session.")] = 0,
-        settings: Annotated[
-            list[str] | None,
-            typer.Option("--set", help="Override one pruning setting, e.g. --set enabled=false."),
-        ] = None,
+        settings: Settings = None,
     ) -> None:
         """Fold one session through the embedded runtime and report what pruning did."""
         out = Console()
         err = Console(stderr=True)
-        try:
-            config = load_config(None, settings or []) if settings else DEFAULT_CONFIG
-        except ConfigError as exc:
-            err.print(f"[red]invalid setting:[/] {exc}")
-            raise typer.Exit(2) from None
+        config = config_or_exit(err, None, settings or [])
         with tempfile.TemporaryDirectory(prefix="sessionfold-demo-") as tmp:
             if file is None:
                 file = write_fleet(Path(tmp), sessions=1, turns=turns, seed=seed)[0].path

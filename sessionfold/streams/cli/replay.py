@@ -14,7 +14,6 @@ A named session that is not on the topic, or a --turn/--span past a session's en
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
@@ -30,29 +29,20 @@ from rich.progress import (
 )
 
 from sessionfold.events.envelope import SchemaVersionError
-from sessionfold.projections.config import ConfigError, PruneConfig, load_config
+from sessionfold.projections.config import PruneConfig
 from sessionfold.streams.cli.options import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_PREFIX,
     Bootstrap,
+    ConfigFile,
+    Settings,
     TopicPrefix,
+    config_or_exit,
 )
 from sessionfold.streams.cli.session_table import session_table
 from sessionfold.streams.replay import Point, Replayer, ReplayError, replay_topic
 from sessionfold.streams.topics import Topics
 
-ConfigFile = Annotated[
-    Path | None,
-    typer.Option(
-        "--config",
-        envvar="SESSIONFOLD_CONFIG",
-        help="TOML file with pruning settings (top level or a \\[pruning] table).",
-    ),
-]
-Settings = Annotated[
-    list[str] | None,
-    typer.Option("--set", help="Override one setting, e.g. --set minBatchChars=500 (repeatable)."),
-]
 Turn = Annotated[
     int | None,
     typer.Option(
@@ -61,18 +51,6 @@ Turn = Annotated[
         help="Stop after the N-th assistant message of the branch (0-based, as in the state).",
     ),
 ]
-
-
-def config_or_exit(err: Console, path: Path | None, overrides: list[str]) -> PruneConfig:
-    """The pruning config from a TOML file and --set overrides; exit 2 naming a bad key."""
-    try:
-        return load_config(path, overrides)
-    except ConfigError as exc:
-        err.print(f"[red]invalid config[/] {exc.key}: {exc.problem}", highlight=False)
-        raise typer.Exit(2) from None
-    except OSError as exc:
-        err.print(f"[red]cannot read config[/] {path}: {type(exc).__name__}", highlight=False)
-        raise typer.Exit(2) from None
 
 
 def point_or_exit(err: Console, until_seq: int | None, turn: int | None, span: int | None) -> Point:
