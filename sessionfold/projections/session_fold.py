@@ -25,6 +25,7 @@ from sessionfold.events.envelope import (
     CommandEnvelope,
     CompactionEnvelope,
     EntryEnvelope,
+    Kind,
     ReloadEnvelope,
     UsageEnvelope,
 )
@@ -40,8 +41,10 @@ def apply(store: Store, envelope: Any, config: PruneConfig = DEFAULT_CONFIG) -> 
     """Fold one envelope into the session's state; return the envelopes it produces."""
     if isinstance(envelope, CompactionEnvelope):
         return _apply_compaction(store, envelope, config)
-    if envelope.kind not in SESSION_EVENT_KINDS:
-        return []  # the fold's own outputs are not its inputs
+    if envelope.kind not in SESSION_EVENT_KINDS or envelope.kind == Kind.WORLD:
+        # The fold's own outputs are not its inputs; a World snapshot (unsequenced) is the
+        # ledger's alone.
+        return []
     session = pruning.open_session(store, envelope.session_id, config)
     if envelope.seq <= session.head["seq"]:
         return []  # redelivery, replay or duplicate publish

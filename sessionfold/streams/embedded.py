@@ -1,15 +1,18 @@
 """The embedded runtime: the folds and the summarizer over an in-process log, no broker.
 
-The same two steps a Kafka runtime runs: `fold_step` turns one input envelope into outputs
-(session_fold.apply over the store), `answer` turns a flush request into a compaction through
-the model port. `EmbeddedRuntime` keeps one list of envelopes per topic and routes outputs in a
-loop: flush requests to the summarizer, compactions back into the fold, flush-metrics records
-to their topic. `fold_files` folds pi session files and reports every session's state.
+The same steps a Kafka runtime runs: `fold_step` turns one input envelope into outputs (the
+pruning folds and the rule ledger over the store: projections/folds.py), `answer` turns a flush
+request into a compaction through the model port and `answer_ledger` a ledger pass request into
+its result through the diff model. `EmbeddedRuntime` keeps one list of envelopes per topic and
+routes outputs in a loop: requests to their model, compactions back into the fold,
+flush-metrics records to their topic. `fold_files` folds pi session files and reports every
+session's state.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -21,9 +24,14 @@ from sessionfold.events.envelope import (
     FlushRequestEnvelope,
 )
 from sessionfold.events.flush import read_request, wrap
+from sessionfold.events.ledger import answer_envelope, is_ledger_request, read_ledger_request
 from sessionfold.projections import digest, metrics, pruning, windows
 from sessionfold.projections.config import DEFAULT_CONFIG, PruneConfig
-from sessionfold.projections.session_fold import apply
+from sessionfold.projections.folds import apply_folds
+from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
+from sessionfold.projections.ledger.model import DiffModel, OfflineModel
+from sessionfold.projections.ledger.pass_ import fallback_payload, run_pass
+from sessionfold.projections.ledger.view import ledger_view
 from sessionfold.projections.store import DictStore, Store
 from sessionfold.streams.session_file import DeadLetter, read_session_file
 from sessionfold.streams.summarizer import ModelPort, OfflineSummarizer
@@ -38,15 +46,37 @@ DEAD_LETTERS = "dead-letters"
 TOPICS = (SESSION_EVENTS, FLUSH_REQUESTS, COMPACTION_EVENTS, FLUSH_METRICS, DEAD_LETTERS)
 
 
-def fold_step(store: Store, envelope: Any, config: PruneConfig) -> list[Any]:
+def fold_step(
+    store: Store, envelope: Any, config: PruneConfig, ledger: LedgerConfig | None = DEFAULT_LEDGER
+) -> list[Any]:
     """Fold one session-event or compaction envelope; the envelopes it produces."""
-    return apply(store, envelope, config)
+    return apply_folds(store, envelope, config, ledger)
 
 
 def answer(summarizer: ModelPort, request: FlushRequestEnvelope) -> CompactionEnvelope:
-    """The compaction envelope answering one flush request."""
+    """The compaction envelope answering one (pruning) flush request."""
     compaction = summarizer.summarize(read_request(request))
     return wrap(compaction, request.seq)  # type: ignore[return-value]
+
+
+def answer_ledger(
+    model: DiffModel, request: FlushRequestEnvelope, config: LedgerConfig = DEFAULT_LEDGER
+) -> CompactionEnvelope:
+    """The compaction envelope answering one ledger pass request.
+
+    A pass that throws answers with a fallback: it closes nothing and releases the barrier
+    (pi's own compaction stands), so a model outage never wedges the session.
+    """
+    pass_request = read_ledger_request(request)
+    try:
+        payload = run_pass(pass_request, model, config, time.monotonic)
+    except Exception as exc:
+        log.warning(
+            "ledger pass failed",
+            extra={"session": request.session_id, "error": type(exc).__name__},
+        )
+        payload = fallback_payload(pass_request, f"pass-error:{type(exc).__name__}")
+    return answer_envelope(payload)
 
 
 def topic_of(envelope: Any) -> str:
@@ -70,9 +100,13 @@ class EmbeddedRuntime:
         config: PruneConfig = DEFAULT_CONFIG,
         summarizer: ModelPort | None = None,
         store: DictStore | None = None,
+        ledger: LedgerConfig | None = DEFAULT_LEDGER,
+        diff_model: DiffModel | None = None,
     ) -> None:
         self.config = config
+        self.ledger = ledger  # None: the rule ledger is not folded
         self.summarizer: ModelPort = summarizer or OfflineSummarizer()
+        self.diff_model: DiffModel = diff_model or OfflineModel()
         self.store = store if store is not None else DictStore()
         self.log: dict[str, list[Any]] = {topic: [] for topic in TOPICS}
         #: Every envelope folded, in fold order (session events and compactions interleaved).
@@ -81,7 +115,7 @@ class EmbeddedRuntime:
     def fold(self, envelope: Any) -> list[Any]:
         """Fold one envelope into the store, remembering the fold order."""
         self.folded.append(envelope)
-        return fold_step(self.store, envelope, self.config)
+        return fold_step(self.store, envelope, self.config, self.ledger)
 
     def publish(self, record: Any) -> None:
         """Append one input record to its topic and fold everything that follows from it."""
@@ -96,7 +130,12 @@ class EmbeddedRuntime:
             envelope = queue.popleft()
             self.log[topic_of(envelope)].append(envelope)
             if isinstance(envelope, FlushRequestEnvelope):
-                compaction = answer(self.summarizer, envelope)
+                if is_ledger_request(envelope):
+                    compaction = answer_ledger(
+                        self.diff_model, envelope, self.ledger or DEFAULT_LEDGER
+                    )
+                else:
+                    compaction = answer(self.summarizer, envelope)
                 self.log[COMPACTION_EVENTS].append(compaction)
                 queue.extend(self.fold(compaction))
 
@@ -107,16 +146,22 @@ class EmbeddedRuntime:
 
     def session_state(self, session_id: str) -> dict[str, Any]:
         """The projections of one session, JSON-ready."""
-        return session_state(self.store, session_id, self.config)
+        return session_state(self.store, session_id, self.config, self.ledger)
 
 
-def session_state(store: Store, session_id: str, config: PruneConfig) -> dict[str, Any]:
-    """Metrics, frontier, pending batches, flush attempts, stats and counts of one session."""
+def session_state(
+    store: Store,
+    session_id: str,
+    config: PruneConfig,
+    ledger: LedgerConfig | None = DEFAULT_LEDGER,
+) -> dict[str, Any]:
+    """Metrics, frontier, pending batches, flush attempts, stats, counts and (when folded) the
+    rule ledger of one session."""
     session = pruning.open_session(store, session_id, config)
     roles: dict[str, int] = {}
     for row in digest.branch_rows(store, session_id):
         roles[row["role"]] = roles.get(row["role"], 0) + 1
-    return {
+    state: dict[str, Any] = {
         "metrics": metrics.snapshot(store, session_id),
         "frontier": session.head["frontier"],
         "pending_batches": len(windows.capture(session)),
@@ -124,19 +169,25 @@ def session_state(store: Store, session_id: str, config: PruneConfig) -> dict[st
         "stats": session.head["stats"],
         "counts": {"messages": roles},
     }
+    if ledger is not None:
+        state["ledger"] = ledger_view(store, session_id, ledger)
+    return state
 
 
 def fold_files(
     paths: Iterable[Path | str],
     config: PruneConfig = DEFAULT_CONFIG,
     progress: Callable[[Path, int], None] | None = None,
+    ledger: LedgerConfig | None = DEFAULT_LEDGER,
 ) -> dict[str, Any]:
     """Fold pi session files in the embedded runtime: {"sessions": {id: state}}.
 
     Each state has `metrics`, `frontier`, `pending_batches`, `flush_attempts` (the flush-metrics
-    records), `stats`, `counts` and `dead_letters`; `progress(path, records)` is called per file.
+    records), `stats`, `counts`, `ledger` (unless `ledger` is None: the rule ledger as folded,
+    passes run at pi's compactions) and `dead_letters`; `progress(path, records)` is called per
+    file.
     """
-    runtime = EmbeddedRuntime(config)
+    runtime = EmbeddedRuntime(config, ledger=ledger)
     dead: dict[str | None, int] = {}
     for path in paths:
         records = 0

@@ -2,10 +2,11 @@
 
 - role `fold`: the fold agent over session-events and compaction-events (one Faust topic over
   both names; every topic is keyed by session id with the same partition count, so one worker
-  holds all of a session's state), the dead-letter count agent, the `state` table and the state
-  API. Consumer group: the app id.
-- role `summarize`: the summarizer agent over flush-requests. Consumer group: app id +
-  `-summarize`, so summarizers scale apart from the folds.
+  holds all of a session's state): the pruning folds and the rule ledger; the dead-letter count
+  agent, the `state` table and the state API. Consumer group: the app id.
+- role `summarize`: the summarizer agent over flush-requests (pruning flushes through the model
+  port, ledger passes through the diff model). Consumer group: app id + `-summarize`, so
+  summarizers scale apart from the folds.
 - role `all`: both in one process and one group (do not run separate summarize workers beside
   `all` workers of the same app id: both would answer, harmlessly but twice).
 
@@ -38,6 +39,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sessionfold.projections.config import DEFAULT_CONFIG, PruneConfig
+from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
+from sessionfold.projections.ledger.model import DiffModel
 from sessionfold.streams import state_api
 from sessionfold.streams.kafka_store import Output
 from sessionfold.streams.metrics import FleetCollector, Metrics, create
@@ -92,6 +95,8 @@ class WorkerSettings(BaseModel):
     #: and sent one request each they cost more than the fold itself.
     producer_linger_s: float = Field(0.005, ge=0)
     prune: PruneConfig = DEFAULT_CONFIG
+    #: Fold the rule ledger too (its passes go through flush-requests to the summarizer).
+    ledger: bool = True
 
     @field_validator("store")
     @classmethod
@@ -110,6 +115,11 @@ class WorkerSettings(BaseModel):
     def summarizes(self) -> bool:
         """Whether this worker runs the summarizer."""
         return self.role in ("summarize", "all")
+
+    @property
+    def ledger_config(self) -> LedgerConfig | None:
+        """The ledger the fold runs, or None when it is off."""
+        return DEFAULT_LEDGER if self.ledger else None
 
     @property
     def faust_id(self) -> str:
@@ -175,8 +185,10 @@ def make_app(
     settings: WorkerSettings,
     model_port: ModelPort | None = None,
     registry: CollectorRegistry | None = None,
+    diff_model: DiffModel | None = None,
 ) -> faust.App:
-    """A new Faust app running `settings.role`; `model_port` answers flush requests."""
+    """A new Faust app running `settings.role`; `model_port` answers flush requests and
+    `diff_model` ledger pass requests (both offline by default)."""
     options = faust_options(settings)
     Path(options["datadir"]).parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(settings.faust_id, **options)
@@ -191,7 +203,8 @@ def make_app(
         tracker = _add_fold(app, settings, topics, send, metrics, offsets)
     if settings.summarizes:
         port = model_port or OfflineSummarizer()
-        _add_summarizer(app, topics, send, metrics, port, offsets)
+        runtime = SummarizeRuntime(port, send, topics, metrics, diff_model)
+        _add_summarizer(app, topics, runtime, offsets)
     roles = _roles_by_topic(settings, topics)
     metrics.registry.register(
         FleetCollector(
@@ -384,6 +397,7 @@ def _add_fold(
         metrics,
         tracker,
         journal=settings.processing_guarantee == "at_least_once",
+        ledger=settings.ledger_config,
     )
     inputs = _topic(app, topics.session_events, topics.compaction_events)
 
@@ -408,20 +422,15 @@ def _add_fold(
         count_dead_letters
     )
     table.on_recover(on_recovered)
-    state_api.register(app, table, backend, settings.prune, topics, settings.bootstrap)
+    state_api.register(
+        app, table, backend, settings.prune, topics, settings.bootstrap, settings.ledger_config
+    )
     return tracker
 
 
 def _add_summarizer(
-    app: faust.App,
-    topics: Topics,
-    send: Sender,
-    metrics: Metrics,
-    port: ModelPort,
-    offsets: ContiguousOffsets,
+    app: faust.App, topics: Topics, runtime: SummarizeRuntime, offsets: ContiguousOffsets
 ) -> None:
-    runtime = SummarizeRuntime(port, send, topics, metrics)
-
     async def summarize(stream: faust.StreamT[bytes]) -> None:
         """Answer flush requests with compaction events."""
         async for event in stream.noack().events():

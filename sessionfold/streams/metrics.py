@@ -229,11 +229,11 @@ def _fleet_families() -> tuple[
         ),
         GaugeMetricFamily(
             f"{PREFIX}_held_events",
-            "Session events held by the flush barrier (depth of the barrier buffers).",
+            "Session events held by the flush barriers, pruning and ledger (their depth).",
         ),
         GaugeMetricFamily(
             f"{PREFIX}_outstanding_flushes",
-            "Sessions waiting for the compaction that answers their flush request.",
+            "Sessions waiting for the compaction that answers their flush request or ledger pass.",
         ),
         HistogramMetricFamily(
             f"{PREFIX}_frontier_gap_tokens",

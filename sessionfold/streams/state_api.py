@@ -1,7 +1,8 @@
 """The state API on a fold worker's web server.
 
 - `GET /sessions/{id}`: the session's projections, the same document as one session of
-  `sessionfold fold --json` (embedded.session_state plus `dead_letters`).
+  `sessionfold fold --json` (embedded.session_state plus `dead_letters`), the rule ledger
+  (`ledger`) included when the workers fold it.
 - `GET /sessions/{id}/flushes`: its flush-metrics records, the outstanding request id and the
   number of events the flush barrier holds.
 - `GET /sessions/{id}/refs/{ref}`: the original tool output a summary's ref `tN` stands for,
@@ -29,6 +30,7 @@ from kafka import KafkaConsumer, TopicPartition
 from sessionfold.events.envelope import EntryEnvelope, EnvelopeError, decode
 from sessionfold.projections import digest, index, pruning
 from sessionfold.projections.config import PruneConfig
+from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.store import Store
 from sessionfold.streams.embedded import session_state
 from sessionfold.streams.kafka_store import Backend, dead_letter_key, offset_key, read_view
@@ -49,11 +51,16 @@ def dead_letter_count(store: Store, session_id: str) -> int:
     return 0 if row is None else int(row["n"])
 
 
-def session_document(store: Store, session_id: str, config: PruneConfig) -> dict[str, Any] | None:
+def session_document(
+    store: Store,
+    session_id: str,
+    config: PruneConfig,
+    ledger: LedgerConfig | None = DEFAULT_LEDGER,
+) -> dict[str, Any] | None:
     """One session as `sessionfold fold --json` reports it; None if the session is unknown."""
     if not known(store, session_id):
         return None
-    state = session_state(store, session_id, config)
+    state = session_state(store, session_id, config, ledger)
     state["dead_letters"] = dead_letter_count(store, session_id)
     return state
 
@@ -157,13 +164,15 @@ def register(
     config: PruneConfig,
     topics: Topics,
     bootstrap: str,
+    ledger: LedgerConfig | None = DEFAULT_LEDGER,
 ) -> None:
     """Add the state views to a fold worker's web server (`table` routes, `state` answers)."""
 
     class Session(View):
         @app.table_route(table=table, match_info="session_id")
         async def get(self, request: Request, session_id: str) -> Response:
-            document = session_document(read_view(state, session_id), session_id, config)
+            view = read_view(state, session_id)
+            document = session_document(view, session_id, config, ledger)
             if document is None:
                 return _json(self, {"error": "unknown session", "session_id": session_id}, 404)
             return _json(self, document)

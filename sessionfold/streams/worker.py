@@ -1,15 +1,17 @@
 """What the Kafka runtime's agents do with one record: the steps, the runtimes, the gauges.
 
 Three agents, each a loop of `await runtime.handle(record)`:
-- fold (session-events and compaction-events): `fold_record` decodes the envelope and calls
-  `session_fold.apply` over a `WriteSet`; `FoldRuntime` commits the writes and the flush-request
-  and flush-metrics outputs through the journal (kafka_store.py), so a crash at any point is
-  repaired by redelivery; it also records where each toolResult entry sits in the log.
+- fold (session-events and compaction-events): `fold_record` decodes the envelope and runs the
+  pruning folds and the rule ledger (`folds.apply_folds`) over a `WriteSet`; `FoldRuntime`
+  commits the writes and the outputs (flush requests, ledger pass requests, flush-metrics)
+  through the journal (kafka_store.py), so a crash at any point is repaired by redelivery; it
+  also records where each toolResult entry sits in the log.
 - dead-letter count (dead-letters): `count_dead_letter` keeps each session's count, once per
   record, for the state API (the embedded runtime counts the same dead letters).
-- summarize (flush-requests): `SummarizeRuntime` answers a request through the model port in a
-  thread (a real model takes seconds; the event loop must keep heart-beating) and sends the
-  compaction (`embedded.answer`, so both runtimes answer alike).
+- summarize (flush-requests): `SummarizeRuntime` answers a request in a thread (a real model
+  takes seconds; the event loop must keep heart-beating) and sends the compaction: a pruning
+  flush through the model port (`embedded.answer`), a ledger pass through the diff model
+  (`embedded.answer_ledger`), so both runtimes answer alike.
 Records that cannot be read go to the dead-letter topic with a reason; logs carry ids, offsets
 and reason codes, never message text or tool output.
 """
@@ -35,6 +37,7 @@ from sessionfold.events.envelope import (
     EnvelopeError,
     FlushMetricsEnvelope,
     FlushRequestEnvelope,
+    Kind,
     SchemaVersionError,
     decode,
     encode,
@@ -46,12 +49,16 @@ from sessionfold.events.flush import (
     read_request,
     wrap,
 )
+from sessionfold.events.ledger import is_ledger_request, read_ledger_request
 from sessionfold.projections import digest, pruning, windows
 from sessionfold.projections import metrics as context_metrics
 from sessionfold.projections.config import PruneConfig
-from sessionfold.projections.session_fold import apply
+from sessionfold.projections.folds import apply_folds
+from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
+from sessionfold.projections.ledger.model import DiffModel, OfflineModel
+from sessionfold.projections.ledger.state import load_head as load_ledger_head
 from sessionfold.projections.store import Store
-from sessionfold.streams.embedded import answer
+from sessionfold.streams.embedded import answer, answer_ledger
 from sessionfold.streams.kafka_store import (
     Backend,
     Journal,
@@ -124,24 +131,32 @@ def read_envelope(record: SourceRecord) -> Any:
     return envelope
 
 
-def fold_record(store: Store, record: SourceRecord, config: PruneConfig) -> FoldResult:
+def fold_record(
+    store: Store,
+    record: SourceRecord,
+    config: PruneConfig,
+    ledger: LedgerConfig | None = DEFAULT_LEDGER,
+) -> FoldResult:
     """Fold one session-events or compaction-events record into `store`."""
     envelope = read_envelope(record)
     if isinstance(envelope, Fault):
         return FoldResult(fault=envelope)
     if isinstance(envelope, CompactionEnvelope):
         outcome = _compaction_outcome(store, envelope)
-        outputs = apply(store, envelope, config)
+        outputs = apply_folds(store, envelope, config, ledger)
         return FoldResult(kind="compaction", compaction=outcome, outputs=outputs)
     if envelope.kind not in SESSION_EVENT_KINDS:
         return FoldResult(fault=Fault("unexpected-kind", f"{envelope.kind.value} is not folded"))
     session_id = envelope.session_id
-    fresh = envelope.seq > pruning.load_head(store, session_id)["seq"]
+    # A World snapshot is unsequenced (it carries the seq it follows): the ledger decides.
+    fresh = (
+        envelope.kind == Kind.WORLD or envelope.seq > pruning.load_head(store, session_id)["seq"]
+    )
     if fresh and _is_tool_result(envelope):
         # Where the original sits, so a ref can be read back (the index points at the seq).
         position = {"p": record.partition, "o": record.offset}
         store.put(offset_key(session_id, envelope.seq), position)
-    outputs = apply(store, envelope, config)
+    outputs = apply_folds(store, envelope, config, ledger)
     return FoldResult(kind=envelope.kind.value, fresh=fresh, outputs=outputs)
 
 
@@ -225,11 +240,20 @@ def read_request_record(record: SourceRecord) -> FlushRequestEnvelope | Fault:
         return envelope
     if not isinstance(envelope, FlushRequestEnvelope):
         return Fault("unexpected-kind", f"{envelope.kind.value} is not a flush request")
+    if is_ledger_request(envelope):
+        request = read_ledger_request(envelope)
+        if not all(isinstance(request.get(k), t) for k, t in _LEDGER_REQUEST_FIELDS.items()):
+            return Fault("invalid-request", "ledger pass request lacks its ids")
+        return envelope
     try:
         read_request(envelope)
     except ValidationError as exc:
         return Fault("invalid-request", f"{exc.error_count()} invalid fields")
     return envelope
+
+
+#: What a ledger pass request must name for its answer (even a fallback) to be written.
+_LEDGER_REQUEST_FIELDS = {"request": str, "session": str, "span": int, "seq": int}
 
 
 def answer_request(port: ModelPort, request: FlushRequestEnvelope) -> tuple[Any, str]:
@@ -293,6 +317,8 @@ def observe_answer(metrics: Metrics, compaction: Any, outcome: str, seconds: flo
     """Count one summarizer answer: duration, usage, batch outcomes."""
     metrics.summarizer_requests.labels(outcome=outcome).inc()
     metrics.summarizer_duration.observe(seconds)
+    if not is_pruning_compaction(compaction):
+        return  # a ledger pass: its calls and sizes go to its span record
     payload = read_compaction(compaction)
     metrics.summarizer_tokens.labels(kind="input").inc(payload.usage.input_tokens)
     metrics.summarizer_tokens.labels(kind="output").inc(payload.usage.output_tokens)
@@ -316,12 +342,14 @@ class SessionSummary:
 
 
 def session_summary(store: Store, session_id: str, config: PruneConfig) -> SessionSummary:
-    """Pending batches, held events, barrier and frontier gap of one session."""
+    """Pending batches, held events, barriers (pruning and ledger) and frontier gap of one
+    session."""
     session = pruning.open_session(store, session_id, config)
+    ledger = load_ledger_head(store, session_id) or {"buffer": [], "pending": None}
     return SessionSummary(
         pending_batches=len(windows.capture(session)),
-        held_events=len(session.head["held"]),
-        outstanding=session.busy,
+        held_events=len(session.head["held"]) + len(ledger["buffer"]),
+        outstanding=session.busy or ledger["pending"] is not None,
         gap_tokens=context_metrics.snapshot(store, session_id)["frontier_gap_tokens"],
     )
 
@@ -388,11 +416,13 @@ class FoldRuntime:
         metrics: Metrics,
         tracker: SessionTracker,
         journal: bool = True,
+        ledger: LedgerConfig | None = DEFAULT_LEDGER,
     ) -> None:
         self.table = table
         self.send = send
         self.topics = topics
         self.config = config
+        self.ledger = ledger  # None: the rule ledger is not folded
         self.metrics = metrics
         self.tracker = tracker
         #: Off under exactly_once, where Faust's transaction makes the writes atomic already.
@@ -406,7 +436,7 @@ class FoldRuntime:
             acks += await self._finish_open_journal(session_id, record.partition)
         writes = WriteSet(TableStore(self.table))
         try:
-            result = fold_record(writes, record, self.config)
+            result = fold_record(writes, record, self.config, self.ledger)
         except Exception as exc:
             # A fold bug must not stop the partition: the record is set aside, nothing written.
             log.error(
@@ -497,13 +527,23 @@ class FoldRuntime:
 
 
 class SummarizeRuntime:
-    """The summarizer agent's work for one flush request."""
+    """The summarizer agent's work for one flush request or ledger pass request."""
 
-    def __init__(self, port: ModelPort, send: Sender, topics: Topics, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        port: ModelPort,
+        send: Sender,
+        topics: Topics,
+        metrics: Metrics,
+        diff_model: DiffModel | None = None,
+        ledger: LedgerConfig = DEFAULT_LEDGER,
+    ) -> None:
         self.port = port
         self.send = send
         self.topics = topics
         self.metrics = metrics
+        self.diff_model: DiffModel = diff_model or OfflineModel()
+        self.ledger = ledger
 
     async def handle(self, record: SourceRecord) -> Awaitable[Any]:
         """Answer one request (or dead-letter it); resolves when the answer is durable."""
@@ -523,7 +563,14 @@ class SummarizeRuntime:
             return ack
         with self.metrics.summarizer_in_progress.track_inprogress():
             started = time.perf_counter()
-            compaction, outcome = await asyncio.to_thread(answer_request, self.port, request)
+            if is_ledger_request(request):
+                compaction = await asyncio.to_thread(
+                    answer_ledger, self.diff_model, request, self.ledger
+                )
+                fallback = getattr(compaction.payload, "fallback", None)
+                outcome = "answered" if fallback is None else "error"
+            else:
+                compaction, outcome = await asyncio.to_thread(answer_request, self.port, request)
             seconds = time.perf_counter() - started
         key = request.session_id.encode()
         ack = await self.send(Output(self.topics.compaction_events, key, encode(compaction)))

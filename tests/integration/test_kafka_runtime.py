@@ -32,7 +32,8 @@ from kafka_workers import (
 from typer.testing import CliRunner
 
 from sessionfold.events.envelope import EntryEnvelope, EntryPayload, encode
-from sessionfold.events.flush import read_compaction
+from sessionfold.events.flush import is_pruning_compaction, read_compaction
+from sessionfold.events.ledger import LEDGER_PRODUCER, is_ledger_request
 from sessionfold.projections import index
 from sessionfold.streams.cli import app
 from sessionfold.streams.cli.worker import ENV_TEST_DELAY
@@ -61,6 +62,7 @@ class Embedded:
     runtime: EmbeddedRuntime
     entries: int
     flush_requests: Counter[str]
+    ledger_passes: int
     flush_attempts: Counter[tuple[str, str]]
     batch_outcomes: Counter[str]
     model_calls: int
@@ -88,12 +90,16 @@ def embedded(fleet: Path) -> Embedded:
         for record in read_session_file(path):
             runtime.publish(record)
     attempts = [e.payload for e in runtime.log[FLUSH_METRICS]]
-    compactions = [read_compaction(e) for e in runtime.log[COMPACTION_EVENTS]]
+    compactions = [
+        read_compaction(e) for e in runtime.log[COMPACTION_EVENTS] if is_pruning_compaction(e)
+    ]
+    requests = runtime.log[FLUSH_REQUESTS]
     return Embedded(
         states=fold_files(paths)["sessions"],
         runtime=runtime,
         entries=len(runtime.log[SESSION_EVENTS]),
-        flush_requests=Counter(e.payload.trigger for e in runtime.log[FLUSH_REQUESTS]),
+        flush_requests=Counter(e.payload.trigger for e in requests),
+        ledger_passes=sum(is_ledger_request(e) for e in requests),
         flush_attempts=Counter((a.trigger, a.outcome) for a in attempts),
         batch_outcomes=Counter(r.outcome for c in compactions for r in c.results),
         model_calls=sum(c.usage.calls for c in compactions),
@@ -158,7 +164,9 @@ def test_one_worker_of_all_roles_equals_embedded(
         )
 
         samples = worker.metrics()
-        requests = sum(embedded.flush_requests.values())
+        requests = sum(embedded.flush_requests.values())  # ledger passes included
+        flushes = requests - embedded.ledger_passes
+        assert embedded.ledger_passes == 2  # before-compaction.jsonl's two pi compactions
         assert metric(samples, "sessionfold_events_folded_total", kind="entry") == published + 1
         assert metric_sum(samples, "sessionfold_events_duplicate_total") == 0
         for trigger, count in embedded.flush_requests.items():
@@ -170,7 +178,8 @@ def test_one_worker_of_all_roles_equals_embedded(
         assert metric_sum(samples, "sessionfold_flush_attempts_total") == sum(
             embedded.flush_attempts.values()
         )
-        assert metric(samples, "sessionfold_compactions_total", outcome="applied") == requests
+        assert metric(samples, "sessionfold_compactions_total", outcome="applied") == flushes
+        assert metric(samples, "sessionfold_compactions_total", outcome="ledger") == 2
         assert metric(samples, "sessionfold_compactions_total", outcome="ignored") == 0
         assert metric(samples, "sessionfold_summarizer_requests_total", outcome="answered") == (
             requests
@@ -323,16 +332,19 @@ def _check_exactly_once(bootstrap: str, topics: Topics, embedded: Embedded) -> N
         for attempt in state["flush_attempts"]
     )
     assert max(applied.values()) == 1
-    requests = {
-        orjson.loads(r.value)["payload"]["request_id"]
-        for r in read_topic(bootstrap, topics.flush_requests)
-    }
-    answered = {
-        orjson.loads(r.value)["payload"]["request_id"]
-        for r in read_topic(bootstrap, topics.compaction_events)
-    }
+    requests, passes = _request_ids(bootstrap, topics.flush_requests)
+    answered, pass_results = _request_ids(bootstrap, topics.compaction_events)
     assert requests <= answered
     assert requests <= set(applied)
+    # Every ledger pass asked for was answered and closed exactly one span.
+    spans = [
+        span["request"]
+        for state in embedded.states.values()
+        if state.get("ledger")
+        for span in state["ledger"]["spans"]
+    ]
+    assert len(spans) == len(set(spans)) == 2
+    assert passes == set(spans) <= pass_results
     records: dict[str, list[bytes]] = {}
     for r in read_topic(bootstrap, topics.flush_metrics):
         body = orjson.loads(r.value)
@@ -342,6 +354,18 @@ def _check_exactly_once(bootstrap: str, topics: Topics, embedded: Embedded) -> N
     assert all(len(set(copies)) == 1 for copies in records.values())
     duplicates = sum(len(copies) - 1 for copies in records.values())
     print(f"flush-metrics records: {len(records)} requests, {duplicates} re-sent copies")
+
+
+def _request_ids(bootstrap: str, topic: str) -> tuple[set[str], set[str]]:
+    """Request ids on a flush-requests or compaction-events topic: pruning, ledger."""
+    pruning, ledger = set(), set()
+    for record in read_topic(bootstrap, topic):
+        payload = orjson.loads(record.value)["payload"]
+        if payload.get("producer") == LEDGER_PRODUCER:
+            ledger.add(payload["request"])
+        else:
+            pruning.add(payload["request_id"])
+    return pruning, ledger
 
 
 def test_summarizer_killed_mid_call_answers_after_restart(

@@ -15,10 +15,9 @@ from typer.testing import CliRunner
 from sessionfold.events.envelope import decode, encode
 from sessionfold.events.flush import read_compaction, read_flush_metrics, read_request
 from sessionfold.projections.config import build_config
-from sessionfold.projections.session_fold import apply
 from sessionfold.projections.store import DictStore
 from sessionfold.streams.cli import fold as fold_cli
-from sessionfold.streams.embedded import EmbeddedRuntime, fold_files
+from sessionfold.streams.embedded import EmbeddedRuntime, fold_files, fold_step
 from sessionfold.streams.session_file import read_session_file
 
 SESSIONS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "sessions"
@@ -138,14 +137,16 @@ def test_requests_compactions_and_records_are_routed(sessions_dir: Path) -> None
 
 
 def test_real_session_fed_twice_is_byte_identical(sessions_dir: Path) -> None:
-    """Every folded envelope applied twice gives the same store, byte for byte."""
+    """Every folded envelope applied twice (pruning and ledger) gives the same store, byte for
+    byte; the ledger's passes included."""
     runtime = EmbeddedRuntime()
     for record in read_session_file(sessions_dir / BEFORE):
         runtime.publish(record)
+    assert any(key.startswith(f"{BEFORE_ID}/ledger/S/") for key in runtime.store)
     twice = DictStore()
     for envelope in runtime.folded:
-        apply(twice, envelope)
-        apply(twice, envelope)
+        fold_step(twice, envelope, runtime.config)
+        fold_step(twice, envelope, runtime.config)
     dump = orjson.OPT_SORT_KEYS
     assert orjson.dumps(dict(twice), option=dump) == orjson.dumps(dict(runtime.store), option=dump)
 

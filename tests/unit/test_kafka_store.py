@@ -316,3 +316,131 @@ class TestFoldRuntime:
             for o in cluster.logs[TOPICS.flush_metrics]
         }
         assert on_topic == set(recorded)
+
+
+class LaggingBackend:
+    """A changelog whose writes are durable only once acknowledged.
+
+    The worker reads and writes `live` (its memory); `settle` acknowledges every write so far
+    into `durable`; `lose` is a crash: memory is rebuilt from what was durable, while records
+    already sent to other topics stay there (the broker may acknowledge a flush request before
+    the changelog writes of the event that raised it).
+    """
+
+    def __init__(self) -> None:
+        self.durable: dict[str, bytes] = {}
+        self.live: dict[str, bytes] = {}
+        self.unacked: list[tuple[str, bytes | None, asyncio.Future[Any]]] = []
+
+    def get(self, key: str) -> bytes | None:
+        return self.live.get(key)
+
+    def keys(self) -> Any:
+        return self.live.keys()
+
+    async def write(self, key: str, value: bytes | None, partition: int) -> Any:
+        if value is None:
+            self.live.pop(key, None)
+        else:
+            self.live[key] = value
+        done = asyncio.get_running_loop().create_future()
+        self.unacked.append((key, value, done))
+        return done
+
+    def settle(self) -> None:
+        for key, value, done in self.unacked:
+            if value is None:
+                self.durable.pop(key, None)
+            else:
+                self.durable[key] = value
+            done.set_result(None)
+        self.unacked.clear()
+
+    def lose(self) -> None:
+        self.unacked.clear()  # never acknowledged: nobody waits for them any more
+        self.live = dict(self.durable)
+
+
+class LossyCluster(Cluster):
+    """Commits every `settle_every` fold records once their writes are acknowledged; every
+    `lose_every`-th record is followed by a crash that loses the writes not acknowledged yet,
+    and the consumers go back to their commits. The two fold inputs are read in turns, so a
+    compaction can overtake the session event whose lost writes asked for it."""
+
+    def __init__(self, lose_every: int, settle_every: int = 3, lose_asking: bool = False) -> None:
+        super().__init__(CrashingTable())
+        self.lagging = LaggingBackend()
+        metrics = create(CollectorRegistry())
+        tracker = SessionTracker(self.lagging, DEFAULT_CONFIG, 1)
+        self.fold = FoldRuntime(self.lagging, self.send, TOPICS, DEFAULT_CONFIG, metrics, tracker)
+        self.lose_every = lose_every
+        self.settle_every = settle_every
+        self.lose_asking = lose_asking  # also crash after each record that first asks a pass
+        self.asked: set[bytes] = set()
+
+    async def run(self) -> None:
+        fold_inputs = (TOPICS.session_events, TOPICS.compaction_events)
+        committed = dict.fromkeys((*fold_inputs, TOPICS.flush_requests), 0)
+        read = dict(committed)
+        acks: list[Any] = []
+        folded = 0
+        for round_ in range(1_000_000):
+            progressed = False
+            for topic in fold_inputs if round_ % 2 else fold_inputs[::-1]:
+                if read[topic] < len(self.logs[topic]):
+                    output = self.logs[topic][read[topic]]
+                    record = SourceRecord(topic, 0, read[topic], output.key, output.value)
+                    sent = len(self.logs[TOPICS.flush_requests])
+                    acks.append(await self.fold.handle(record))
+                    read[topic] += 1
+                    folded += 1
+                    progressed = True
+                    asked = {
+                        o.value
+                        for o in self.logs[TOPICS.flush_requests][sent:]
+                        if b'"producer":"sessionfold-ledger"' in o.value
+                    } - self.asked
+                    self.asked |= asked
+                    if folded % self.lose_every == 0 or (self.lose_asking and asked):
+                        self.lagging.lose()
+                        self.crashes += 1
+                        acks.clear()
+                        read = {**read, **{t: committed[t] for t in fold_inputs}}
+                    elif folded % self.settle_every == 0:
+                        self.lagging.settle()
+                        for ack in acks:
+                            await ack
+                        acks.clear()
+                        committed.update({t: read[t] for t in fold_inputs})
+            requests = self.logs[TOPICS.flush_requests]
+            if read[TOPICS.flush_requests] < len(requests):
+                output = requests[read[TOPICS.flush_requests]]
+                position = read[TOPICS.flush_requests]
+                record = SourceRecord(TOPICS.flush_requests, 0, position, output.key, output.value)
+                await (await self.summarize.handle(record))
+                read[TOPICS.flush_requests] += 1
+                progressed = True
+            if not progressed:
+                self.lagging.settle()
+                return
+
+
+@pytest.mark.parametrize("lose_every", [5, 17, 61])
+@pytest.mark.parametrize("lose_asking", [False, True])
+def test_lost_changelog_writes_change_nothing(
+    shared_sessions: Path, lose_every: int, lose_asking: bool
+) -> None:
+    """Changelog writes lost in a crash while the requests they raised got out (pruning flushes
+    and ledger passes alike): redelivery still ends in the embedded runtime's state, ledger
+    included."""
+    paths = [shared_sessions / "before-compaction.jsonl"]
+    expected = fold_files(paths)["sessions"]
+    cluster = LossyCluster(lose_every, lose_asking=lose_asking)
+    _publish(cluster, paths)
+    asyncio.run(cluster.run())
+    assert cluster.crashes > 10
+    states = _states(cluster.lagging.durable, list(expected))
+    for sid, state in expected.items():
+        assert state["ledger"]["span"] == 2
+        canonical = orjson.OPT_SORT_KEYS
+        assert orjson.dumps(states[sid], option=canonical) == orjson.dumps(state, option=canonical)

@@ -16,6 +16,7 @@ from sessionfold.events.envelope import (
     WorldPayload,
 )
 from sessionfold.events.ledger import LEDGER_PRODUCER, SPAN_RECORD_TYPE
+from sessionfold.projections import session_fold
 from sessionfold.projections.ledger.fold import LedgerFold
 from sessionfold.projections.ledger.state import canonical_json, ledger_key, load_head, snapshot
 from sessionfold.projections.store import DictStore
@@ -154,6 +155,73 @@ def test_world_envelope_sets_a_bounded_world() -> None:
     assert len(world) == 32 and len(world["long"]) == 200
 
 
+def world(seq: int, **facts: Any) -> WorldEnvelope:
+    """A World snapshot that follows the event at `seq` (it takes no seq of its own)."""
+    return WorldEnvelope(session_id=SID, seq=seq, payload=WorldPayload(facts=facts))
+
+
+def test_a_world_takes_no_sequence_number_of_its_own() -> None:
+    """A snapshot carrying the seq of the entry it follows is folded, and the next entry (the
+    following seq) is too: snapshots never shift the file's sequence numbers."""
+    store = DictStore()
+    fold = LedgerFold(store)
+    fold_all(fold, [user(1, "one"), world(1, branch="a"), user(2, "two"), world(2, branch="b")])
+    head = load_head(store, SID)
+    assert head["world"] == {"branch": "b"} and head["n"]["u"] == 2 and head["seq"] == 2
+
+
+def test_an_older_world_redelivered_changes_nothing() -> None:
+    """A redelivered snapshot older than the last one folded is ignored; a newer look at the
+    same point replaces it."""
+    store = DictStore()
+    fold = LedgerFold(store)
+    fold_all(fold, [user(1, "one"), world(1, branch="a"), user(2, "two"), world(2, branch="b")])
+    before = canonical_json(dict(store))
+    fold_all(fold, [world(1, branch="a"), user(2, "two")])
+    assert canonical_json(dict(store)) == before
+    fold_all(fold, [world(2, branch="c")])
+    assert load_head(store, SID)["world"] == {"branch": "c"}
+
+
+def test_a_world_is_held_in_log_order_behind_the_barrier() -> None:
+    """While a pass is pending a snapshot waits with the held events: a pass raised by a held
+    event sees the World that came before it in the log, not one that came after."""
+    store = DictStore()
+    fold = LedgerFold(store)
+    fold_all(fold, [world(0, branch="start"), user(1, "one")])
+    [first] = fold.apply(CompactRequestEnvelope(session_id=SID, seq=2))
+    assert first["state"]["world"] == {"branch": "start"}
+    held = [
+        user(3, "three"),
+        world(3, branch="before-second"),
+        CompactRequestEnvelope(session_id=SID, seq=4),
+        world(4, branch="after-second"),
+    ]
+    for envelope in held:
+        assert fold.apply(envelope) == []
+    assert load_head(store, SID)["buffer"] == [3, "w3", 4, "w4"]
+    assert load_head(store, SID)["world"] == {"branch": "start"}
+    fields = {k: first[k] for k in ("session", "request", "span", "seq")}
+    [second] = fold.apply_pass({**fields, "fallback": "test"})
+    assert second["seq"] == 4 and second["state"]["world"] == {"branch": "before-second"}
+    fields = {k: second[k] for k in ("session", "request", "span", "seq")}
+    assert fold.apply_pass({**fields, "fallback": "test"}) == []
+    head = load_head(store, SID)
+    assert head["world"] == {"branch": "after-second"} and head["buffer"] == []
+    assert not [k for k in store if "/buf/" in k]
+
+
+def test_pruning_ignores_world_snapshots() -> None:
+    """The pruning folds keep no trace of a World: a session with snapshots folds the same."""
+    envelopes = [user(1, "one"), world(1, branch="a"), user(2, "two"), world(2, branch="b")]
+    plain, with_world = DictStore(), DictStore()
+    for envelope in envelopes:
+        session_fold.apply(with_world, envelope)
+        if not isinstance(envelope, WorldEnvelope):
+            session_fold.apply(plain, envelope)
+    assert canonical_json(dict(plain)) == canonical_json(dict(with_world))
+
+
 def test_every_envelope_twice_changes_nothing() -> None:
     """Feeding each envelope twice gives the same store as feeding it once (idempotent by seq)."""
     envelopes = [
@@ -184,6 +252,31 @@ def test_compact_request_raises_a_pass_and_holds_later_events() -> None:
     head = load_head(store, SID)
     assert head["n"]["u"] == 2 and head["buffer"] == [] and head["pending"] is None
     assert store.get(ledger_key(SID, "buf", 3)) is None
+
+
+def test_an_answer_that_overtook_its_request_is_ignored() -> None:
+    """An answer whose request the state does not hold yet (a crash lost the event that asked
+    while its request got out) changes nothing; the event folded again asks again, and that
+    answer closes the span as it would have without the crash."""
+    envelopes = [user(1, "never push to main"), CompactRequestEnvelope(session_id=SID, seq=2)]
+    reference = DictStore()
+    fold = LedgerFold(reference)
+    fold.apply(envelopes[0])
+    [request] = fold.apply(envelopes[1])
+    answer = {k: request[k] for k in ("session", "request", "span", "seq")}
+    answer = {**answer, "fallback": "test"}
+    fold.apply_pass(answer)
+
+    crashed = DictStore()
+    fold = LedgerFold(crashed)
+    fold.apply(envelopes[0])
+    before = canonical_json(dict(crashed))
+    assert fold.apply_pass(answer) == []
+    assert canonical_json(dict(crashed)) == before
+    [again] = fold.apply(envelopes[1])
+    assert again["request"] == request["request"]
+    fold.apply_pass(answer)
+    assert canonical_json(dict(crashed)) == canonical_json(dict(reference))
 
 
 def test_empty_span_raises_no_pass() -> None:

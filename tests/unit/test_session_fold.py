@@ -43,7 +43,7 @@ from sessionfold.projections.config import PruneConfig, build_config
 from sessionfold.projections.frontier import trim_batches
 from sessionfold.projections.session_fold import apply
 from sessionfold.projections.store import DictStore
-from sessionfold.streams.embedded import EmbeddedRuntime, answer
+from sessionfold.streams.embedded import EmbeddedRuntime, answer, fold_step
 from sessionfold.streams.summarizer import OfflineSummarizer
 
 SID = "sess-1"
@@ -250,16 +250,17 @@ def test_an_envelope_not_above_the_last_seq_is_ignored() -> None:
 
 
 def test_feeding_every_envelope_twice_gives_byte_identical_state() -> None:
-    """Replaying the fold order with each envelope twice yields the same canonical JSON."""
+    """Replaying the fold order with each envelope twice (every fold: pruning and ledger)
+    yields the same canonical JSON."""
     pi = simple_session(Pi(), flushes=3)
     pi.reload()
     pi.command("flush")
     runtime = run(pi)
     once, twice = DictStore(), DictStore()
     for envelope in runtime.folded:
-        apply(once, envelope)
-        apply(twice, envelope)
-        apply(twice, envelope)
+        fold_step(once, envelope, runtime.config)
+        fold_step(twice, envelope, runtime.config)
+        fold_step(twice, envelope, runtime.config)
     assert canonical(once) == canonical(twice) == canonical(runtime.store)
 
 

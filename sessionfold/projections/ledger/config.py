@@ -39,3 +39,7 @@ class LedgerConfig:
     # Taking over from another compactor: how much of its summary the prompt shows.
     takeover_head_chars: int = 1_500
     takeover_tail_chars: int = 1_500
+
+
+#: The ledger every runtime folds unless told otherwise.
+DEFAULT_LEDGER = LedgerConfig()

@@ -83,6 +83,8 @@ class LedgerFold:
             return self.apply_pass(envelope.payload.model_dump())
         if envelope.kind not in SESSION_EVENT_KINDS:
             return []
+        if isinstance(envelope, WorldEnvelope):
+            return self._world(envelope)
         head = self._head(envelope.session_id)
         if envelope.seq <= head["seq"]:
             return []  # redelivery, replay or duplicate publish
@@ -113,6 +115,12 @@ class LedgerFold:
             log.warning("ledger payload without a session", extra={"ledger": {"code": "invalid"}})
             return []
         head = self._head(session)
+        if head["pending"] is None or head["pending"] != payload.get("request"):
+            # An answer to nothing this state waits for: a second answer, or one that overtook
+            # the state that asked (on Kafka a request can land before the writes of the event
+            # that raised it, and a crash lose those). Ignored, so when the event is folded
+            # again and asks again, that answer is applied.
+            return []
         return self._apply_payload(head, payload, seq=None, entry=None) + self._drain(head)
 
     def request_pass(self, session_id: str, seq: int, trigger: str = "end") -> list[PassRequest]:
@@ -157,6 +165,29 @@ class LedgerFold:
         log.warning("ledger anomaly", extra={"ledger": {"code": code, "seq": seq}})
 
     # --- one session event --------------------------------------------------------------
+
+    def _world(self, envelope: WorldEnvelope) -> list[PassRequest]:
+        """Fold a World snapshot: unsequenced, it carries the seq of the event it follows.
+
+        A publisher takes snapshots between a file's lines, so a snapshot takes no sequence
+        number of its own (entries keep the seq a plain read of the file gives). A snapshot
+        older than the last one folded is a redelivery and ignored; one of the same seq is a
+        newer look at the same point and replaces it. While the barrier is up it is held in
+        log order like any event, so a pass a held event raises sees the World it followed.
+        """
+        head = self._head(envelope.session_id)
+        if envelope.seq < head.get("worldSeq", -1):
+            return []
+        head["worldSeq"] = envelope.seq
+        if head["pending"] is None and not head["buffer"]:
+            return self._event(head, envelope)
+        marker = f"w{envelope.seq}"
+        self.store.put(ledger_key(head["session"], "buf", marker), envelope.model_dump(mode="json"))
+        if marker in head["buffer"]:
+            head["buffer"].remove(marker)  # the newer look at that point goes where it arrived
+        head["buffer"].append(marker)
+        self._put_head(head)
+        return []
 
     def _event(self, head: dict[str, Any], envelope: Any) -> list[PassRequest]:
         requests: list[PassRequest] = []

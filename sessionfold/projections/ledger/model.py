@@ -3,9 +3,10 @@
 A `DiffModel` gets one call's prompt data (`prompt.build_prompt`) and returns the parsed JSON
 answer, or raises. The offline model is deterministic: it labels with the seed's heuristic
 reading of standing rules (`heuristics`), recognises withdrawals (`rules.withdraws`), names the
-values the span's command outputs show (`values`), and writes its narrative line and Now from
-the ledger. It names no value from an earlier compactor's summary: it cannot read one.
-Whatever any model answers, code verifies.
+values the span's command outputs show, ranked by what the span's commands, errors and user
+messages show of each, as many as an answer may hold (`values.span_values`), and writes its
+narrative line and Now from the ledger. It names no value from an earlier compactor's
+summary: it cannot read one. Whatever any model answers, code verifies.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Any, Protocol, runtime_checkable
 
+from sessionfold.projections.ledger.answer import Answer
 from sessionfold.projections.ledger.heuristics import (
     WHOLE_CHARS,
     WORDS_REQUIRED_CHARS,
@@ -22,6 +24,11 @@ from sessionfold.projections.ledger.heuristics import (
 from sessionfold.projections.ledger.rules import judged_text, shared_words, withdraws
 from sessionfold.projections.ledger.text import clip, quotable_regions
 from sessionfold.projections.ledger.values import span_values
+
+#: How many values one answer may name (the answer schema's bound: more fails the schema).
+VALUES_PER_ANSWER = next(
+    (m.max_length for m in Answer.model_fields["values"].metadata if hasattr(m, "max_length")), 20
+)
 
 
 @runtime_checkable
@@ -44,7 +51,7 @@ class OfflineModel:
         self,
         whole_chars: int = WHOLE_CHARS,
         words_chars: int = WORDS_REQUIRED_CHARS,
-        values_per_span: int = 16,
+        values_per_span: int = VALUES_PER_ANSWER,
         values_per_command: int = 4,
     ) -> None:
         self.whole_chars = whole_chars
@@ -69,7 +76,13 @@ class OfflineModel:
             f"rule labels {rules}, lift labels {lifts} (offline reading)."
         )
         answer: dict[str, Any] = {"labels": labels, "narrative": narrative}
-        values = span_values(commands, self.values_per_command, self.values_per_span)
+        values = span_values(
+            commands,
+            self.values_per_command,
+            min(self.values_per_span, VALUES_PER_ANSWER),
+            messages=prompt["messages"],
+            errors=prompt.get("errors", []),
+        )
         if values:
             answer["values"] = values
         if prompt["messages"]:

@@ -5,7 +5,9 @@ line break inside them cannot be misread). When the whole does not fit the confi
 oldest commands go first, then the oldest files read, errors, narrative lines, values, files
 modified, lifted rules, dead ends, decisions and the World; rules are cut only as a last
 resort. Every omission is said. The files are those pi's file tools read or modified (as pi's
-own compaction lists them), a file modified not listed again as read.
+own compaction lists them), a file modified not listed again as read. Room left under the size
+once everything fits is spent on the values: each, newest first, gets the line of its command's
+output it stands in, verbatim (then more while room lasts).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sessionfold.projections.ledger.text import clip, sanitize
+from sessionfold.projections.ledger.values import shapes
 
 HEADER = "# Session state (sessionfold rule ledger)"
 
@@ -152,6 +155,60 @@ _GIVE_WAY = (
 )
 
 
+#: A value's context (a line of its turn it stands in) is cut to this around the value.
+CONTEXT_CHARS = 140
+#: At most this many context lines per value.
+CONTEXT_LINES = 3
+
+
+def value_lines(value: str, output: str, limit: int = CONTEXT_CHARS) -> list[str]:
+    """The lines of a command's output (its head and tail as the ledger keeps them) that hold
+    `value` verbatim, whitespace folded and cut to `limit` characters around it ("…" where
+    cut): the line that shows the most other values first. Not the partial lines either side
+    of the excerpt's cut, nor a line that is the value alone."""
+    found: list[tuple[int, int, str]] = []
+    for index, raw in enumerate(output.splitlines()):
+        if " … " in raw:
+            continue
+        line = " ".join(raw.split())
+        at = line.find(value)
+        if at < 0 or line == value:
+            continue
+        if len(line) > limit:
+            room = max(limit - len(value), 0)
+            start = max(0, min(at - room // 2, len(line) - limit))
+            end = start + max(limit, len(value))
+            line = ("…" if start else "") + line[start:end] + ("…" if end < len(line) else "")
+        others = sum(1 for shape in shapes(line) if shape not in value)
+        found.append((-others, index, line))
+    return [line for _, _, line in sorted(found)]
+
+
+def _spend_spare(state: dict[str, Any], section: _Section, spare: int) -> bool:
+    """Spend `spare` characters on the values shown, newest first: each gets a line of its
+    turn's output it stands in, verbatim; then, while room is left, another, up to
+    `CONTEXT_LINES`. A line shown once is not shown again. True when any value line changed."""
+    if spare <= 0 or not section.lines:
+        return False
+    outputs = {row["id"]: str(row.get("excerpt") or "") for row in state.get("commands", [])}
+    rows = state.get("values", [])[-len(section.lines) :]
+    lines = [value_lines(str(row["value"]), outputs.get(str(row.get("turn")), "")) for row in rows]
+    shown: set[str] = set()
+    given = [0] * len(rows)  # context lines each value got
+    for round_ in range(CONTEXT_LINES):
+        for index in range(len(rows) - 1, -1, -1):
+            context = next((line for line in lines[index] if line not in shown), None)
+            if context is None or given[index] != round_:
+                continue
+            addition = _line(f"{': ' if round_ == 0 else ' | '}`{context}`")
+            if len(addition) <= spare:
+                section.lines[index] += addition
+                spare -= len(addition)
+                shown.add(context)
+                given[index] += 1
+    return any(given)
+
+
 def _join(parts: list[_Section]) -> str:
     return "\n\n".join([HEADER, *(t for s in parts if (t := s.text()))]) + "\n"
 
@@ -187,4 +244,12 @@ def render(
         text = _join(parts)
     if len(text) > limit:
         text = clip(text, limit - 1) + "\n"
+    elif not any(s.dropped for s in parts):
+        plain = list(by_key["values"].lines)
+        if _spend_spare(state, by_key["values"], limit - len(text)):
+            spent = _join(parts)
+            if len(spent) <= limit:
+                text = spent
+            else:  # each addition is counted; this only guards the bound
+                by_key["values"].lines = plain
     return text, {s.key: s.dropped for s in parts if s.dropped}

@@ -11,7 +11,7 @@ Layout, all under `key(session, "ledger", ...)`:
   S/<n>           span records
   A/<n>           anomalies (codes and ids, no text)
   foreign         the newest compaction not ours: entry, seq, its summary's head and tail
-  buf/<seq>       envelopes held by the flush barrier
+  buf/<seq>       envelopes held by the flush barrier (buf/w<seq>: a held World snapshot)
   answered/<req>  pass results already applied
 One event writes the head and a row or two, so a write never grows with the session.
 """

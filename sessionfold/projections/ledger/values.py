@@ -1,11 +1,17 @@
-"""Values a later turn may need, read from a command's output (seeds/002: "a timing, a total, a
+"""Values a later turn may need, read from a span's commands (seeds/002: "a timing, a total, a
 port"), each with what it is. The offline model names these with the command's id as their
 turn; verification keeps one only where it stands verbatim in that turn, as for any model.
 
-Only a few kinds are read, each by a shape that says what it is, never "any number": a line
-count (`wc -l`), a compiler's error location, a commit made or the newest one logged, an
-address or port a server listens on, a timing the output reports ("took", "Duration"), a test
-total. Values in the partial lines around the cut of an output's head and tail are not read.
+Code reads a few kinds from a command's whole output, each by a shape that says what it is,
+never "any number" (`command_values`): a line count (`wc -l`), a compiler's error location, a
+commit made or the newest one logged, an address or port a server listens on, a timing the
+output reports ("took", "Duration"), a test total. The head and tail of each output (what the
+ledger keeps of it) also show paths, hashes and identifiers by their shape alone. An answer
+names only a few values, so `span_values` ranks them all by what the span itself shows of
+each (`SIGNALS`): the assistant wrote it in a command, code shown defines it, an error line
+shows it, the user named it, several turns show it, one of the last commands shows it. Nothing
+later than the span is read. Values in the partial lines around the cut of an output's head
+and tail are not read.
 """
 
 from __future__ import annotations
@@ -70,19 +76,185 @@ def command_values(command: str, output: str) -> list[tuple[str, str]]:
     return found
 
 
-def span_values(
-    commands: list[dict[str, Any]], per_command: int = 4, per_span: int = 16
-) -> list[dict[str, str]]:
-    """The values a span's commands showed, as answer items (value, turn, what): up to
-    `per_command` of each (the ones the fold read from the whole output, else those of its
-    excerpt), the newest `per_span` in all; a value seen again counts from its newest turn."""
-    found: dict[str, dict[str, str]] = {}
-    for command in commands:
+# The other values an output shows, by shape alone (seeds/002: "a path, a number, a hash, a
+# port, an identifier"): a path (absolute, home- or dot-relative, or relative with an
+# extension), a hash (hex digits with a letter and a digit), an identifier (camelCase,
+# PascalCase with an inner capital, snake_case). No bare number: a number alone does not say
+# what it is, and the kinds above already read the ones that do.
+_SHAPE = re.compile(
+    r"(?<![\w.@/~-])(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]+"
+    r"|(?<![\w.@/-])[\w.@-]+(?:/[\w.@-]+)+\.\w+\b"
+    r"|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b"
+    r"|\b[a-z]+(?:[A-Z][a-z0-9]*)+\b"
+    r"|\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b"
+    r"|\b[A-Za-z][a-z0-9]*(?:_[A-Za-z0-9]+)+\b"
+)
+_MIN_CHARS = 4
+# A name the code an output shows defines ("function getThemesDir(", "class AgentSession",
+# "def first_kept_id", "const queueMode =").
+_DEFINES = re.compile(
+    r"\b(?:function\*?|class|interface|type|enum|struct|trait|def|fn|const|let|var)\s+"
+    r"(?P<name>[A-Za-z_$][\w$]*)"
+)
+# A line that reports a failure (the words the fold's error heads are chosen by).
+_ERROR_LINE = re.compile(
+    r"error|fail|not found|no such|cannot|can't|denied|invalid|refused|exception|×", re.I
+)
+#: How many of a span's last commands are its last turns.
+RECENT_COMMANDS = 8
+
+#: What the span shows of a value, how much each says that a later turn will need it, and
+#: how the summary names it. Each is read from the span's own turns (its commands, their
+#: outputs' head and tail, its errors, its user messages), never from anything later.
+SIGNALS: tuple[tuple[str, int, str], ...] = (
+    # code read it by a shape that says what it is (`command_values`, the whole output)
+    ("read", 2, ""),
+    # the assistant wrote this name or hash in a command: it searched for it, looked at it
+    ("command", 3, "in a command"),
+    # the assistant wrote this path in a command: the file it works on, which the command
+    # line and the files the summary lists already record, so it weighs less
+    ("operand", 1, "in a command"),
+    ("defined", 2, "defined"),  # code an output shows defines it
+    ("error", 2, "on an error line"),  # a line that reports a failure shows it
+    ("user", 2, "named by the user"),  # a user message of the span names it
+    ("repeated", 1, "seen again"),  # two turns or more show or name it
+    ("again", 1, "seen again"),  # three turns or more
+    ("recent", 1, "recent"),  # one of the span's last commands shows it
+)
+_WEIGHT = {name: weight for name, weight, _ in SIGNALS}
+
+
+def shapes(text: str) -> list[str]:
+    """The values a text shows by their shape alone, in text order, without repeats."""
+    found: dict[str, None] = {}
+    for match in _SHAPE.finditer(text):
+        value = match.group(0).rstrip(".:,")
+        if len(value) >= _MIN_CHARS and value not in ("/", "./", "../"):
+            found[value] = None
+    return list(found)
+
+
+def _unclipped(text: str) -> str:
+    """A text a prompt clipped ("…" at its end) without the word the clip cut."""
+    if not text.endswith("…"):
+        return text
+    return text[:-1].rsplit(None, 1)[0] if " " in text.strip() else ""
+
+
+def value_signals(
+    commands: list[dict[str, Any]],
+    per_command: int = 4,
+    *,
+    messages: list[dict[str, Any]] | None = None,
+    errors: list[dict[str, Any]] | None = None,
+) -> dict[str, tuple[set[str], int, str, str]]:
+    """Every value a span's commands showed: its signals, the position and id of the newest
+    command that shows it verbatim (its output's head and tail, or the values code read
+    from the whole output), and what code read it as ("" for a value read by shape alone).
+
+    The values are the ones `command_values` read (up to `per_command` of each command, so
+    one long listing cannot crowd out the span's others) and the shapes the outputs' head
+    and tail show, not in the partial lines either side of the cut. Commands, error heads
+    and user messages give signals only: a value no output shows is not one of the span's.
+    """
+    found: dict[str, tuple[set[str], int, str, str]] = {}
+    turns_of: dict[str, set[str]] = {}  # value -> the turns that show or name it
+    written: set[str] = set()
+    defined: set[str] = set()
+    on_error: set[str] = set()
+    recent_from = len(commands) - RECENT_COMMANDS
+
+    def shown(value: str, position: int, turn: str, kind: str = "") -> None:
+        signals, _, _, read_as = found.get(value, (set(), 0, "", ""))
+        if position >= recent_from:
+            signals.add("recent")
+        found[value] = (signals, position, turn, kind or read_as)
+        turns_of.setdefault(value, set()).add(turn)
+
+    for position, command in enumerate(commands):
+        turn = str(command["id"])
         pairs = command.get("values") or command_values(
             command.get("command", ""), command.get("output", "")
         )
-        # A few per command, so one long listing cannot crowd out the span's others.
-        for value, what in list(pairs)[:per_command]:
-            found.pop(value, None)
-            found[value] = {"value": value, "turn": command["id"], "what": what}
-    return list(found.values())[-per_span:] if per_span else []
+        for value, kind in list(pairs)[:per_command]:
+            value = str(value).strip()
+            if value:
+                shown(value, position, turn, str(kind))
+                found[value][0].add("read")
+        output = _CUT.sub("", str(command.get("output") or ""), count=1)
+        for value in shapes(output):
+            shown(value, position, turn)
+        defined.update(match.group("name") for match in _DEFINES.finditer(output))
+        for line in output.splitlines():
+            if _ERROR_LINE.search(line):
+                on_error.update(shapes(line))
+        for value in shapes(_unclipped(str(command.get("command") or ""))):
+            written.add(value)
+            turns_of.setdefault(value, set()).add(turn)
+    for error in errors or []:
+        for value in shapes(str(error.get("head") or "")):
+            on_error.add(value)
+            turns_of.setdefault(value, set()).add(str(error.get("id")))
+    named: set[str] = set()
+    for message in messages or []:
+        for value in shapes(str(message.get("text") or "")):
+            named.add(value)
+            turns_of.setdefault(value, set()).add(str(message.get("id")))
+    for value, (signals, _, _, _) in found.items():
+        if value in written:
+            signals.add("operand" if "/" in value else "command")
+        signals.update(
+            name
+            for name, holds in (
+                ("defined", value in defined),
+                ("error", value in on_error),
+                ("user", value in named),
+                ("repeated", len(turns_of[value]) >= 2),
+                ("again", len(turns_of[value]) >= 3),
+            )
+            if holds
+        )
+    return found
+
+
+def span_values(
+    commands: list[dict[str, Any]],
+    per_command: int = 4,
+    per_span: int = 16,
+    *,
+    messages: list[dict[str, Any]] | None = None,
+    errors: list[dict[str, Any]] | None = None,
+) -> list[dict[str, str]]:
+    """The values a span's commands showed, as answer items (value, turn, what): the
+    `per_span` that the span gives the most reason to expect again (`value_signals`,
+    weighed by `SIGNALS`; ties: the newest), each with the newest command that shows it
+    verbatim. A value another kept value holds verbatim is not named again.
+
+    Items come weakest first, so the summary's size bound, which leaves out the oldest value
+    lines first, leaves out the weakest first.
+    """
+    if not per_span:
+        return []
+    found = value_signals(commands, per_command, messages=messages, errors=errors)
+
+    def rank(value: str) -> tuple[int, int]:
+        signals, position, _, _ = found[value]
+        return sum(_WEIGHT[name] for name in signals), position
+
+    kept: list[str] = []
+    for value in sorted(found, key=rank, reverse=True):
+        if len(kept) >= per_span:
+            break
+        if any(value in other for other in kept):
+            continue  # a kept value holds it verbatim
+        # A value that holds kept ones verbatim names them too: it takes their place.
+        kept = [other for other in kept if other not in value]
+        kept.append(value)
+    items = []
+    for value in reversed(kept):
+        signals, _, turn, read_as = found[value]
+        what = read_as or next(
+            (label for name, _, label in SIGNALS if label and name in signals), "shown"
+        )
+        items.append({"value": value, "turn": turn, "what": what})
+    return items

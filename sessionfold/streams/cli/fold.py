@@ -1,8 +1,10 @@
 """`sessionfold fold`: fold pi session files in the embedded runtime and report every session.
 
 `--json` prints `fold_files`'s result with sorted keys: {"sessions": {id: {metrics, frontier,
-pending_batches, flush_attempts, stats, counts, dead_letters}}}. Without it, one short table per
-session goes to stdout and progress to stderr. An invalid config exits 2 naming the key.
+pending_batches, flush_attempts, stats, counts, ledger, dead_letters}}} (`ledger`: the rule
+ledger as folded, passes at pi's compactions; `--no-ledger` leaves it out). Without `--json`,
+one short table per session goes to stdout and progress to stderr. An invalid config exits 2
+naming the key.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import orjson
 import typer
 from rich.console import Console
 
-from sessionfold.streams.cli.options import ConfigFile, Settings, config_or_exit
+from sessionfold.projections.ledger.config import DEFAULT_LEDGER
+from sessionfold.streams.cli.options import ConfigFile, Ledger, Settings, config_or_exit
 from sessionfold.streams.cli.session_table import session_table
 from sessionfold.streams.embedded import fold_files
 from sessionfold.streams.session_file import session_files
@@ -33,6 +36,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[
             bool, typer.Option("--json", help="Print the state as stable JSON.")
         ] = False,
+        ledger: Ledger = True,
     ) -> None:
         """Fold session files and print each session's pruning state."""
         err = Console(stderr=True)
@@ -46,7 +50,9 @@ def register(app: typer.Typer) -> None:
         def progress(path: Path, records: int) -> None:
             err.print(f"folded {path.name}: {records} records", highlight=False)
 
-        result = fold_files(files, config, progress=progress)
+        result = fold_files(
+            files, config, progress=progress, ledger=DEFAULT_LEDGER if ledger else None
+        )
         if as_json:
             typer.echo(orjson.dumps(result, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2))
             return

@@ -30,6 +30,7 @@ from sessionfold.projections.ledger.model import DiffModel, OfflineModel
 from sessionfold.projections.ledger.render import render
 from sessionfold.projections.ledger.state import snapshot
 from sessionfold.projections.ledger.text import sanitize
+from sessionfold.projections.ledger.view import ledger_view
 from sessionfold.streams.ledger_log import LedgerLog, LogObserver
 from sessionfold.streams.session_file import DeadLetter, read_session_file
 
@@ -47,23 +48,9 @@ def safe_json(value: Any) -> str:
 def state_json(run: LedgerRun, at_span: int | None, config: LedgerConfig) -> dict[str, Any]:
     """The documented `--json` form of a state: rules as {id, words, entry, lifted}, and more."""
     assert run.session_id is not None
-    state = snapshot(run.store, run.session_id, at_span=at_span)
-    summary, cap_fit = render(state, config.summary_chars, config.render_command_chars)
-    rules = state.pop("rules")
-    return {
-        **state,
-        "rules": [
-            {"id": r["id"], "words": r["words"], "entry": r["entry"], "lifted": bool(r["lifted"])}
-            for r in rules
-        ],
-        "lifts": [{"rule": r["id"], "u": r["u"], **r["lifted"]} for r in rules if r.get("lifted")],
-        "ruleSources": [
-            {"id": r["id"], "u": r["u"], "start": r["start"], "end": r["end"]} for r in rules
-        ],
-        "summary": summary,
-        "summaryChars": len(summary),
-        "capFit": cap_fit,
-    }
+    view = ledger_view(run.store, run.session_id, config, at_span)
+    assert view is not None  # the run folded at least one envelope of the session
+    return view
 
 
 def _span_lines(spans: list[dict[str, Any]]) -> list[str]:

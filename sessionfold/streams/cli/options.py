@@ -54,6 +54,16 @@ Settings = Annotated[
     typer.Option("--set", help="Override one setting, e.g. --set minBatchChars=500 (repeatable)."),
 ]
 
+Ledger = Annotated[
+    bool,
+    typer.Option(
+        "--ledger/--no-ledger",
+        envvar="SESSIONFOLD_LEDGER",
+        help="Fold the rule ledger beside the pruning state (passes at pi's compactions and "
+        "compact requests).",
+    ),
+]
+
 
 def config_or_exit(err: Console, path: Path | None, overrides: list[str]) -> PruneConfig:
     """The pruning config from a TOML file and overrides; exit 2 naming the bad key."""
@@ -73,6 +83,7 @@ __all__ = [
     "DEFAULT_PREFIX",
     "Bootstrap",
     "ConfigFile",
+    "Ledger",
     "Partitions",
     "Settings",
     "TopicPrefix",

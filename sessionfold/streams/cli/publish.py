@@ -56,6 +56,16 @@ def register(app: typer.Typer) -> None:
                 help="Where to remember per file how far publishing got.",
             ),
         ] = None,
+        world: Annotated[
+            bool,
+            typer.Option(
+                "--world/--no-world",
+                help=(
+                    "Takes a read-only git snapshot of each session's working directory "
+                    "for the rule ledger."
+                ),
+            ),
+        ] = True,
     ) -> None:
         """Publish pi session files to the session-events topic."""
         err = Console(stderr=True)
@@ -90,7 +100,7 @@ def register(app: typer.Typer) -> None:
         with progress:
             task = progress.add_task("publish", total=total)
             publisher = Publisher(
-                producer, topics, checkpoints, lambda n: progress.advance(task, n)
+                producer, topics, checkpoints, lambda n: progress.advance(task, n), world=world
             )
             try:
                 counts = publish_paths(

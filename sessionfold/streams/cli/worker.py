@@ -19,12 +19,14 @@ from kafka.errors import KafkaError
 from rich.console import Console
 
 from sessionfold.projections.config import PruneConfig
+from sessionfold.streams.cli.ledger import diff_model_for
 from sessionfold.streams.cli.options import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_PARTITIONS,
     DEFAULT_PREFIX,
     Bootstrap,
     ConfigFile,
+    Ledger,
     Partitions,
     Settings,
     TopicPrefix,
@@ -112,6 +114,16 @@ def register(app: typer.Typer) -> None:
         ] = "at_least_once",
         config_file: ConfigFile = None,
         settings: Settings = None,
+        ledger: Ledger = True,
+        ledger_model: Annotated[
+            str | None,
+            typer.Option(
+                "--ledger-model",
+                envvar="SESSIONFOLD_MODEL",
+                help="The ledger's diff model: offline (default) or provider/model-id over HTTP "
+                "(SESSIONFOLD_MODEL_BASE_URL, _API_KEY, _FALLBACK ... apply).",
+            ),
+        ] = None,
         loglevel: Annotated[
             str,
             typer.Option(
@@ -161,12 +173,20 @@ def register(app: typer.Typer) -> None:
                 data_dir=data_dir,
                 processing_guarantee=processing_guarantee,  # type: ignore[arg-type]
                 prune=config,
+                ledger=ledger,
             )
         except ValidationError as exc:
             fields = ", ".join(str(e["loc"][0]) for e in exc.errors())
             err.print(f"[red]invalid worker settings:[/] {fields}")
             raise typer.Exit(2) from None
-        faust_app = make_app(worker_settings, model_port=model_port_for(config))
+        try:
+            diff_model = diff_model_for(ledger_model)
+        except ValueError as exc:
+            err.print(f"[red]cannot use the ledger model:[/] {exc}", highlight=False)
+            raise typer.Exit(2) from None
+        faust_app = make_app(
+            worker_settings, model_port=model_port_for(config), diff_model=diff_model
+        )
         _run(faust_app, loglevel)
 
 

@@ -1,0 +1,33 @@
+"""Every fold over one envelope: the pruning folds, then the rule ledger.
+
+Both read the same session events and write apart in the Store (`sid/pr/...` and
+`sid/ledger/...`); each keeps its own sequence guard and flush barrier, so neither waits on the
+other's model. A compaction event goes to the fold whose producer wrote the request it answers.
+Outputs are envelopes: the pruning fold's flush requests and flush-metrics records, and the
+ledger's pass requests as flush-requests records marked with the ledger's producer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sessionfold.events.envelope import CompactionEnvelope
+from sessionfold.events.ledger import is_ledger_compaction, request_envelope
+from sessionfold.projections import session_fold
+from sessionfold.projections.config import PruneConfig
+from sessionfold.projections.ledger.config import LedgerConfig
+from sessionfold.projections.ledger.fold import LedgerFold
+from sessionfold.projections.store import Store
+
+
+def apply_folds(
+    store: Store, envelope: Any, prune: PruneConfig, ledger: LedgerConfig | None
+) -> list[Any]:
+    """Fold one envelope through pruning and (unless `ledger` is None) the ledger."""
+    outputs = session_fold.apply(store, envelope, prune)
+    if ledger is None:
+        return outputs
+    if isinstance(envelope, CompactionEnvelope) and not is_ledger_compaction(envelope):
+        return outputs  # a pruning answer: not the ledger's
+    requests = LedgerFold(store, ledger).apply(envelope)
+    return outputs + [request_envelope(request) for request in requests]
