@@ -86,6 +86,26 @@ def dead_letter_key(session_id: str) -> str:
     return key(session_id, "rt", "dl")
 
 
+class Pending:
+    """Writes folded but not committed yet, over the table: encoded values, None for deleted.
+
+    The records of one batch are folded one after another through a Pending: each reads what
+    the ones before it wrote (decoded afresh on every read, as from the table), and the table
+    gets each key once, when the batch is committed.
+    """
+
+    def __init__(self, table: Backend) -> None:
+        self.table = table
+        self.values: dict[str, bytes | None] = {}
+
+    def get(self, key: str) -> bytes | None:
+        """The value the batch wrote at `key`, else the table's."""
+        values = self.values
+        if key in values:
+            return values[key]
+        return self.table.get(key)
+
+
 class Reader(Protocol):
     """What a WriteSet reads through to."""
 
@@ -95,9 +115,9 @@ class Reader(Protocol):
 
 
 class TableStore:
-    """Decoded reads of a Backend (writes go through a WriteSet and a Journal)."""
+    """Decoded reads of a Backend or a Pending (writes go through a WriteSet and a Journal)."""
 
-    def __init__(self, table: Backend) -> None:
+    def __init__(self, table: Backend | Pending) -> None:
         self.table = table
 
     def get(self, key: str) -> Any | None:
