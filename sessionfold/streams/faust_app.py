@@ -97,6 +97,9 @@ class WorkerSettings(BaseModel):
     #: Seconds a fold batch waits for its next record before it is committed: what a batch adds
     #: to the latency of an event on a quiet stream.
     batch_linger_s: float = Field(0.003, ge=0)
+    #: Longest a fetch waits at the broker for records (Faust fixes it at 1.5 s, see
+    #: `shorten_fetch_wait`).
+    fetch_wait_s: float = Field(0.1, gt=0, le=1.5)
     prune: PruneConfig = DEFAULT_CONFIG
 
     @field_validator("store")
@@ -192,6 +195,11 @@ def make_app(
     send = _sender(app, topics)
     offsets = ContiguousOffsets(app, repair=settings.processing_guarantee == "at_least_once")
     app.timer(1.0, name="reread-skipped")(offsets.retry)
+
+    async def fetch_wait() -> None:
+        await shorten_fetch_wait(app, settings.fetch_wait_s)
+
+    app.task(fetch_wait)
     tracker: SessionTracker | None = None
     if settings.folds:
         tracker = _add_fold(app, settings, topics, send, metrics, offsets)
@@ -368,6 +376,30 @@ class ContiguousOffsets:
             log.warning(
                 "seek failed", extra={"partition": tp.partition, "error": type(exc).__name__}
             )
+
+
+async def shorten_fetch_wait(app: faust.App, seconds: float, timeout_s: float = 60.0) -> None:
+    """Let a fetch wait at most `seconds` at the broker for records (Faust fixes 1.5 s).
+
+    aiokafka sends one fetch at a time to a broker, for the partitions of which it holds no
+    unread records, and the broker holds it until one of those has a record or the wait is
+    over. The partitions left out meanwhile are fetched only after it: a compaction that
+    arrives for one of them waits up to the whole 1.5 s, and so do the session's held events,
+    while the fold sits idle. Faust builds its consumer with `fetch_max_wait_ms=1500` and no
+    setting, so this sets aiokafka's consumer attribute once it exists (private names: Faust's
+    consumer thread `_thread._consumer`, aiokafka's `_fetcher._fetch_max_wait_ms`, read for
+    every fetch). Should a release rename them, the worker logs it and keeps Faust's wait.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        consumer = getattr(getattr(app.consumer, "_thread", None), "_consumer", None)
+        fetcher = getattr(consumer, "_fetcher", None)
+        if fetcher is not None and hasattr(fetcher, "_fetch_max_wait_ms"):
+            fetcher._fetch_max_wait_ms = int(seconds * 1000)
+            log.info("fetch wait shortened", extra={"ms": fetcher._fetch_max_wait_ms})
+            return
+        await asyncio.sleep(0.1)
+    log.warning("could not shorten the consumer's fetch wait; Faust's 1.5 s is kept")
 
 
 async def _keep_gap(tp: Any, offset_from: int, offset_to: int) -> None:

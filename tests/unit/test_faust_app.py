@@ -18,6 +18,7 @@ from sessionfold.streams.faust_app import (
     FoldBatcher,
     WorkerSettings,
     faust_options,
+    shorten_fetch_wait,
 )
 from sessionfold.streams.metrics import FleetCollector, FleetSnapshot, create
 
@@ -259,3 +260,19 @@ class TestFoldBatcher:
         runtime, events = asyncio.run(run())
         assert runtime.commits == [[0, 1, 2], [3, 4]]
         assert all(event.acked for event in events)
+
+
+def test_the_fetch_wait_is_shortened_once_the_consumer_exists() -> None:
+    """The aiokafka fetcher's wait is set as soon as Faust's consumer thread has built it."""
+    fetcher = type("Fetcher", (), {"_fetch_max_wait_ms": 1500})()
+    thread = type("Thread", (), {"_consumer": None})()
+    app = type("App", (), {"consumer": type("Consumer", (), {"_thread": thread})()})()
+
+    async def run() -> None:
+        task = asyncio.ensure_future(shorten_fetch_wait(app, 0.1, timeout_s=5))  # type: ignore[arg-type]
+        await asyncio.sleep(0.15)
+        thread._consumer = type("AIOKafkaConsumer", (), {"_fetcher": fetcher})()
+        await asyncio.wait_for(task, 2)
+
+    asyncio.run(run())
+    assert fetcher._fetch_max_wait_ms == 100
