@@ -14,12 +14,20 @@ bytes: worker.py and kafka_store.py). Every agent runs with concurrency 1 (faust
 Faust can commit past an in-flight message). Every worker serves `/metrics` from a registry of
 its own (metrics.py). No app exists at import time: each call builds a new one.
 
-At-least-once, for real: a record is acknowledged to Faust only once everything it wrote to the
-changelog and sent to other topics is acknowledged by the broker (`FaustBackend`,
+The fold agent works in batches (`FoldBatcher`): records that arrive back to back are folded one
+after another and committed together, so a key many of them write goes to the changelog once
+(worker.py, `FoldRuntime`). Its changelog writes go straight to Faust's producer (`FaustBackend`).
+
+At-least-once, for real: a record is acknowledged to Faust only once everything its batch wrote
+to the changelog and sent to other topics is acknowledged by the broker (`FaustBackend`,
 `_ack_when_durable`), since Faust's own pre-commit flush can return early; and
 `ContiguousOffsets` reads again the records Faust's consumer skips around rebalances. Together
 with the journal (kafka_store.py) and the folds' idempotence, a crash, a redelivery or a
 rebalance neither loses nor double-applies an event or a flush.
+
+Private names used, each where the public API has no equivalent: Faust's consumer
+`_committed_offset` and `_add_gap` (`ContiguousOffsets`), and Faust's consumer thread and
+aiokafka's fetcher, `_thread._consumer._fetcher._fetch_max_wait_ms` (`shorten_fetch_wait`).
 """
 
 from __future__ import annotations
@@ -96,7 +104,7 @@ class WorkerSettings(BaseModel):
     batch_records: int = Field(100, ge=1)
     #: Seconds a fold batch waits for its next record before it is committed: what a batch adds
     #: to the latency of an event on a quiet stream.
-    batch_linger_s: float = Field(0.003, ge=0)
+    batch_linger_s: float = Field(0.002, ge=0)
     #: Longest a fetch waits at the broker for records (Faust fixes it at 1.5 s, see
     #: `shorten_fetch_wait`).
     fetch_wait_s: float = Field(0.1, gt=0, le=1.5)

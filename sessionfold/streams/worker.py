@@ -1,9 +1,10 @@
 """What the Kafka runtime's agents do with one record: the steps, the runtimes, the gauges.
 
-Three agents, each a loop of `await runtime.handle(record)`:
+Three agents, each a loop over its records:
 - fold (session-events and compaction-events): `fold_record` decodes the envelope and calls
-  `session_fold.apply` over a `WriteSet`; `FoldRuntime` commits the writes and the flush-request
-  and flush-metrics outputs through the journal (kafka_store.py), so a crash at any point is
+  `session_fold.apply` over a `WriteSet`; `FoldRuntime` folds records that arrive back to back
+  into one `Batch` and commits the batch's writes (each key once) and its flush-request and
+  flush-metrics outputs through the journal (kafka_store.py), so a crash at any point is
   repaired by redelivery; it also records where each toolResult entry sits in the log.
 - dead-letter count (dead-letters): `count_dead_letter` keeps each session's count, once per
   record, for the state API (the embedded runtime counts the same dead letters).
@@ -433,7 +434,7 @@ class Batch:
 class FoldRuntime:
     """The fold agent's work: fold records into a batch, commit the batch, count.
 
-    `fold` folds one record into the open batch (after finishing an interrupted event of its
+    `fold` folds one record into the open batch (after finishing an interrupted batch of its
     session: an open journal). `commit` makes the batch durable and returns once its writes and
     outputs are handed to the producer; the awaitable it returns resolves when the broker has
     acknowledged all of them. The agent acknowledges the batch's records to Faust only then, so a
@@ -546,11 +547,11 @@ class FoldRuntime:
         return asyncio.gather(*acks)
 
     async def _finish_open_journal(self, session_id: str, partition: int) -> list[Awaitable[Any]]:
-        """Complete an event a crash interrupted (its writes and outputs, again: idempotent)."""
+        """Complete a batch a crash interrupted (its writes and outputs, again: idempotent)."""
         journal = open_journal(self.table, session_id)
         if journal is None:
             return []
-        log.warning("completing an interrupted event", extra={"session": session_id})
+        log.warning("completing an interrupted batch", extra={"session": session_id})
         acks = await write_keys(self.table, journal, partition)
         sent = [await self.send(output) for output in journal.outputs]
         await asyncio.gather(*sent)
