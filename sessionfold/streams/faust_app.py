@@ -15,12 +15,20 @@ bytes: worker.py and kafka_store.py). Every agent runs with concurrency 1 (faust
 Faust can commit past an in-flight message). Every worker serves `/metrics` from a registry of
 its own (metrics.py). No app exists at import time: each call builds a new one.
 
-At-least-once, for real: a record is acknowledged to Faust only once everything it wrote to the
-changelog and sent to other topics is acknowledged by the broker (`FaustBackend`,
+The fold agent works in batches (`FoldBatcher`): records that arrive back to back are folded one
+after another and committed together, so a key many of them write goes to the changelog once
+(worker.py, `FoldRuntime`). Its changelog writes go straight to Faust's producer (`FaustBackend`).
+
+At-least-once, for real: a record is acknowledged to Faust only once everything its batch wrote
+to the changelog and sent to other topics is acknowledged by the broker (`FaustBackend`,
 `_ack_when_durable`), since Faust's own pre-commit flush can return early; and
 `ContiguousOffsets` reads again the records Faust's consumer skips around rebalances. Together
 with the journal (kafka_store.py) and the folds' idempotence, a crash, a redelivery or a
 rebalance neither loses nor double-applies an event or a flush.
+
+Private names used, each where the public API has no equivalent: Faust's consumer
+`_committed_offset` and `_add_gap` (`ContiguousOffsets`), and Faust's consumer thread and
+aiokafka's fetcher, `_thread._consumer._fetcher._fetch_max_wait_ms` (`shorten_fetch_wait`).
 """
 
 from __future__ import annotations
@@ -94,6 +102,15 @@ class WorkerSettings(BaseModel):
     #: Seconds the producer waits to batch records: one event writes several changelog records,
     #: and sent one request each they cost more than the fold itself.
     producer_linger_s: float = Field(0.005, ge=0)
+    #: Most records the fold agent folds before it commits them together (it commits sooner
+    #: when no more are waiting): each key they write goes to the changelog once per batch.
+    batch_records: int = Field(100, ge=1)
+    #: Seconds a fold batch waits for its next record before it is committed: what a batch adds
+    #: to the latency of an event on a quiet stream.
+    batch_linger_s: float = Field(0.002, ge=0)
+    #: Longest a fetch waits at the broker for records (Faust fixes it at 1.5 s, see
+    #: `shorten_fetch_wait`).
+    fetch_wait_s: float = Field(0.1, gt=0, le=1.5)
     prune: PruneConfig = DEFAULT_CONFIG
     #: Fold the rule ledger too (its passes go through flush-requests to the summarizer).
     ledger: bool = True
@@ -198,6 +215,11 @@ def make_app(
     send = _sender(app, topics)
     offsets = ContiguousOffsets(app, repair=settings.processing_guarantee == "at_least_once")
     app.timer(1.0, name="reread-skipped")(offsets.retry)
+
+    async def fetch_wait() -> None:
+        await shorten_fetch_wait(app, settings.fetch_wait_s)
+
+    app.task(fetch_wait)
     tracker: SessionTracker | None = None
     if settings.folds:
         tracker = _add_fold(app, settings, topics, send, metrics, offsets)
@@ -235,19 +257,30 @@ class FaustBackend:
     Writes go around `Table.__setitem__` to get the changelog send's future: Faust commits
     offsets after flushing its producer buffer, but that flush gives up after 0.1 s without a
     send, so only an acknowledged write is known to be in the changelog.
+
+    Under at-least-once (`direct`) a write goes straight to the producer (`app.producer.send`,
+    Faust's public Producer API) rather than through `Table.send_changelog`: that path queues
+    every record in Faust's producer buffer, which Faust drains one record at a time and flushes
+    one record at a time on every offset commit, and it cost more than the fold itself. What
+    `send_changelog` does besides is kept: the record goes to the table's changelog topic, in the
+    given partition, key as UTF-8 and value raw (StateTable), and once acknowledged its offset is
+    the store's persisted offset (what a rocksdb store reads on recovery). Under exactly_once
+    writes keep `send_changelog`, which Faust ties to its transactions.
     """
 
     #: Changelog records Faust may queue before it pauses the streams to drain them (its default,
     #: 100, is less than one flush writes, and it warns each time the queue passes it).
     BUFFER_RECORDS = 2_000
 
-    def __init__(self, table: faust.Table) -> None:
+    def __init__(self, table: faust.Table, direct: bool = False) -> None:
         self.table = table
+        self.direct = direct
         self._buffer_sized = False
+        self._topic: str | None = None
 
     def get(self, key: str) -> bytes | None:
         """The value at `key`, or None."""
-        return self.table.get(key)
+        return self.table.data.get(key)
 
     def keys(self) -> Any:
         """Every key the store holds."""
@@ -255,14 +288,34 @@ class FaustBackend:
 
     async def write(self, key: str, value: bytes | None, partition: int) -> Any:
         """Set (or with None delete) `key` in the store and send it to the changelog."""
+        data = self.table.data
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+        if self.direct:
+            return await self._send(key, value, partition)
         if not self._buffer_sized:
             self.table.app.producer.buffer.max_messages = self.BUFFER_RECORDS
             self._buffer_sized = True
         if value is None:
-            self.table.data.pop(key, None)
             return self.table.send_changelog(partition, key, None, value_serializer="raw")
-        self.table.data[key] = value
         return self.table.send_changelog(partition, key, value)
+
+    async def _send(self, key: str, value: bytes | None, partition: int) -> Any:
+        if self._topic is None:
+            self._topic = self.table.changelog_topic.get_topic_name()
+        producer = self.table.app.producer
+        sent = asyncio.ensure_future(
+            await producer.send(self._topic, key.encode(), value, partition, None, None)
+        )
+        sent.add_done_callback(self._persisted)
+        return sent
+
+    def _persisted(self, sent: asyncio.Future[Any]) -> None:
+        if not sent.cancelled() and sent.exception() is None:
+            metadata = sent.result()
+            self.table.data.set_persisted_offset(metadata.topic_partition, metadata.offset)
 
 
 #: How long a re-read may take before the consumer is sent back again.
@@ -346,23 +399,113 @@ class ContiguousOffsets:
             )
 
 
+async def shorten_fetch_wait(app: faust.App, seconds: float, timeout_s: float = 60.0) -> None:
+    """Let a fetch wait at most `seconds` at the broker for records (Faust fixes 1.5 s).
+
+    aiokafka sends one fetch at a time to a broker, for the partitions of which it holds no
+    unread records, and the broker holds it until one of those has a record or the wait is
+    over. The partitions left out meanwhile are fetched only after it: a compaction that
+    arrives for one of them waits up to the whole 1.5 s, and so do the session's held events,
+    while the fold sits idle. Faust builds its consumer with `fetch_max_wait_ms=1500` and no
+    setting, so this sets aiokafka's consumer attribute once it exists (private names: Faust's
+    consumer thread `_thread._consumer`, aiokafka's `_fetcher._fetch_max_wait_ms`, read for
+    every fetch). Should a release rename them, the worker logs it and keeps Faust's wait.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        consumer = getattr(getattr(app.consumer, "_thread", None), "_consumer", None)
+        fetcher = getattr(consumer, "_fetcher", None)
+        if fetcher is not None and hasattr(fetcher, "_fetch_max_wait_ms"):
+            fetcher._fetch_max_wait_ms = int(seconds * 1000)
+            log.info("fetch wait shortened", extra={"ms": fetcher._fetch_max_wait_ms})
+            return
+        await asyncio.sleep(0.1)
+    log.warning("could not shorten the consumer's fetch wait; Faust's 1.5 s is kept")
+
+
 async def _keep_gap(tp: Any, offset_from: int, offset_to: int) -> None:
     """Faust's gap booking, disabled: a hole in our offsets is a loss to repair, not a gap."""
 
 
-def _ack_when_durable(event: Any, durable: Any) -> None:
-    """Acknowledge `event` to Faust once everything it wrote and sent is acknowledged.
+def _ack_when_durable(events: Any, durable: Any) -> None:
+    """Acknowledge `events` (one or a list) to Faust once everything they wrote and sent is
+    acknowledged.
 
-    Until then its offset is not committed: after a crash it is delivered again.
+    Until then their offsets are not committed: after a crash they are delivered again.
     """
+    if not isinstance(events, list):
+        events = [events]
 
     def done(future: asyncio.Future[Any]) -> None:
         if future.cancelled() or future.exception() is not None:
-            log.error("a write was not acknowledged; the record is not acked")
+            log.error("a write was not acknowledged; the records are not acked")
             return
-        event.ack()
+        for event in events:
+            event.ack()
 
     asyncio.ensure_future(durable).add_done_callback(done)
+
+
+class FoldBatcher:
+    """The fold agent's batches: records folded back to back, committed and acked together.
+
+    Faust hands the agent one record at a time, about as fast as it folds them, so its queue
+    rarely holds a second record: whether one is waiting says nothing. Instead a batch lingers:
+    it is committed when it is full, or when no record followed the last one within `linger_s`
+    (the drain of a fetched batch delivers records far faster than that; a quiet stream, a
+    rebalance pause or a record Faust drops ends the batch after `linger_s`). The commit runs
+    while the agent waits for the next record, never while it folds one: `before` (at the top
+    of each iteration) awaits it, so records are folded and committed in order. No batch waits
+    longer than `linger_s` for records: Faust waits for every fetched record to be acked before
+    it hands a partition over (`stream_wait_empty`).
+    """
+
+    def __init__(self, runtime: FoldRuntime, limit: int, linger_s: float) -> None:
+        self.runtime = runtime
+        self.limit = limit
+        self.linger_s = linger_s
+        self._events: list[Any] = []
+        self._task: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def before(self) -> None:
+        """Wait for the batch being committed (its error, if any, is raised here)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._task is not None:
+            task, self._task = self._task, None
+            await task
+
+    async def add(self, event: Any) -> None:
+        """Fold one record into the batch."""
+        await self.runtime.fold(_record(event.message))
+        self._events.append(event)
+
+    def after(self) -> None:
+        """Commit now if the batch is full, else once `linger_s` passes without a record."""
+        if not self._events:
+            return
+        if len(self._events) >= self.limit or self.runtime.batch_full or self.linger_s <= 0:
+            self._commit()
+        else:
+            self._timer = asyncio.get_running_loop().call_later(self.linger_s, self._commit)
+
+    def close(self) -> None:
+        """The agent stops: a commit under way is abandoned (as by a crash: redelivered)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()
+
+    def _commit(self) -> None:
+        self._timer = None
+        if self._task is None and self._events:
+            events, self._events = self._events, []
+            self._task = asyncio.ensure_future(self._commit_events(events))
+
+    async def _commit_events(self, events: list[Any]) -> None:
+        _ack_when_durable(events, await self.runtime.commit())
 
 
 def _add_fold(
@@ -387,7 +530,7 @@ def _add_fold(
             help="Fold state: sid/... keys, orjson values (one changelog record per write).",
         )
     )
-    backend = FaustBackend(table)
+    backend = FaustBackend(table, direct=settings.processing_guarantee == "at_least_once")
     tracker = SessionTracker(backend, settings.prune, settings.partitions)
     runtime = FoldRuntime(
         backend,
@@ -402,10 +545,17 @@ def _add_fold(
     inputs = _topic(app, topics.session_events, topics.compaction_events)
 
     async def fold(stream: faust.StreamT[bytes]) -> None:
-        """Fold session events and compactions into the state table."""
-        async for event in stream.noack().events():
-            if await offsets.admit(event.message):
-                _ack_when_durable(event, await runtime.handle(_record(event.message)))
+        """Fold session events and compactions into the state table, in batches."""
+        records = stream.noack()
+        batcher = FoldBatcher(runtime, settings.batch_records, settings.batch_linger_s)
+        try:
+            async for event in records.events():
+                await batcher.before()
+                if await offsets.admit(event.message):
+                    await batcher.add(event)
+                batcher.after()
+        finally:
+            batcher.close()
 
     async def count_dead_letters(stream: faust.StreamT[bytes]) -> None:
         """Count each session's dead letters into the state table."""

@@ -6,16 +6,19 @@ keys is five records, and a worker killed between two of them would leave a stat
 before nor after the event; and an output (a flush request) lost in the same crash would never be
 sent again, since redelivery skips an event whose sequence number the head record already holds.
 
-So the fold writes into a `WriteSet` (reads fall through to the table), and the runtime commits
-it as a `Journal`: first the event's whole effect, writes and outputs, as one changelog record
-under `sid/rt/j`; then the keys; then the outputs, awaited until acknowledged; then the journal is
-deleted. A journal still there when the next record of its session arrives (a crash came between)
-is replayed: its writes are absolute values and its outputs are answered idempotently downstream,
-so doing it twice is harmless. Runtime rows other than the journal live under `sid/rt/` too.
+So the fold writes into a `WriteSet` (reads fall through to the table, or to the writes of the
+records before it in the same batch: `Pending`), and the runtime commits a batch per session as
+a `Journal`: first the session's whole effect over the batch, writes (each key once, its last
+value) and outputs, as one changelog record under `sid/rt/j`; then the keys; then the outputs,
+awaited until acknowledged; then the journal is deleted. A journal still there when the next
+record of its session arrives (a crash came between) is replayed: its writes are absolute values
+and its outputs are answered idempotently downstream, so doing it twice is harmless; the batch's
+records, not acknowledged yet, are redelivered and ignored by sequence number (a compaction by
+its request id). Runtime rows other than the journal live under `sid/rt/` too.
 
-A `Backend` returns an acknowledgement for every write; the runtime acknowledges the source record
-to Faust only when all of them (and its outputs) are acknowledged, so an offset is never committed
-ahead of the state it produced.
+A `Backend` returns an acknowledgement for every write; the runtime acknowledges a batch's source
+records to Faust only when all of them (and its outputs) are acknowledged, so an offset is never
+committed ahead of the state it produced.
 """
 
 from __future__ import annotations
@@ -86,6 +89,26 @@ def dead_letter_key(session_id: str) -> str:
     return key(session_id, "rt", "dl")
 
 
+class Pending:
+    """Writes folded but not committed yet, over the table: encoded values, None for deleted.
+
+    The records of one batch are folded one after another through a Pending: each reads what
+    the ones before it wrote (decoded afresh on every read, as from the table), and the table
+    gets each key once, when the batch is committed.
+    """
+
+    def __init__(self, table: Backend) -> None:
+        self.table = table
+        self.values: dict[str, bytes | None] = {}
+
+    def get(self, key: str) -> bytes | None:
+        """The value the batch wrote at `key`, else the table's."""
+        values = self.values
+        if key in values:
+            return values[key]
+        return self.table.get(key)
+
+
 class Reader(Protocol):
     """What a WriteSet reads through to."""
 
@@ -95,9 +118,9 @@ class Reader(Protocol):
 
 
 class TableStore:
-    """Decoded reads of a Backend (writes go through a WriteSet and a Journal)."""
+    """Decoded reads of a Backend or a Pending (writes go through a WriteSet and a Journal)."""
 
-    def __init__(self, table: Backend) -> None:
+    def __init__(self, table: Backend | Pending) -> None:
         self.table = table
 
     def get(self, key: str) -> Any | None:

@@ -96,7 +96,7 @@ def create(registry: CollectorRegistry) -> Metrics:
         ),
         journal_replays=Counter(
             name("journal_replays"),
-            "Event journals a crashed worker left behind and this one completed.",
+            "Batch journals a crashed worker left behind and this one completed.",
             registry=registry,
         ),
         dead_letters=Counter(

@@ -11,7 +11,7 @@
 Every view is routed by Faust's `table_route` on the session id, so any fold worker can be asked:
 the one that owns the session's partition answers (Faust proxies the request to it). An unknown
 session or ref is a 404 with a JSON `error`; a partition nobody owns yet (a rebalance) is a 503.
-Reads see a session as of its last complete event (an interrupted event's journal is applied
+Reads see a session as of its last committed batch (an interrupted batch's journal is applied
 over the table for the read).
 """
 

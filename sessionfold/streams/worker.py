@@ -1,11 +1,12 @@
 """What the Kafka runtime's agents do with one record: the steps, the runtimes, the gauges.
 
-Three agents, each a loop of `await runtime.handle(record)`:
+Three agents, each a loop over its records:
 - fold (session-events and compaction-events): `fold_record` decodes the envelope and runs the
-  pruning folds and the rule ledger (`folds.apply_folds`) over a `WriteSet`; `FoldRuntime`
-  commits the writes and the outputs (flush requests, ledger pass requests, flush-metrics)
-  through the journal (kafka_store.py), so a crash at any point is repaired by redelivery; it
-  also records where each toolResult entry sits in the log.
+  pruning folds and the rule ledger (`folds.apply_folds`) over a `WriteSet`; `FoldRuntime` folds
+  records that arrive back to back into one `Batch` and commits the batch's writes (each key
+  once) and its outputs (flush requests, ledger pass requests, flush-metrics) through the
+  journal (kafka_store.py), so a crash at any point is repaired by redelivery; it also records
+  where each toolResult entry sits in the log.
 - dead-letter count (dead-letters): `count_dead_letter` keeps each session's count, once per
   record, for the state API (the embedded runtime counts the same dead letters).
 - summarize (flush-requests): `SummarizeRuntime` answers a request in a thread (a real model
@@ -63,6 +64,7 @@ from sessionfold.streams.kafka_store import (
     Backend,
     Journal,
     Output,
+    Pending,
     TableStore,
     WriteSet,
     dead_letter_key,
@@ -398,13 +400,73 @@ class SessionTracker:
         return FleetSnapshot(len(gaps), pending, held, outstanding, gaps)
 
 
-class FoldRuntime:
-    """The fold agent's work for one record: finish an open journal, fold, commit, count.
+#: Encoded bytes a batch may pile up before it is committed: each session's journal holds its
+#: share, and a journal is one changelog record (MAX_RECORD_BYTES, 8 MiB, in faust_app.py).
+BATCH_MAX_BYTES = 1024 * 1024
 
-    `handle` returns once the record's writes and outputs are handed to the producer; the
-    awaitable it returns resolves when the broker has acknowledged all of them. The agent
-    acknowledges the record to Faust only then, so a committed offset never runs ahead of the
-    state it produced (the next record is folded meanwhile: the store already holds the writes).
+
+@dataclass(slots=True)
+class _SessionPart:
+    """One session's share of a batch: the keys its records wrote, the records they send."""
+
+    partition: int
+    keys: dict[str, None] = field(default_factory=dict)  # an ordered set
+    outputs: list[Output] = field(default_factory=list)
+
+
+class Batch:
+    """Records folded one after another and committed together.
+
+    Each record is folded over `pending` (the writes of the records before it in the batch, over
+    the table), and its writes are added to it, so every key is written to the table (and its
+    changelog) once per batch however many records wrote it.
+    """
+
+    def __init__(self, table: Backend) -> None:
+        self.pending = Pending(table)
+        self.parts: dict[str, _SessionPart] = {}
+        self.acks: list[Awaitable[Any]] = []
+        self.folded: list[tuple[FoldResult, str | None, int]] = []
+        self.size = 0
+
+    def add(self, session_id: str, partition: int, journal: Journal) -> None:
+        """Add one record's effect to its session's share."""
+        part = self.parts.get(session_id)
+        if part is None:
+            part = self.parts[session_id] = _SessionPart(partition)
+        values = self.pending.values
+        for k, value in journal.puts:
+            values[k] = value
+            part.keys[k] = None
+            self.size += len(k) + len(value)
+        for k in journal.deletes:
+            values[k] = None
+            part.keys[k] = None
+        part.outputs += journal.outputs
+        self.size += sum(len(o.value) for o in journal.outputs)
+
+    def journal(self, part: _SessionPart) -> Journal:
+        """A session's share as one journal: each key's last value, then the outputs in order."""
+        values = self.pending.values
+        puts = []
+        deletes = []
+        for k in part.keys:
+            value = values[k]
+            if value is None:
+                deletes.append(k)
+            else:
+                puts.append((k, value))
+        return Journal(tuple(puts), tuple(sorted(deletes)), tuple(part.outputs))
+
+
+class FoldRuntime:
+    """The fold agent's work: fold records into a batch, commit the batch, count.
+
+    `fold` folds one record into the open batch (after finishing an interrupted batch of its
+    session: an open journal). `commit` makes the batch durable and returns once its writes and
+    outputs are handed to the producer; the awaitable it returns resolves when the broker has
+    acknowledged all of them. The agent acknowledges the batch's records to Faust only then, so a
+    committed offset never runs ahead of the state it produced. `handle` is a batch of one.
     """
 
     def __init__(
@@ -427,14 +489,25 @@ class FoldRuntime:
         self.tracker = tracker
         #: Off under exactly_once, where Faust's transaction makes the writes atomic already.
         self.journal = journal
+        self.batch = Batch(table)
+
+    @property
+    def batch_full(self) -> bool:
+        """Whether the open batch holds enough bytes to be committed now."""
+        return self.batch.size >= BATCH_MAX_BYTES
 
     async def handle(self, record: SourceRecord) -> Awaitable[Any]:
-        """Fold one record; the awaitable resolves when its effect is durable."""
+        """Fold one record and commit it; the awaitable resolves when its effect is durable."""
+        await self.fold(record)
+        return await self.commit()
+
+    async def fold(self, record: SourceRecord) -> None:
+        """Fold one record into the open batch (nothing is written before `commit`)."""
+        batch = self.batch
         session_id = _session_of(record.key)
-        acks: list[Awaitable[Any]] = []
         if session_id is not None:
-            acks += await self._finish_open_journal(session_id, record.partition)
-        writes = WriteSet(TableStore(self.table))
+            batch.acks += await self._finish_open_journal(session_id, record.partition)
+        writes = WriteSet(TableStore(batch.pending))
         try:
             result = fold_record(writes, record, self.config, self.ledger)
         except Exception as exc:
@@ -443,18 +516,57 @@ class FoldRuntime:
                 "fold failed; record dead-lettered",
                 extra={"topic": record.topic, "offset": record.offset, "error": type(exc).__name__},
             )
-            writes = WriteSet(TableStore(self.table))
+            writes = WriteSet(TableStore(batch.pending))
             result = FoldResult(fault=Fault("fold-error", type(exc).__name__))
         if result.fault is not None:
-            acks.append(await self._dead_letter(record, result.fault))
-        outputs = [
-            Output(self._topic_of(e), e.session_id.encode(), encode(e)) for e in result.outputs
-        ]
+            batch.acks.append(await self._dead_letter(record, result.fault))
         if session_id is not None:
-            acks += await self._commit(session_id, Journal.of(writes, outputs), record.partition)
-        observe_fold(self.metrics, result)
-        if session_id is not None and result.kind is not None:
-            self.tracker.touch(session_id, record.partition)
+            outputs = [
+                Output(self._topic_of(e), e.session_id.encode(), encode(e)) for e in result.outputs
+            ]
+            batch.add(session_id, record.partition, Journal.of(writes, outputs))
+        batch.folded.append((result, session_id, record.partition))
+
+    async def commit(self) -> Awaitable[Any]:
+        """Make the open batch durable; the awaitable resolves when the broker has all of it.
+
+        Per session, in this order (the same as for one record):
+        Step 1: the journal, the session's whole effect in the batch as one changelog record
+        (skipped when that is one write and no output: atomic by itself).
+        Step 2: the keys, each once, with its last value.
+        Step 3: the outputs, awaited until the broker has them (they are on other topics, so
+        nothing else orders them before the journal's removal).
+        Step 4: the journal is deleted: the session's records are complete.
+        Each step is taken for every session of the batch before the next, so the batch waits
+        for its outputs once.
+        """
+        batch, self.batch = self.batch, Batch(self.table)
+        acks = batch.acks
+        journals = []
+        for session_id, part in batch.parts.items():
+            journal = batch.journal(part)
+            if not journal.empty:
+                journals.append((session_id, part.partition, journal))
+        opened = []
+        for session_id, partition, journal in journals:
+            if self.journal and not journal.atomic:
+                key = journal_key(session_id)
+                acks.append(await self.table.write(key, journal.encode(), partition))
+                opened.append((key, partition))
+        for _session_id, partition, journal in journals:
+            acks += await write_keys(self.table, journal, partition)
+        sent = [
+            await self.send(output) for _s, _p, journal in journals for output in journal.outputs
+        ]
+        if opened:
+            await asyncio.gather(*sent)
+            for key, partition in opened:
+                acks.append(await self.table.write(key, None, partition))
+        acks += sent
+        for result, session_id, partition in batch.folded:
+            observe_fold(self.metrics, result)
+            if session_id is not None and result.kind is not None:
+                self.tracker.touch(session_id, partition)
         return asyncio.gather(*acks)
 
     async def handle_dead_letter(self, record: SourceRecord) -> Awaitable[Any]:
@@ -464,39 +576,12 @@ class FoldRuntime:
         acks = await write_keys(self.table, Journal.of(writes), record.partition)
         return asyncio.gather(*acks)
 
-    async def _commit(
-        self, session_id: str, journal: Journal, partition: int
-    ) -> list[Awaitable[Any]]:
-        """Make one event's effect durable; the acknowledgements to wait for.
-
-        Step 1: the journal, the whole effect as one changelog record (skipped when the effect
-        is one write and no output: that is atomic by itself).
-        Step 2: the keys.
-        Step 3: the outputs, awaited until the broker has them (they are on other topics, so
-        nothing else orders them before the journal's removal).
-        Step 4: the journal is deleted: the event is complete.
-        """
-        if journal.empty:
-            return []
-        journaled = self.journal and not journal.atomic
-        acks = []
-        if journaled:
-            acks.append(
-                await self.table.write(journal_key(session_id), journal.encode(), partition)
-            )
-        acks += await write_keys(self.table, journal, partition)
-        sent = [await self.send(output) for output in journal.outputs]
-        if journaled:
-            await asyncio.gather(*sent)
-            acks.append(await self.table.write(journal_key(session_id), None, partition))
-        return acks + sent
-
     async def _finish_open_journal(self, session_id: str, partition: int) -> list[Awaitable[Any]]:
-        """Complete an event a crash interrupted (its writes and outputs, again: idempotent)."""
+        """Complete a batch a crash interrupted (its writes and outputs, again: idempotent)."""
         journal = open_journal(self.table, session_id)
         if journal is None:
             return []
-        log.warning("completing an interrupted event", extra={"session": session_id})
+        log.warning("completing an interrupted batch", extra={"session": session_id})
         acks = await write_keys(self.table, journal, partition)
         sent = [await self.send(output) for output in journal.outputs]
         await asyncio.gather(*sent)

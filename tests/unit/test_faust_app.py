@@ -12,7 +12,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from pydantic import ValidationError
 
 from sessionfold.streams import faust_app
-from sessionfold.streams.faust_app import ContiguousOffsets, WorkerSettings, faust_options
+from sessionfold.streams.faust_app import (
+    ContiguousOffsets,
+    FaustBackend,
+    FoldBatcher,
+    WorkerSettings,
+    faust_options,
+    shorten_fetch_wait,
+)
 from sessionfold.streams.metrics import FleetCollector, FleetSnapshot, create
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
@@ -40,6 +47,40 @@ class Message:
 
 
 TP0 = TP("t.session-events", 0)
+
+
+class FakeStore(dict):
+    def __init__(self) -> None:
+        super().__init__()
+        self.persisted: dict[Any, int] = {}
+
+    def set_persisted_offset(self, tp: Any, offset: int) -> None:
+        self.persisted[tp] = offset
+
+
+class FakeProducer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[Any, ...]] = []
+        self.pending: list[asyncio.Future[Any]] = []
+
+    async def send(self, topic: str, key: Any, value: Any, partition: Any, *rest: Any) -> Any:
+        self.sent.append((topic, key, value, partition))
+        future = asyncio.get_running_loop().create_future()
+        self.pending.append(future)
+        return future
+
+
+class FakeTable:
+    def __init__(self) -> None:
+        self.data = FakeStore()
+        self.app = type("App", (), {"producer": FakeProducer()})()
+        self.changelog_topic = type("Topic", (), {"get_topic_name": lambda self: "app-state-cl"})()
+
+
+class Acked:
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        self.topic_partition = TP(topic, partition)
+        self.offset = offset
 
 
 class TestSettings:
@@ -141,3 +182,97 @@ class TestMetrics:
             for sample in family.samples:
                 labels.update(sample.labels)
         assert labels <= {"kind", "trigger", "outcome", "role", "le"}
+
+
+class TestFaustBackend:
+    def test_direct_writes_go_to_the_changelog_and_persist_their_offset(self) -> None:
+        """A write sets the store, sends key (UTF-8) and value to the changelog partition, and
+        once acknowledged its offset is the store's persisted offset; None deletes."""
+
+        async def run() -> tuple[FakeTable, list[Any]]:
+            table = FakeTable()
+            backend = FaustBackend(table, direct=True)  # type: ignore[arg-type]
+            first = await backend.write("s/pr/h", b"1", 2)
+            second = await backend.write("s/pr/h", None, 2)
+            producer = table.app.producer
+            producer.pending[0].set_result(Acked("app-state-cl", 2, 7))
+            producer.pending[1].set_result(Acked("app-state-cl", 2, 8))
+            await asyncio.gather(first, second)
+            return table, producer.sent
+
+        table, sent = asyncio.run(run())
+        assert sent == [
+            ("app-state-cl", b"s/pr/h", b"1", 2),
+            ("app-state-cl", b"s/pr/h", None, 2),
+        ]
+        assert dict(table.data) == {}
+        assert table.data.persisted == {TP("app-state-cl", 2): 8}
+
+
+class FakeRuntime:
+    def __init__(self) -> None:
+        self.folded: list[int] = []
+        self.commits: list[list[int]] = []
+        self.batch_full = False
+
+    async def fold(self, record: Any) -> None:
+        self.folded.append(record.offset)
+
+    async def commit(self) -> Any:
+        self.commits.append(self.folded)
+        self.folded = []
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+
+class Event:
+    def __init__(self, offset: int) -> None:
+        self.message = type(
+            "Message",
+            (),
+            {"topic": "t", "partition": 0, "offset": offset, "key": b"s", "value": b"{}"},
+        )()
+        self.acked = False
+
+    def ack(self) -> None:
+        self.acked = True
+
+
+class TestFoldBatcher:
+    def test_batches_end_when_full_or_when_no_record_follows(self) -> None:
+        """Records arriving back to back share a batch up to the limit; a pause longer than
+        the linger commits what is folded; every record is acked after its batch's commit."""
+
+        async def run() -> tuple[FakeRuntime, list[Event]]:
+            runtime = FakeRuntime()
+            batcher = FoldBatcher(runtime, limit=3, linger_s=0.05)  # type: ignore[arg-type]
+            events = [Event(offset) for offset in range(5)]
+            for event in events:
+                await batcher.before()
+                await batcher.add(event)
+                batcher.after()
+            await asyncio.sleep(0.2)  # no record follows: the last batch is committed
+            await batcher.before()
+            await asyncio.sleep(0)
+            return runtime, events
+
+        runtime, events = asyncio.run(run())
+        assert runtime.commits == [[0, 1, 2], [3, 4]]
+        assert all(event.acked for event in events)
+
+
+def test_the_fetch_wait_is_shortened_once_the_consumer_exists() -> None:
+    """The aiokafka fetcher's wait is set as soon as Faust's consumer thread has built it."""
+    fetcher = type("Fetcher", (), {"_fetch_max_wait_ms": 1500})()
+    thread = type("Thread", (), {"_consumer": None})()
+    app = type("App", (), {"consumer": type("Consumer", (), {"_thread": thread})()})()
+
+    async def run() -> None:
+        task = asyncio.ensure_future(shorten_fetch_wait(app, 0.1, timeout_s=5))  # type: ignore[arg-type]
+        await asyncio.sleep(0.15)
+        thread._consumer = type("AIOKafkaConsumer", (), {"_fetcher": fetcher})()
+        await asyncio.wait_for(task, 2)
+
+    asyncio.run(run())
+    assert fetcher._fetch_max_wait_ms == 100

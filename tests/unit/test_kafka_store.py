@@ -87,11 +87,17 @@ class Cluster:
         self.logs: dict[str, list[Output]] = {name: [] for name in TOPICS.all()}
         self.sends = 0
         self.crash_sends: set[int] = set()
-        metrics = create(CollectorRegistry())
-        tracker = SessionTracker(self.backend, DEFAULT_CONFIG, 1)
-        self.fold = FoldRuntime(self.backend, self.send, TOPICS, DEFAULT_CONFIG, metrics, tracker)
-        self.summarize = SummarizeRuntime(OfflineSummarizer(), self.send, TOPICS, metrics)
+        self.metrics = create(CollectorRegistry())
+        self.tracker = SessionTracker(self.backend, DEFAULT_CONFIG, 1)
+        self.fold = self.new_fold()
+        self.summarize = SummarizeRuntime(OfflineSummarizer(), self.send, TOPICS, self.metrics)
         self.crashes = 0
+
+    def new_fold(self) -> FoldRuntime:
+        """A fold runtime over the table, as a (re)started worker has."""
+        return FoldRuntime(
+            self.backend, self.send, TOPICS, DEFAULT_CONFIG, self.metrics, self.tracker
+        )
 
     async def send(self, output: Output) -> Any:
         self.sends += 1
@@ -134,6 +140,61 @@ class Cluster:
                     self.crashes += 1
                     continue  # not committed: redelivered
                 committed_requests += 1
+                progressed = True
+            if not progressed:
+                return
+
+
+class BatchingCluster(Cluster):
+    """The fold takes up to `batch` records (from both topics, in turn), commits them once, and
+    acknowledges them all when that is done; a crash loses the process (its open batch) and
+    rewinds the consumer to the last commit."""
+
+    def __init__(self, table: CrashingTable, batch: int) -> None:
+        super().__init__(table)
+        self.batch = batch
+
+    async def run(self) -> None:
+        """Consume until every topic is read, a batch of fold records at a time."""
+        fold_inputs = (TOPICS.session_events, TOPICS.compaction_events)
+        committed = dict.fromkeys(fold_inputs, 0)
+        committed_requests = 0
+        while True:
+            progressed = False
+            positions = dict(committed)
+            taken = 0
+            try:
+                moved = True
+                while moved and taken < self.batch:
+                    moved = False
+                    for topic in fold_inputs:
+                        position = positions[topic]
+                        if taken < self.batch and position < len(self.logs[topic]):
+                            output = self.logs[topic][position]
+                            record = SourceRecord(topic, 0, position, output.key, output.value)
+                            await self.fold.fold(record)
+                            positions[topic] = position + 1
+                            taken += 1
+                            moved = True
+                if taken:
+                    await (await self.fold.commit())
+                    committed = positions
+                    progressed = True
+            except Crash:
+                self.crashes += 1
+                self.fold = self.new_fold()
+                progressed = True
+            requests = self.logs[TOPICS.flush_requests]
+            if committed_requests < len(requests):
+                output = requests[committed_requests]
+                record = SourceRecord(
+                    TOPICS.flush_requests, 0, committed_requests, output.key, output.value
+                )
+                try:
+                    await (await self.summarize.handle(record))
+                    committed_requests += 1
+                except Crash:
+                    self.crashes += 1
                 progressed = True
             if not progressed:
                 return
@@ -317,6 +378,57 @@ class TestFoldRuntime:
         }
         assert on_topic == set(recorded)
 
+    @pytest.mark.parametrize("batch", [3, 40])
+    def test_batches_equal_embedded_with_fewer_writes(
+        self, fleet: tuple[list[Path], Any], batch: int
+    ) -> None:
+        """Records folded and committed in batches give the embedded run's state, and write
+        each key once per batch: fewer table writes than one record at a time."""
+        paths, expected = fleet
+        single = Cluster(CrashingTable())
+        _publish(single, paths)
+        asyncio.run(single.run())
+        cluster = BatchingCluster(CrashingTable(), batch)
+        _publish(cluster, paths)
+        asyncio.run(cluster.run())
+        states = _states(cluster.table, list(expected))
+        assert {k: orjson.dumps(v, option=orjson.OPT_SORT_KEYS) for k, v in states.items()} == {
+            k: orjson.dumps(v, option=orjson.OPT_SORT_KEYS) for k, v in expected.items()
+        }
+        assert not any(k.endswith("/rt/j") for k in cluster.table)
+        assert cluster.table.writes < single.table.writes
+
+    @pytest.mark.parametrize(("batch", "every"), [(3, 7), (8, 31), (40, 113), (40, 13)])
+    def test_batches_survive_crashes_at_any_write(
+        self, fleet: tuple[list[Path], Any], batch: int, every: int
+    ) -> None:
+        """Dying at any write or send of a batched commit, and redelivering the batch from the
+        last commit, gives the embedded state; each request is applied and recorded once."""
+        paths, expected = fleet
+        table = CrashingTable()
+        table.crash_at = set(range(every, 200_000, every))
+        cluster = BatchingCluster(table, batch)
+        cluster.crash_sends = set(range(every // 2 + 1, 20_000, every))
+        _publish(cluster, paths)
+        asyncio.run(cluster.run())
+        assert cluster.crashes > 5
+        states = _states(cluster.table, list(expected))
+        for sid, state in expected.items():
+            assert orjson.dumps(states[sid], option=orjson.OPT_SORT_KEYS) == orjson.dumps(
+                state, option=orjson.OPT_SORT_KEYS
+            ), sid
+        recorded = Counter(
+            attempt["request_id"]
+            for state in states.values()
+            for attempt in state["flush_attempts"]
+        )
+        requests = {
+            orjson.loads(o.value)["payload"]["request_id"]
+            for o in cluster.logs[TOPICS.flush_requests]
+        }
+        assert requests <= set(recorded)
+        assert max(recorded.values()) == 1
+
 
 class LaggingBackend:
     """A changelog whose writes are durable only once acknowledged.
@@ -362,10 +474,12 @@ class LaggingBackend:
 
 
 class LossyCluster(Cluster):
-    """Commits every `settle_every` fold records once their writes are acknowledged; every
-    `lose_every`-th record is followed by a crash that loses the writes not acknowledged yet,
-    and the consumers go back to their commits. The two fold inputs are read in turns, so a
-    compaction can overtake the session event whose lost writes asked for it."""
+    """Folds records in batches of `settle_every` (as the fold agent does) and commits each once
+    its writes are acknowledged; every `lose_every`-th record (and, with `lose_asking`, every
+    record that first asks a ledger pass) ends its batch with a crash: the batch's outputs are
+    sent, its changelog writes lost, and the consumers go back to their commits. The two fold
+    inputs are read in turns, so a compaction can overtake the session event whose lost writes
+    asked for it."""
 
     def __init__(self, lose_every: int, settle_every: int = 3, lose_asking: bool = False) -> None:
         super().__init__(CrashingTable())
@@ -391,7 +505,9 @@ class LossyCluster(Cluster):
                     output = self.logs[topic][read[topic]]
                     record = SourceRecord(topic, 0, read[topic], output.key, output.value)
                     sent = len(self.logs[TOPICS.flush_requests])
-                    acks.append(await self.fold.handle(record))
+                    await self.fold.fold(record)
+                    if self.lose_asking:
+                        acks.append(await self.fold.commit())  # the request goes out now
                     read[topic] += 1
                     folded += 1
                     progressed = True
@@ -402,11 +518,13 @@ class LossyCluster(Cluster):
                     } - self.asked
                     self.asked |= asked
                     if folded % self.lose_every == 0 or (self.lose_asking and asked):
+                        await self.fold.commit()  # outputs sent; the writes never acknowledged
                         self.lagging.lose()
                         self.crashes += 1
                         acks.clear()
                         read = {**read, **{t: committed[t] for t in fold_inputs}}
                     elif folded % self.settle_every == 0:
+                        acks.append(await self.fold.commit())
                         self.lagging.settle()
                         for ack in acks:
                             await ack
@@ -421,8 +539,15 @@ class LossyCluster(Cluster):
                 read[TOPICS.flush_requests] += 1
                 progressed = True
             if not progressed:
+                # A quiet stream: the open batch is committed (its requests may need answers).
+                acks.append(await self.fold.commit())
                 self.lagging.settle()
-                return
+                for ack in acks:
+                    await ack
+                acks.clear()
+                committed.update({t: read[t] for t in fold_inputs})
+                if read[TOPICS.flush_requests] == len(self.logs[TOPICS.flush_requests]):
+                    return
 
 
 @pytest.mark.parametrize("lose_every", [5, 17, 61])
