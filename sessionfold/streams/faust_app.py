@@ -20,11 +20,12 @@ after another and committed together, so a key many of them write goes to the ch
 (worker.py, `FoldRuntime`). Its changelog writes go straight to Faust's producer (`FaustBackend`).
 
 At-least-once, for real: a record is acknowledged to Faust only once everything its batch wrote
-to the changelog and sent to other topics is acknowledged by the broker (`FaustBackend`,
-`_ack_when_durable`), since Faust's own pre-commit flush can return early; and
-`ContiguousOffsets` reads again the records Faust's consumer skips around rebalances. Together
-with the journal (kafka_store.py) and the folds' idempotence, a crash, a redelivery or a
-rebalance neither loses nor double-applies an event or a flush.
+to the changelog and sent to other topics is acknowledged by the broker, and only after every
+record read before it (`FaustBackend`, `OrderedAcks`), since Faust's own pre-commit flush can
+return early and Faust commits past an unacknowledged record; and `ContiguousOffsets` reads
+again the records Faust's consumer skips around rebalances. Together with the journal
+(kafka_store.py) and the folds' idempotence, a crash, a redelivery or a rebalance neither loses
+nor double-applies an event or a flush.
 
 Private names used, each where the public API has no equivalent: Faust's consumer
 `_committed_offset` and `_add_gap` (`ContiguousOffsets`), and Faust's consumer thread and
@@ -37,7 +38,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -380,6 +381,13 @@ class ContiguousOffsets:
         self._next[tp] = offset + 1
         return True
 
+    def reread(self, events: list[Any]) -> None:
+        """Treat these records (delivered, never processed) as missing: they are read again."""
+        for event in events:
+            tp, offset = event.message.tp, event.message.offset
+            if tp in self._next:
+                self._next[tp] = min(self._next[tp], offset)
+
     async def retry(self) -> None:
         """Seek again for every partition whose missing record has not come for 2 s."""
         if self._generation != self.app.consumer_generation_id:
@@ -427,23 +435,55 @@ async def _keep_gap(tp: Any, offset_from: int, offset_to: int) -> None:
     """Faust's gap booking, disabled: a hole in our offsets is a loss to repair, not a gap."""
 
 
-def _ack_when_durable(events: Any, durable: Any) -> None:
-    """Acknowledge `events` (one or a list) to Faust once everything they wrote and sent is
-    acknowledged.
+class OrderedAcks:
+    """Acknowledges an agent's records to Faust once everything they wrote and sent is
+    acknowledged by the broker, and never before a record the agent read earlier.
 
-    Until then their offsets are not committed: after a crash they are delivered again.
+    Until a record is acknowledged its offset is not committed: after a crash it is delivered
+    again. The order matters as much: Faust commits a partition up to the end of the first
+    unbroken run of acknowledged offsets, whatever lies unacknowledged below that run (its gap
+    booking, which we turn off, is what normally fills such holes). Records acknowledged out of
+    order (a later one whose writes the broker confirmed first, say one without outputs while
+    the one before waits for its flush request) would let a commit pass the earlier record,
+    and a crash then lose it. A write the broker refuses stops the chain: nothing later is
+    acknowledged, and the records are read again after a restart.
     """
-    if not isinstance(events, list):
-        events = [events]
 
-    def done(future: asyncio.Future[Any]) -> None:
-        if future.cancelled() or future.exception() is not None:
-            log.error("a write was not acknowledged; the records are not acked")
-            return
+    def __init__(self) -> None:
+        self._tail: asyncio.Future[None] | None = None
+
+    def add(self, events: Any, durable: Any) -> None:
+        """Acknowledge `events` (one or a list) once `durable` resolves and those before are."""
+        batch = events if isinstance(events, list) else [events]
+        previous = self._tail
+        self._tail = asyncio.ensure_future(self._ack_in_turn(batch, durable, previous))
+        self._tail.add_done_callback(_report_refused)
+
+    @staticmethod
+    async def _ack_in_turn(events: list[Any], durable: Any, previous: Any) -> None:
+        await durable
+        if previous is not None:
+            try:
+                await previous
+            except Exception:
+                raise _ChainStopped from None
         for event in events:
             event.ack()
 
-    asyncio.ensure_future(durable).add_done_callback(done)
+
+class _ChainStopped(Exception):
+    """An earlier record's write was refused: this one waits for a restart too."""
+
+
+def _report_refused(future: asyncio.Future[None]) -> None:
+    if future.cancelled():
+        return
+    error = future.exception()
+    if error is not None and not isinstance(error, _ChainStopped):
+        log.error(
+            "a write was not acknowledged; these records and later ones are not acked",
+            extra={"error": type(error).__name__},
+        )
 
 
 class FoldBatcher:
@@ -460,11 +500,20 @@ class FoldBatcher:
     it hands a partition over (`stream_wait_empty`).
     """
 
-    def __init__(self, runtime: FoldRuntime, limit: int, linger_s: float) -> None:
+    def __init__(
+        self,
+        runtime: FoldRuntime,
+        limit: int,
+        linger_s: float,
+        on_abandon: Callable[[list[Any]], None] = lambda _events: None,
+    ) -> None:
         self.runtime = runtime
         self.limit = limit
         self.linger_s = linger_s
+        self.on_abandon = on_abandon
+        self.acks = OrderedAcks()
         self._events: list[Any] = []
+        self._committing: list[Any] = []  # the batch being committed, until its acks are queued
         self._task: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
 
@@ -492,20 +541,30 @@ class FoldBatcher:
             self._timer = asyncio.get_running_loop().call_later(self.linger_s, self._commit)
 
     def close(self) -> None:
-        """The agent stops: a commit under way is abandoned (as by a crash: redelivered)."""
+        """The agent stops (or its commit failed): what is not committed is abandoned.
+
+        The open batch's writes are dropped and its records handed to `on_abandon`, which makes
+        the consumer read them again: Faust would otherwise commit past them once a later record
+        is acknowledged, as if they had been processed.
+        """
         if self._timer is not None:
             self._timer.cancel()
-        if self._task is not None:
+        if self._task is not None and not self._task.done():
             self._task.cancel()
+        abandoned, self._committing, self._events = self._committing + self._events, [], []
+        self.runtime.discard()
+        if abandoned:
+            self.on_abandon(abandoned)
 
     def _commit(self) -> None:
         self._timer = None
         if self._task is None and self._events:
-            events, self._events = self._events, []
-            self._task = asyncio.ensure_future(self._commit_events(events))
+            self._committing, self._events = self._events, []
+            self._task = asyncio.ensure_future(self._commit_events(self._committing))
 
     async def _commit_events(self, events: list[Any]) -> None:
-        _ack_when_durable(events, await self.runtime.commit())
+        self.acks.add(events, await self.runtime.commit())
+        self._committing = []
 
 
 def _add_fold(
@@ -547,7 +606,9 @@ def _add_fold(
     async def fold(stream: faust.StreamT[bytes]) -> None:
         """Fold session events and compactions into the state table, in batches."""
         records = stream.noack()
-        batcher = FoldBatcher(runtime, settings.batch_records, settings.batch_linger_s)
+        batcher = FoldBatcher(
+            runtime, settings.batch_records, settings.batch_linger_s, offsets.reread
+        )
         try:
             async for event in records.events():
                 await batcher.before()
@@ -559,10 +620,11 @@ def _add_fold(
 
     async def count_dead_letters(stream: faust.StreamT[bytes]) -> None:
         """Count each session's dead letters into the state table."""
+        acks = OrderedAcks()
         async for event in stream.noack().events():
             if await offsets.admit(event.message):
                 record = _record(event.message)
-                _ack_when_durable(event, await runtime.handle_dead_letter(record))
+                acks.add(event, await runtime.handle_dead_letter(record))
 
     async def on_recovered() -> None:
         tracker.rebuild()
@@ -583,9 +645,10 @@ def _add_summarizer(
 ) -> None:
     async def summarize(stream: faust.StreamT[bytes]) -> None:
         """Answer flush requests with compaction events."""
+        acks = OrderedAcks()
         async for event in stream.noack().events():
             if await offsets.admit(event.message):
-                _ack_when_durable(event, await runtime.handle(_record(event.message)))
+                acks.add(event, await runtime.handle(_record(event.message)))
 
     app.agent(_topic(app, topics.flush_requests), name="summarize", concurrency=1)(summarize)
 

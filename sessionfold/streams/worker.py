@@ -491,6 +491,10 @@ class FoldRuntime:
         self.journal = journal
         self.batch = Batch(table)
 
+    def discard(self) -> None:
+        """Drop the open batch, unwritten: its records are to be read again."""
+        self.batch = Batch(self.table)
+
     @property
     def batch_full(self) -> bool:
         """Whether the open batch holds enough bytes to be committed now."""

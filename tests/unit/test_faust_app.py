@@ -16,6 +16,7 @@ from sessionfold.streams.faust_app import (
     ContiguousOffsets,
     FaustBackend,
     FoldBatcher,
+    OrderedAcks,
     WorkerSettings,
     faust_options,
     shorten_fetch_wait,
@@ -107,6 +108,54 @@ class TestSettings:
         """Only memory:// and rocksdb:// tables exist."""
         with pytest.raises(ValidationError):
             WorkerSettings(store="redis://x")
+
+
+class NamedEvent:
+    def __init__(self, name: str, acked: list[str]) -> None:
+        self.name = name
+        self.acked = acked
+
+    def ack(self) -> None:
+        self.acked.append(self.name)
+
+
+class TestOrderedAcks:
+    def test_records_are_acked_in_read_order(self) -> None:
+        """A record whose writes the broker confirms first still waits for the one read before
+        it: Faust commits past any unacknowledged record, so acks must not overtake."""
+        acked: list[str] = []
+
+        async def run() -> None:
+            loop = asyncio.get_running_loop()
+            first, second = loop.create_future(), loop.create_future()
+            acks = OrderedAcks()
+            acks.add([NamedEvent("a1", acked), NamedEvent("a2", acked)], first)
+            acks.add(NamedEvent("b", acked), second)
+            second.set_result(None)
+            await asyncio.sleep(0.01)
+            assert acked == []
+            first.set_result(None)
+            await asyncio.sleep(0.01)
+
+        asyncio.run(run())
+        assert acked == ["a1", "a2", "b"]
+
+    def test_a_refused_write_stops_every_later_ack(self) -> None:
+        """A write the broker refused leaves its records and every later one unacknowledged."""
+        acked: list[str] = []
+
+        async def run() -> None:
+            loop = asyncio.get_running_loop()
+            first, second = loop.create_future(), loop.create_future()
+            acks = OrderedAcks()
+            acks.add(NamedEvent("a", acked), first)
+            acks.add(NamedEvent("b", acked), second)
+            first.set_exception(RuntimeError("refused"))
+            second.set_result(None)
+            await asyncio.sleep(0.01)
+
+        asyncio.run(run())
+        assert acked == []
 
 
 class TestContiguousOffsets:
@@ -218,6 +267,9 @@ class FakeRuntime:
     async def fold(self, record: Any) -> None:
         self.folded.append(record.offset)
 
+    def discard(self) -> None:
+        self.folded = []
+
     async def commit(self) -> Any:
         self.commits.append(self.folded)
         self.folded = []
@@ -260,6 +312,47 @@ class TestFoldBatcher:
         runtime, events = asyncio.run(run())
         assert runtime.commits == [[0, 1, 2], [3, 4]]
         assert all(event.acked for event in events)
+
+    def test_an_abandoned_batch_is_read_again(self) -> None:
+        """A batch the agent stops with is dropped unwritten and its records handed back to be
+        read again, never acked (Faust would commit past them once a later one is)."""
+        abandoned: list[int] = []
+
+        async def run() -> tuple[FakeRuntime, list[Event]]:
+            runtime = FakeRuntime()
+            batcher = FoldBatcher(
+                runtime,  # type: ignore[arg-type]
+                limit=10,
+                linger_s=5.0,
+                on_abandon=lambda events: abandoned.extend(e.message.offset for e in events),
+            )
+            events = [Event(offset) for offset in range(3)]
+            for event in events:
+                await batcher.before()
+                await batcher.add(event)
+                batcher.after()
+            batcher.close()
+            return runtime, events
+
+        runtime, events = asyncio.run(run())
+        assert abandoned == [0, 1, 2]
+        assert runtime.commits == [] and runtime.folded == []
+        assert not any(event.acked for event in events)
+
+    def test_records_given_back_are_expected_again(self) -> None:
+        """Records handed back make the next record look like a hole: the consumer is sent
+        back to the first of them."""
+        consumer = FakeConsumer({TP0: 0})
+        offsets = ContiguousOffsets(FakeApp(consumer))  # type: ignore[arg-type]
+
+        async def run() -> list[bool]:
+            seen = [await offsets.admit(Message(TP0, n)) for n in (0, 1, 2)]
+            offsets.reread([type("E", (), {"message": Message(TP0, 1)})()])
+            seen.append(await offsets.admit(Message(TP0, 3)))
+            return seen
+
+        assert asyncio.run(run()) == [True, True, True, False]
+        assert consumer.seeks == [(TP0, 1)]
 
 
 def test_the_fetch_wait_is_shortened_once_the_consumer_exists() -> None:
