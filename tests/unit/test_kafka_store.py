@@ -128,21 +128,24 @@ class Cluster:
                         continue
                     committed[topic] = position + 1
                     progressed = True
-            requests = self.logs[TOPICS.flush_requests]
-            if committed_requests < len(requests):
-                output = requests[committed_requests]
-                record = SourceRecord(
-                    TOPICS.flush_requests, 0, committed_requests, output.key, output.value
-                )
-                try:
-                    await (await self.summarize.handle(record))
-                except Crash:
-                    self.crashes += 1
+            if committed_requests < len(self.logs[TOPICS.flush_requests]):
+                if not await self.answer(committed_requests):
                     continue  # not committed: redelivered
                 committed_requests += 1
                 progressed = True
             if not progressed:
                 return
+
+    async def answer(self, position: int) -> bool:
+        """Answer the flush request at `position`; False when a crash came first."""
+        output = self.logs[TOPICS.flush_requests][position]
+        record = SourceRecord(TOPICS.flush_requests, 0, position, output.key, output.value)
+        try:
+            await (await self.summarize.handle(record))
+        except Crash:
+            self.crashes += 1
+            return False
+        return True
 
 
 class BatchingCluster(Cluster):
@@ -184,17 +187,8 @@ class BatchingCluster(Cluster):
                 self.crashes += 1
                 self.fold = self.new_fold()
                 progressed = True
-            requests = self.logs[TOPICS.flush_requests]
-            if committed_requests < len(requests):
-                output = requests[committed_requests]
-                record = SourceRecord(
-                    TOPICS.flush_requests, 0, committed_requests, output.key, output.value
-                )
-                try:
-                    await (await self.summarize.handle(record))
-                    committed_requests += 1
-                except Crash:
-                    self.crashes += 1
+            if committed_requests < len(self.logs[TOPICS.flush_requests]):
+                committed_requests += await self.answer(committed_requests)
                 progressed = True
             if not progressed:
                 return
@@ -530,12 +524,9 @@ class LossyCluster(Cluster):
                             await ack
                         acks.clear()
                         committed.update({t: read[t] for t in fold_inputs})
-            requests = self.logs[TOPICS.flush_requests]
-            if read[TOPICS.flush_requests] < len(requests):
-                output = requests[read[TOPICS.flush_requests]]
-                position = read[TOPICS.flush_requests]
-                record = SourceRecord(TOPICS.flush_requests, 0, position, output.key, output.value)
-                await (await self.summarize.handle(record))
+            if read[TOPICS.flush_requests] < len(self.logs[TOPICS.flush_requests]):
+                answered = await self.answer(read[TOPICS.flush_requests])
+                assert answered  # this cluster's summarizer never crashes
                 read[TOPICS.flush_requests] += 1
                 progressed = True
             if not progressed:
