@@ -32,7 +32,7 @@ import orjson
 
 from sessionfold.projections import index
 from sessionfold.projections.capture import call_arguments, js_head, js_length
-from sessionfold.projections.digest import occurrence_key
+from sessionfold.projections.digest import occurrence_key, tool_calls
 from sessionfold.projections.metrics import Protection, js_round
 from sessionfold.projections.store import Store
 
@@ -71,14 +71,6 @@ def first_text(message: Mapping[str, Any]) -> str:
         text = content[0].get("text")
         return text if isinstance(text, str) else ""
     return ""
-
-
-def tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """An assistant's toolCall blocks, in content order."""
-    content = message.get("content")
-    if not isinstance(content, list):
-        return []
-    return [b for b in content if isinstance(b, dict) and b.get("type") == "toolCall"]
 
 
 def is_passthrough(message: Mapping[str, Any]) -> bool:

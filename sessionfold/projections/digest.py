@@ -55,7 +55,7 @@ write is an idempotent overwrite, and values read from the store are never mutat
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -170,6 +170,14 @@ def message_of(entry: dict[str, Any]) -> dict[str, Any] | None:
             message[field] = entry[field]
     message["timestamp"] = iso_to_ms(entry.get("timestamp"))
     return message
+
+
+def tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """An assistant's toolCall blocks, in content order."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") == "toolCall"]
 
 
 def iso_to_ms(value: Any) -> int | None:

@@ -61,22 +61,15 @@ def _call_path(block: dict[str, Any]) -> str | None:
     return path if isinstance(path, str) else None
 
 
-def _tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
-    content = message.get("content")
-    if not isinstance(content, list):
-        return []
-    return [b for b in content if isinstance(b, dict) and b.get("type") == "toolCall"]
-
-
 def is_text_only(message: dict[str, Any]) -> bool:
     """An assistant message without toolCall blocks (non-array content counts): a final reply."""
-    return message.get("role") == "assistant" and not _tool_calls(message)
+    return message.get("role") == "assistant" and not digest.tool_calls(message)
 
 
 def _open_turn(session: Session, row: dict[str, Any], message: dict[str, Any]) -> bool:
     head = session.head
     _note_usage(session, message)
-    blocks = [b for b in _tool_calls(message) if isinstance(b.get("id"), str)]
+    blocks = [b for b in digest.tool_calls(message) if isinstance(b.get("id"), str)]
     seq = row.get("seq")
     turn = row["turn"]
     _close_window(session)

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from sessionfold.projections.digest import tool_calls
 from sessionfold.projections.ledger.text import message_text
 
 # pi's bash tool appends one of these lines to its output (seen in real sessions).
@@ -34,12 +35,7 @@ class Outcome:
 def bash_calls(message: dict[str, Any]) -> list[tuple[str, str]]:
     """(tool-call id, command) of every bash tool call in an assistant message."""
     calls: list[tuple[str, str]] = []
-    content = message.get("content")
-    if not isinstance(content, list):
-        return calls
-    for block in content:
-        if not isinstance(block, dict) or block.get("type") != "toolCall":
-            continue
+    for block in tool_calls(message):
         if block.get("name") != "bash" or not isinstance(block.get("id"), str):
             continue
         arguments = block.get("arguments")
@@ -109,12 +105,7 @@ FILE_TOOLS = {"read": "read", "edit": "modified", "write": "modified"}
 def file_calls(message: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(tool-call id, path, read|modified) of every file tool call in an assistant message."""
     calls: list[tuple[str, str, str]] = []
-    content = message.get("content")
-    if not isinstance(content, list):
-        return calls
-    for block in content:
-        if not isinstance(block, dict) or block.get("type") != "toolCall":
-            continue
+    for block in tool_calls(message):
         op = FILE_TOOLS.get(str(block.get("name")))
         arguments = block.get("arguments")
         path = arguments.get("path") if isinstance(arguments, dict) else None

@@ -45,14 +45,6 @@ def safe_json(value: Any) -> str:
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 
-def state_json(run: LedgerRun, at_span: int | None, config: LedgerConfig) -> dict[str, Any]:
-    """The documented `--json` form of a state: rules as {id, words, entry, lifted}, and more."""
-    assert run.session_id is not None
-    view = ledger_view(run.store, run.session_id, config, at_span)
-    assert view is not None  # the run folded at least one envelope of the session
-    return view
-
-
 def _span_lines(spans: list[dict[str, Any]]) -> list[str]:
     lines = []
     for record in spans:
@@ -324,7 +316,7 @@ def register(app: typer.Typer) -> None:
                 typer.echo("\n".join(_span_lines(state["spans"])) or "no spans")
             return
         if as_json:
-            typer.echo(safe_json(state_json(run, span, config)))
+            typer.echo(safe_json(ledger_view(run.store, run.session_id, config, span)))
             return
         shown = snapshot(run.store, run.session_id, at_span=span) if span else state
         text, _ = render(shown, config.summary_chars, config.render_command_chars)
