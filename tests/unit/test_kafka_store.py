@@ -221,6 +221,29 @@ def _states(table: dict[str, bytes], session_ids: list[str]) -> dict[str, Any]:
     }
 
 
+def _assert_embedded_states(table: dict[str, bytes], expected: dict[str, Any]) -> dict[str, Any]:
+    """The states the table holds, each asserted identical (canonical JSON) to the embedded
+    runtime's."""
+    states = _states(table, list(expected))
+    for sid, state in expected.items():
+        sort = orjson.OPT_SORT_KEYS
+        assert orjson.dumps(states[sid], option=sort) == orjson.dumps(state, option=sort), sid
+    return states
+
+
+def _assert_requests_applied_once(cluster: Cluster, states: dict[str, Any]) -> set[str]:
+    """Every flush request on the topic was applied, and none twice; the applied ids."""
+    requests = {
+        orjson.loads(o.value)["payload"]["request_id"] for o in cluster.logs[TOPICS.flush_requests]
+    }
+    recorded = Counter(
+        attempt["request_id"] for state in states.values() for attempt in state["flush_attempts"]
+    )
+    assert requests <= set(recorded)
+    assert max(recorded.values()) == 1
+    return set(recorded)
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], dict[str, Any]]:
     """Three generated sessions and their embedded-runtime states."""
@@ -330,10 +353,7 @@ class TestFoldRuntime:
         cluster = Cluster(CrashingTable())
         _publish(cluster, paths)
         asyncio.run(cluster.run())
-        states = _states(cluster.table, list(expected))
-        assert {k: orjson.dumps(v, option=orjson.OPT_SORT_KEYS) for k, v in states.items()} == {
-            k: orjson.dumps(v, option=orjson.OPT_SORT_KEYS) for k, v in expected.items()
-        }
+        _assert_embedded_states(cluster.table, expected)
         assert not any(k.endswith("/rt/j") for k in cluster.table)
 
     @pytest.mark.parametrize("every", [7, 31, 113])
@@ -350,27 +370,13 @@ class TestFoldRuntime:
         _publish(cluster, paths)
         asyncio.run(cluster.run())
         assert cluster.crashes > 10
-        states = _states(cluster.table, list(expected))
-        for sid, state in expected.items():
-            assert orjson.dumps(states[sid], option=orjson.OPT_SORT_KEYS) == orjson.dumps(
-                state, option=orjson.OPT_SORT_KEYS
-            ), sid
-        requests = {
-            orjson.loads(o.value)["payload"]["request_id"]
-            for o in cluster.logs[TOPICS.flush_requests]
-        }
-        recorded = Counter(
-            attempt["request_id"]
-            for state in states.values()
-            for attempt in state["flush_attempts"]
-        )
-        assert requests <= set(recorded)
-        assert max(recorded.values()) == 1
+        states = _assert_embedded_states(cluster.table, expected)
+        recorded = _assert_requests_applied_once(cluster, states)
         on_topic = {
             orjson.loads(o.value)["payload"]["request_id"]
             for o in cluster.logs[TOPICS.flush_metrics]
         }
-        assert on_topic == set(recorded)
+        assert on_topic == recorded
 
     @pytest.mark.parametrize("batch", [3, 40])
     def test_batches_equal_embedded_with_fewer_writes(
@@ -385,10 +391,7 @@ class TestFoldRuntime:
         cluster = BatchingCluster(CrashingTable(), batch)
         _publish(cluster, paths)
         asyncio.run(cluster.run())
-        states = _states(cluster.table, list(expected))
-        assert {k: orjson.dumps(v, option=orjson.OPT_SORT_KEYS) for k, v in states.items()} == {
-            k: orjson.dumps(v, option=orjson.OPT_SORT_KEYS) for k, v in expected.items()
-        }
+        _assert_embedded_states(cluster.table, expected)
         assert not any(k.endswith("/rt/j") for k in cluster.table)
         assert cluster.table.writes < single.table.writes
 
@@ -406,22 +409,8 @@ class TestFoldRuntime:
         _publish(cluster, paths)
         asyncio.run(cluster.run())
         assert cluster.crashes > 5
-        states = _states(cluster.table, list(expected))
-        for sid, state in expected.items():
-            assert orjson.dumps(states[sid], option=orjson.OPT_SORT_KEYS) == orjson.dumps(
-                state, option=orjson.OPT_SORT_KEYS
-            ), sid
-        recorded = Counter(
-            attempt["request_id"]
-            for state in states.values()
-            for attempt in state["flush_attempts"]
-        )
-        requests = {
-            orjson.loads(o.value)["payload"]["request_id"]
-            for o in cluster.logs[TOPICS.flush_requests]
-        }
-        assert requests <= set(recorded)
-        assert max(recorded.values()) == 1
+        states = _assert_embedded_states(cluster.table, expected)
+        _assert_requests_applied_once(cluster, states)
 
 
 class LaggingBackend:
@@ -555,8 +544,5 @@ def test_lost_changelog_writes_change_nothing(
     _publish(cluster, paths)
     asyncio.run(cluster.run())
     assert cluster.crashes > 10
-    states = _states(cluster.lagging.durable, list(expected))
-    for sid, state in expected.items():
-        assert state["ledger"]["span"] == 2
-        canonical = orjson.OPT_SORT_KEYS
-        assert orjson.dumps(states[sid], option=canonical) == orjson.dumps(state, option=canonical)
+    assert all(state["ledger"]["span"] == 2 for state in expected.values())
+    _assert_embedded_states(cluster.lagging.durable, expected)
