@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from sessionfold.events.lines import DEPTH_REASON, ENVELOPE_DEPTH, may_be_too_deep, too_deep
+
 #: The envelope schema this build writes and the newest one it reads.
 SCHEMA_VERSION = 1
 
@@ -185,7 +187,12 @@ def decode(data: bytes | str) -> Envelope:
     try:
         raw = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
+        if may_be_too_deep(data, ENVELOPE_DEPTH) and str(exc).startswith("depth limit"):
+            raise EnvelopeError(f"{DEPTH_REASON} ({len(data)} bytes)") from None
         raise EnvelopeError(f"not JSON ({len(data)} bytes)") from exc
+    if may_be_too_deep(data, ENVELOPE_DEPTH) and too_deep(raw, ENVELOPE_DEPTH):
+        # orjson reads 1024 levels but writes 254, and the folds recurse: refuse it here.
+        raise EnvelopeError(f"{DEPTH_REASON} ({len(data)} bytes)")
     return from_dict(raw)
 
 

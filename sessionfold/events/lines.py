@@ -3,6 +3,10 @@
 A healthy line is one JSON object. A damaged one may hold two objects run together, an object
 followed by garbage, or only garbage: every complete value is returned, and what is left is
 reported by its size and cause so the caller can dead-letter it. Nothing here logs or keeps text.
+
+A value nested deeper than `MAX_DEPTH` arrays and objects is refused too ("nested too deep"):
+orjson writes at most 254 levels and the envelope around an entry adds two, and the folds walk
+values recursively, so a deeper one would fail far from where it came in.
 """
 
 from __future__ import annotations
@@ -15,6 +19,15 @@ import orjson
 
 _DECODER = json.JSONDecoder()
 
+#: The deepest nesting of arrays and objects a value may have; real pi entries stay below 20.
+MAX_DEPTH = 128
+
+#: An envelope holds an entry two levels down (envelope, payload): its own limit.
+ENVELOPE_DEPTH = MAX_DEPTH + 2
+
+DEPTH_ERROR = "DepthError"
+DEPTH_REASON = "nested too deep"
+
 
 @dataclass(frozen=True, slots=True)
 class Remainder:
@@ -26,12 +39,44 @@ class Remainder:
     reason: str
 
 
+def may_be_too_deep(data: bytes | str, limit: int = MAX_DEPTH) -> bool:
+    """False when the text cannot nest past `limit`: it opens too few arrays and objects.
+
+    Two byte counts at C speed, so the exact walk of `too_deep` runs only for the rare line
+    with many brackets (inside strings too: code in tool output).
+    """
+    if isinstance(data, str):
+        return data.count("[") + data.count("{") > limit
+    return data.count(b"[") + data.count(b"{") > limit
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether a decoded value nests more than `limit` arrays and objects (no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
 def split_line(line: bytes) -> tuple[list[Any], Remainder | None]:
     """Return the JSON values a line holds, and its unreadable remainder if any."""
     try:
-        return [orjson.loads(line)], None
+        value = orjson.loads(line)
     except orjson.JSONDecodeError:
         pass
+    else:
+        if may_be_too_deep(line) and too_deep(value):
+            return [], Remainder(0, len(line), DEPTH_ERROR, DEPTH_REASON)
+        return [value], None
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -39,15 +84,21 @@ def split_line(line: bytes) -> tuple[list[Any], Remainder | None]:
     values: list[Any] = []
     position = 0
     end = len(text)
+    deep = may_be_too_deep(line)
     while True:
         while position < end and text[position] in " \t\r\n":
             position += 1
         if position >= end:
             return values, None
+        start = len(text[:position].encode("utf-8"))
         try:
             value, position = _DECODER.raw_decode(text, position)
         except json.JSONDecodeError as exc:
-            start = len(text[:position].encode("utf-8"))
             reason = "truncated JSON" if exc.pos >= end else "not JSON"
             return values, Remainder(start, len(line) - start, "JSONDecodeError", reason)
+        except RecursionError:
+            # The pure-JSON decoder recurses per level: past orjson's 1024 it runs out of stack.
+            return values, Remainder(start, len(line) - start, DEPTH_ERROR, DEPTH_REASON)
+        if deep and too_deep(value):
+            return values, Remainder(start, len(line) - start, DEPTH_ERROR, DEPTH_REASON)
         values.append(value)

@@ -30,11 +30,11 @@ import orjson
 from kafka import KafkaProducer
 
 from sessionfold.events.envelope import EntryEnvelope, WorldEnvelope, WorldPayload, encode
-from sessionfold.events.lines import split_line
 from sessionfold.streams.session_file import (
     DeadLetter,
     ReadPosition,
     SessionFileReader,
+    header_of,
     session_files,
 )
 from sessionfold.streams.topics import Topics
@@ -130,24 +130,10 @@ def dead_letter_record(letter: DeadLetter) -> bytes:
 def header_cwd(path: Path, session_id: str) -> str | None:
     """The `cwd` of the file's session header, for a run that resumed past the header."""
     try:
-        with path.open("rb") as handle:
-            for line in handle:
-                values, _rest = split_line(line.rstrip(b"\r\n"))
-                for value in values:
-                    if _is_header(value):
-                        return _header_cwd(value, session_id)
-    except OSError:
+        header = header_of(path)
+    except (OSError, ValueError):
         return None
-    return None
-
-
-def _is_header(value: Any) -> bool:
-    # The reader's rule: the first object of type session with an id is the header.
-    return (
-        isinstance(value, dict)
-        and value.get("type") == "session"
-        and isinstance(value.get("id"), str)
-    )
+    return None if header is None else _header_cwd(header, session_id)
 
 
 def _header_cwd(header: dict[str, Any], session_id: str) -> str | None:

@@ -3,15 +3,23 @@
 The reader holds one line at a time, so memory does not grow with the file. It can stop and
 resume: `ReadPosition` says how far it got (byte offset, line, next sequence number), which is
 what `sessionfold publish` remembers per file and what `--follow` tails from.
+
+Limits (docs/publishing.md, "Limits"): only regular files are opened (a FIFO, a device or a
+socket is refused by kind, never opened for reading); a line longer than `max_line_bytes()`
+(env SESSIONFOLD_MAX_LINE_BYTES, default 64 MiB) is skipped to its newline without being held
+and dead-lettered with its size and first `RAW_PREFIX_BYTES`; a UTF-8 byte order mark at the
+start of the file is skipped (offsets still count it).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import stat
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from sessionfold.events.entries import EntryError, parse_entry
 from sessionfold.events.envelope import EntryEnvelope, EntryPayload
@@ -21,6 +29,139 @@ from sessionfold.events.migration import file_version, migrate_entry
 log = logging.getLogger(__name__)
 
 PRODUCER = "sessionfold-reader"
+
+#: The environment variable that sets the longest line read, in bytes.
+MAX_LINE_ENV = "SESSIONFOLD_MAX_LINE_BYTES"
+DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
+#: How many bytes of a too-long line its dead letter keeps (its size says how long it was).
+RAW_PREFIX_BYTES = 64 * 1024
+#: How much of a too-long line is read at a time while skipping it.
+_SKIP_CHUNK = 1024 * 1024
+BOM = b"\xef\xbb\xbf"
+TOO_LONG_ERROR = "LineTooLong"
+TOO_LONG_REASON = "line too long"
+
+
+def max_line_bytes() -> int:
+    """The longest line read whole: SESSIONFOLD_MAX_LINE_BYTES, or 64 MiB.
+
+    Raises ValueError naming the variable when it is not a positive integer.
+    """
+    text = os.environ.get(MAX_LINE_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_LINE_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{MAX_LINE_ENV} must be a positive number of bytes")
+    return value
+
+
+_KINDS = (
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISSOCK, "socket"),
+)
+
+
+def file_kind(mode: int) -> str:
+    """What a stat mode describes: "regular file", "directory", "FIFO", ..."""
+    if stat.S_ISREG(mode):
+        return "regular file"
+    return next((name for test, name in _KINDS if test(mode)), "special file")
+
+
+class FileKindError(OSError):
+    """A path that is not a regular file (a directory, FIFO, device, socket): never read."""
+
+    def __init__(self, path: Path | str, kind: str) -> None:
+        super().__init__(f"{path} is a {kind}, not a regular file")
+        self.path = str(path)
+        self.kind = kind
+
+
+def open_session_file(path: Path | str) -> IO[bytes]:
+    """Open a regular file for reading; raise FileKindError for anything else.
+
+    The stat before opening keeps a device from being opened at all; the fstat after it closes
+    the race where the path is swapped in between. O_NONBLOCK makes that open return at once
+    even for a FIFO (a blocking open would wait for a writer forever).
+    """
+    kind = file_kind(os.stat(path).st_mode)
+    if kind != "regular file":
+        raise FileKindError(path, kind)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        kind = file_kind(os.fstat(fd).st_mode)
+        if kind != "regular file":
+            raise FileKindError(path, kind)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+@dataclass(frozen=True, slots=True)
+class RawLine:
+    """One line as read: its bytes without the line end, or a prefix of them when too long.
+
+    `length` is what the line takes in the file (line end and a leading BOM included), so
+    offsets add up; `size` is how many bytes it holds before its line end.
+    """
+
+    data: bytes
+    length: int
+    size: int
+    too_long: bool = False
+
+
+def raw_lines(handle: IO[bytes], offset: int, limit: int, final: bool = True) -> Iterator[RawLine]:
+    """The lines of an open file from `offset`, none held longer than `limit` bytes.
+
+    A line without its newline at the end of the file is yielded only when `final`; a
+    tailing reader sees it complete later. A line longer than `limit` is read past in chunks
+    and yielded as a bounded prefix with `too_long` set.
+    """
+    handle.seek(offset)
+    while True:
+        chunk = handle.readline(limit + 1)
+        if len(chunk) > limit and not chunk.endswith(b"\n"):
+            line = _skipped_line(handle, chunk, final)
+            if line is None:
+                return
+        elif not chunk or (not chunk.endswith(b"\n") and not final):
+            return
+        else:
+            body = chunk.rstrip(b"\r\n")
+            line = RawLine(body, len(chunk), len(body))
+        if offset == 0 and line.data.startswith(BOM):
+            line = replace(line, data=line.data[len(BOM) :])
+        offset += line.length
+        yield line
+
+
+def _skipped_line(handle: IO[bytes], chunk: bytes, final: bool) -> RawLine | None:
+    """Read past the rest of a too-long line; None when it has no newline yet and not final."""
+    prefix = chunk[:RAW_PREFIX_BYTES]
+    length = len(chunk)
+    tail = chunk[-2:]  # the last two bytes read: where the line end is
+    del chunk  # only the prefix is kept while the rest is skipped
+    while not tail.endswith(b"\n"):
+        piece = handle.readline(_SKIP_CHUNK)
+        if not piece:
+            break
+        length += len(piece)
+        tail = (tail + piece[-2:])[-2:]
+    ended = tail.endswith(b"\n")
+    if not ended and not final:
+        return None
+    size = length - (2 if tail == b"\r\n" else 1 if ended else 0)
+    return RawLine(prefix, length, size, too_long=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +219,16 @@ class SessionFileReader:
     """Streams one pi session file from a position, yielding envelopes and dead letters."""
 
     def __init__(
-        self, path: Path | str, position: ReadPosition | None = None, producer: str = PRODUCER
+        self,
+        path: Path | str,
+        position: ReadPosition | None = None,
+        producer: str = PRODUCER,
+        max_line: int | None = None,
     ) -> None:
         self.path = Path(path)
         self.position = position or ReadPosition()
         self.producer = producer
+        self.max_line = max_line_bytes() if max_line is None else max_line
 
     def records(self, final: bool = True) -> Iterator[Record]:
         """Yield what the file holds past the current position, record by record."""
@@ -96,16 +242,19 @@ class SessionFileReader:
         taken then resumes cleanly. A last line without its newline is read only when `final`
         is true; a tailing reader passes false and sees the line complete on a later call.
         """
-        with self.path.open("rb") as handle:
-            handle.seek(self.position.offset)
-            while True:
-                line = handle.readline()
-                if not line or (not line.endswith(b"\n") and not final):
-                    return
+        with open_session_file(self.path) as handle:
+            for line in raw_lines(handle, self.position.offset, self.max_line, final):
                 line_no = self.position.line + 1
-                records = list(self._line_records(line.rstrip(b"\r\n"), line_no))
+                if line.too_long:
+                    records: list[Record] = [
+                        self._dead(
+                            line_no, TOO_LONG_ERROR, TOO_LONG_REASON, line.data, size=line.size
+                        )
+                    ]
+                else:
+                    records = list(self._line_records(line.data, line_no))
                 self.position = replace(
-                    self.position, offset=self.position.offset + len(line), line=line_no
+                    self.position, offset=self.position.offset + line.length, line=line_no
                 )
                 yield records
 
@@ -152,13 +301,15 @@ class SessionFileReader:
             payload=EntryPayload(entry=entry, line=line_no),
         )
 
-    def _dead(self, line_no: int, error: str, reason: str, raw: bytes) -> DeadLetter:
+    def _dead(
+        self, line_no: int, error: str, reason: str, raw: bytes, size: int | None = None
+    ) -> DeadLetter:
         letter = DeadLetter(
             source=str(self.path),
             line=line_no,
             error=error,
             reason=reason,
-            size=len(raw),
+            size=len(raw) if size is None else size,
             session_id=self.position.session_id,
             raw=raw,
         )
@@ -171,10 +322,54 @@ def read_session_file(path: Path | str) -> Iterator[Record]:
     yield from SessionFileReader(path).records(final=True)
 
 
+def is_header(value: Any) -> bool:
+    """The reader's rule: the first object of type session with a string id is the header."""
+    return (
+        isinstance(value, dict)
+        and value.get("type") == "session"
+        and isinstance(value.get("id"), str)
+    )
+
+
+def file_lines(path: Path | str, final: bool = True) -> Iterator[RawLine]:
+    """The lines of a session file, bounded like the reader's (no records, nothing logged)."""
+    with open_session_file(path) as handle:
+        yield from raw_lines(handle, 0, max_line_bytes(), final)
+
+
+def header_of(path: Path | str) -> dict[str, Any] | None:
+    """The session header a file holds (its first), or None when it holds none."""
+    for line in file_lines(path):
+        if line.too_long:
+            continue
+        values, _rest = split_line(line.data)
+        for value in values:
+            if is_header(value):
+                return value  # type: ignore[no-any-return]
+    return None
+
+
 def session_files(paths: list[Path]) -> Iterator[Path]:
-    """Expand files and directory trees into the session files they hold, sorted."""
+    """Expand files and directory trees into the session files they hold, sorted.
+
+    Under a directory, only regular files are taken; a FIFO, device or socket named *.jsonl
+    is skipped (and logged by kind). A path given itself is yielded as it is: the reader
+    refuses it if it is not a regular file.
+    """
     for path in paths:
         if path.is_dir():
-            yield from sorted(p for p in path.rglob("*.jsonl") if p.is_file())
+            yield from sorted(p for p in path.rglob("*.jsonl") if _regular(p))
         else:
             yield path
+
+
+def _regular(path: Path) -> bool:
+    try:
+        kind = file_kind(path.stat().st_mode)
+    except OSError:
+        return False  # vanished, or a dangling link: nothing to read
+    if kind == "directory":
+        return False
+    if kind != "regular file":
+        log.warning("skipped: not a regular file", extra={"file": str(path), "kind": kind})
+    return kind == "regular file"
