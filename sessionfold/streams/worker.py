@@ -518,7 +518,13 @@ class FoldRuntime:
             # A fold bug must not stop the partition: the record is set aside, nothing written.
             log.error(
                 "fold failed; record dead-lettered",
-                extra={"topic": record.topic, "offset": record.offset, "error": type(exc).__name__},
+                extra={
+                    "topic": record.topic,
+                    "partition": record.partition,
+                    "offset": record.offset,
+                    "session": session_id,
+                    "error": type(exc).__name__,
+                },
             )
             writes = WriteSet(TableStore(batch.pending))
             result = FoldResult(fault=Fault("fold-error", type(exc).__name__))
@@ -600,7 +606,9 @@ class FoldRuntime:
                 "topic": record.topic,
                 "partition": record.partition,
                 "offset": record.offset,
+                "session": _session_of(record.key),
                 "reason": fault.reason,
+                "error": fault.error,  # a content-free note: a cause, field paths, a class
             },
         )
         value = dead_letter_value(record, fault)
@@ -641,9 +649,12 @@ class SummarizeRuntime:
             log.warning(
                 "request dead-lettered",
                 extra={
+                    "topic": record.topic,
                     "partition": record.partition,
                     "offset": record.offset,
+                    "session": _session_of(record.key),
                     "reason": request.reason,
+                    "error": request.error,
                 },
             )
             value = dead_letter_value(record, request)

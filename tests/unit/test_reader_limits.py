@@ -14,6 +14,9 @@ from hypothesis import strategies as st
 
 from sessionfold.events.envelope import EntryEnvelope, EnvelopeError, decode, encode
 from sessionfold.events.lines import DEPTH_REASON, MAX_DEPTH, split_line
+from sessionfold.projections.config import DEFAULT_CONFIG
+from sessionfold.projections.store import DictStore
+from sessionfold.streams.kafka_store import WriteSet
 from sessionfold.streams.session_file import (
     BOM,
     MAX_LINE_ENV,
@@ -27,6 +30,7 @@ from sessionfold.streams.session_file import (
     read_session_file,
     session_files,
 )
+from sessionfold.streams.worker import SourceRecord, fold_record
 
 HEADER = {"type": "session", "version": 3, "id": "s1", "timestamp": "2025-01-01T00:00:00Z"}
 
@@ -340,3 +344,17 @@ def test_directory_expansion_skips_what_is_not_a_regular_file(tmp_path: Path) ->
         assert list(session_files([tmp_path])) == [good]
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("depth", [200, 1000, 5000])
+def test_worker_dead_letters_a_deep_record(depth: int) -> None:
+    """A record nested too deep on session-events is a fault with a reason, never a raise."""
+    entry = orjson.dumps(_entry(1))[:-1] + b',"data":' + _deep_text(depth, "mixed") + b"}"
+    value = (
+        b'{"schema_version":1,"kind":"entry","session_id":"s1","seq":1,"producer":"p",'
+        b'"payload":{"entry":' + entry + b',"line":2}}'
+    )
+    record = SourceRecord("t.session-events", 0, 5, b"s1", value)
+    result = fold_record(WriteSet(DictStore()), record, DEFAULT_CONFIG)
+    assert result.fault is not None
+    assert (result.fault.reason, DEPTH_REASON in result.fault.error) == ("undecodable", True)

@@ -18,6 +18,7 @@ from sessionfold.streams.cli import (
     state,
     worker,
 )
+from sessionfold.streams.logs import configure_cli_logging
 
 app = typer.Typer(
     name="sessionfold",
@@ -26,6 +27,15 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _root() -> None:
+    """Event-sourced context engine for coding-agent sessions."""
+    # Warnings (a dead letter, a skipped file) reach stderr with their facts; `worker` hands
+    # logging over to Faust, which replaces this handler with its own.
+    configure_cli_logging()
+
 
 for module in (
     demo,

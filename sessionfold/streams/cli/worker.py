@@ -217,7 +217,14 @@ def _partition_counts(bootstrap: str, topics: Topics) -> dict[str, int]:
 def _run(faust_app: object, loglevel: str) -> None:
     from faust import Worker
 
-    worker = Worker(faust_app, loglevel=loglevel, redirect_stdouts=False)  # type: ignore[arg-type]
+    from sessionfold.streams.logs import worker_logging_config
+
+    worker = Worker(
+        faust_app,  # type: ignore[arg-type]
+        loglevel=loglevel,
+        redirect_stdouts=False,
+        logging_config=worker_logging_config(),  # log lines show their extra= facts
+    )
     # No terminal spinner: to drive it Faust lowers the root logger to DEBUG, and every library
     # then builds debug records (some with message values) for nothing.
     worker.spinner = None
