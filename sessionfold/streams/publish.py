@@ -32,6 +32,7 @@ from kafka import KafkaProducer
 from sessionfold.events.envelope import EntryEnvelope, WorldEnvelope, WorldPayload, encode
 from sessionfold.streams.session_file import (
     DeadLetter,
+    FileKindError,
     ReadPosition,
     SessionFileReader,
     header_of,
@@ -313,7 +314,14 @@ def publish_paths(
             if first_visit:
                 seen.add(path)
                 publisher.counts.files += 1
-            publisher.publish_file(path, final=not follow, first_visit=first_visit)
+            try:
+                publisher.publish_file(path, final=not follow, first_visit=first_visit)
+            except (FileKindError, FileNotFoundError) as exc:
+                # Replaced by a FIFO or a device, or gone, since it was listed: never read it.
+                log.warning(
+                    "file skipped",
+                    extra={"file": str(path), "error": type(exc).__name__},
+                )
         publisher.producer.flush()
         if not follow or should_stop():
             return publisher.counts

@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from sessionfold.projections.config import ConfigError
+from sessionfold.streams.cli.inputs import session_inputs
 from sessionfold.streams.compare import Comparison, compare, config_of, write_chart
-from sessionfold.streams.session_file import session_files
 
 _SettingsOption = Annotated[
     list[str] | None,
@@ -128,11 +128,7 @@ def register(app: typer.Typer) -> None:
             except ConfigError as exc:
                 err.print(f"[red]invalid {name}[/] {exc.key}: {exc.problem}", highlight=False)
                 raise typer.Exit(2) from None
-        missing = [p for p in paths if not p.exists()]
-        if missing:
-            err.print(f"[red]no such file or directory:[/] {missing[0]}")
-            raise typer.Exit(2)
-        files = list(session_files(paths))
+        files = session_inputs(paths)
         with err.status(f"replaying {len(files)} file(s) under A and B"):
             comparison = compare(files, a_settings, b_settings)
         if chart is not None:

@@ -30,6 +30,7 @@ from sessionfold.projections.context_view import (
     resolve_ref,
 )
 from sessionfold.projections.digest import message_of
+from sessionfold.streams.cli.inputs import session_inputs
 from sessionfold.streams.cli.options import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_PREFIX,
@@ -41,17 +42,15 @@ from sessionfold.streams.cli.options import (
 )
 from sessionfold.streams.cli.replay import Turn, run_replay
 from sessionfold.streams.replay import Collector, Point, Replayer, ReplayError, replay_files
-from sessionfold.streams.session_file import DeadLetter, read_session_file
+from sessionfold.streams.session_file import header_of
 
 PREVIEW = 90  # chars of a message shown per row in the text format
 
 
 def file_session(path: Path) -> str | None:
     """The id of the first session a file holds (its header), or None."""
-    for record in read_session_file(path):
-        if not isinstance(record, DeadLetter):
-            return record.session_id
-    return None
+    header = header_of(path)
+    return None if header is None else str(header["id"])
 
 
 def view_from_replay(replayer: Replayer, collector: Collector, config: PruneConfig) -> ContextView:
@@ -181,9 +180,7 @@ def register(app: typer.Typer) -> None:
         config = config_or_exit(err, config_file, settings or [])
         point = Point("turn", turn) if turn is not None else Point()
         if path is not None:
-            if not path.is_file():
-                err.print(f"[red]no such file:[/] {path}")
-                raise typer.Exit(2)
+            session_inputs([path], directories=False)
             session_id = session or file_session(path)
             if session_id is None:
                 err.print(f"[red]no session in[/] {path}")

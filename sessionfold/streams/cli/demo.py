@@ -20,9 +20,10 @@ from rich.table import Table
 from sessionfold.events.envelope import EntryEnvelope
 from sessionfold.projections import digest, metrics
 from sessionfold.projections.context_view import ContextView, LogEntry, context_at
+from sessionfold.streams.cli.inputs import session_inputs
 from sessionfold.streams.cli.options import Settings, config_or_exit
 from sessionfold.streams.embedded import EmbeddedRuntime
-from sessionfold.streams.session_file import DeadLetter, read_session_file
+from sessionfold.streams.session_file import DeadLetter, file_lines, read_session_file
 from sessionfold.streams.synthetic import write_fleet
 
 #: How many points of the session the metrics table shows.
@@ -52,9 +53,8 @@ def register(app: typer.Typer) -> None:
             if file is None:
                 file = write_fleet(Path(tmp), sessions=1, turns=turns, seed=seed)[0].path
                 err.print(f"generated a session of {turns} turns (seed {seed})")
-            elif not file.is_file():
-                err.print(f"[red]no such file:[/] {file}")
-                raise typer.Exit(2)
+            else:
+                session_inputs([file], directories=False)
             runtime, samples, dead = _fold_with_progress(file, config, err)
         sessions = runtime.sessions()
         if not sessions:
@@ -67,7 +67,7 @@ def _fold_with_progress(
     path: Path, config: Any, err: Console
 ) -> tuple[EmbeddedRuntime, list[dict[str, Any]], int]:
     """Fold the file, sampling the metrics at evenly spaced events."""
-    total = sum(1 for line in path.open("rb") if line.strip())
+    total = sum(1 for line in file_lines(path) if line.too_long or line.data.strip())
     every = max(1, total // SAMPLES)
     runtime = EmbeddedRuntime(config)
     samples: list[dict[str, Any]] = []

@@ -19,8 +19,9 @@ from sessionfold.projections.ledger.driver import fold_records
 from sessionfold.projections.ledger.facts import FactsRow, facts
 from sessionfold.projections.ledger.model import OfflineModel
 from sessionfold.projections.ledger.text import sanitize
+from sessionfold.streams.cli.inputs import session_inputs
 from sessionfold.streams.cli.ledger import safe_json
-from sessionfold.streams.session_file import read_session_file, session_files
+from sessionfold.streams.session_file import read_session_file
 
 _HEAD = f"{'point':>5}  {'entry':<10}{'values':>7}{'pi kept':>9}{'ours kept':>11}"
 _HEAD += f"{'pi chars':>10}{'our chars':>11}"
@@ -50,9 +51,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("facts")
     def facts_command(
-        paths: Annotated[
-            list[Path], typer.Argument(exists=True, help="Session files or directory trees.")
-        ],
+        paths: Annotated[list[Path], typer.Argument(help="Session files or directory trees.")],
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON (stable).")] = False,
         summary_chars: Annotated[
             int,
@@ -68,7 +67,7 @@ def register(app: typer.Typer) -> None:
         config = LedgerConfig(summary_chars=summary_chars)
         report = []
         everything: list[FactsRow] = []
-        for path in session_files(paths):
+        for path in session_inputs(paths):
             records = list(read_session_file(path))
             entries = [r.payload.entry for r in records if isinstance(r, EntryEnvelope)]
             run = fold_records(records, OfflineModel(), config=config, final_pass=False)

@@ -4,7 +4,7 @@
 pending_batches, flush_attempts, stats, counts, ledger, dead_letters}}} (`ledger`: the rule
 ledger as folded, passes at pi's compactions; `--no-ledger` leaves it out). Without `--json`,
 one short table per session goes to stdout and progress to stderr. An invalid config exits 2
-naming the key.
+naming the key; a path that is no session file exits 1 (`inputs.py`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import typer
 from rich.console import Console
 
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER
+from sessionfold.streams.cli.inputs import session_inputs
 from sessionfold.streams.cli.options import ConfigFile, Ledger, Settings, config_or_exit
 from sessionfold.streams.cli.session_table import session_table
 from sessionfold.streams.embedded import fold_files
-from sessionfold.streams.session_file import session_files
 
 
 def register(app: typer.Typer) -> None:
@@ -41,11 +41,7 @@ def register(app: typer.Typer) -> None:
         """Fold session files and print each session's pruning state."""
         err = Console(stderr=True)
         config = config_or_exit(err, config_file, settings or [])
-        missing = [p for p in paths if not p.exists()]
-        if missing:
-            err.print(f"[red]no such file or directory:[/] {missing[0]}")
-            raise typer.Exit(2)
-        files = list(session_files(paths))
+        files = session_inputs(paths)
 
         def progress(path: Path, records: int) -> None:
             err.print(f"folded {path.name}: {records} records", highlight=False)

@@ -31,6 +31,7 @@ from sessionfold.projections.ledger.render import render
 from sessionfold.projections.ledger.state import snapshot
 from sessionfold.projections.ledger.text import sanitize
 from sessionfold.projections.ledger.view import ledger_view
+from sessionfold.streams.cli.inputs import session_inputs
 from sessionfold.streams.ledger_log import LedgerLog, LogObserver
 from sessionfold.streams.session_file import DeadLetter, read_session_file
 
@@ -153,9 +154,7 @@ def _parse_target(args: list[str]) -> tuple[bool, Path]:
         typer.echo("usage: sessionfold ledger [compact] FILE [OPTIONS]", err=True)
         raise typer.Exit(2)
     path = Path(name)
-    if not path.is_file():
-        typer.echo(f"no such file: {sanitize(name, newlines=False)}", err=True)
-        raise typer.Exit(2)
+    session_inputs([path], directories=False)
     return compact, path
 
 

@@ -12,6 +12,7 @@ from kafka.errors import KafkaError
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
+from sessionfold.streams.cli.inputs import session_inputs
 from sessionfold.streams.cli.options import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_PARTITIONS,
@@ -69,10 +70,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Publish pi session files to the session-events topic."""
         err = Console(stderr=True)
-        missing = [p for p in paths if not p.exists()]
-        if missing:
-            err.print(f"[red]no such file or directory:[/] {missing[0]}")
-            raise typer.Exit(2)
+        session_inputs(paths, need_session=False)
         topics = Topics(topic_prefix)
         checkpoints = Checkpoints.load(state_file or default_checkpoint_path(bootstrap, topics))
         stopping = False
