@@ -86,7 +86,7 @@ def extract_json(text: str) -> tuple[dict[str, Any] | None, str | None]:
         return None, "empty"
     try:
         value = json.loads(body)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # the json module recurses per level
         value = None
     else:
         if isinstance(value, dict):
@@ -100,7 +100,7 @@ def extract_json(text: str) -> tuple[dict[str, Any] | None, str | None]:
     while start >= 0 and tries < 20:
         try:
             value, _ = decoder.raw_decode(body, start)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             value = None
         if isinstance(value, dict):
             return value, None

@@ -899,7 +899,7 @@ def _read_body(raw: bytes, label: str) -> _Answer:
     """A non-streamed answer."""
     try:
         data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise ModelError("malformed", model=label, detail="not-json") from None
     if not isinstance(data, dict):
         raise ModelError("malformed", model=label, detail="not-an-object")
@@ -951,7 +951,7 @@ def _read_events(lines: Iterator[str], label: str, deadline: float | None) -> _A
             break
         try:
             chunk = json.loads(data)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # the json module recurses per level
             raise ModelError("malformed", model=label, detail="bad-event") from None
         if not isinstance(chunk, dict):
             raise ModelError("malformed", model=label, detail="bad-event")

@@ -17,6 +17,8 @@ from sessionfold.events.lines import DEPTH_REASON, MAX_DEPTH, split_line
 from sessionfold.projections.config import DEFAULT_CONFIG
 from sessionfold.projections.store import DictStore
 from sessionfold.streams.kafka_store import WriteSet
+from sessionfold.streams.ledger_http import extract_json
+from sessionfold.streams.model_http import ModelError, _read_body, _read_events
 from sessionfold.streams.session_file import (
     BOM,
     MAX_LINE_ENV,
@@ -358,3 +360,16 @@ def test_worker_dead_letters_a_deep_record(depth: int) -> None:
     result = fold_record(WriteSet(DictStore()), record, DEFAULT_CONFIG)
     assert result.fault is not None
     assert (result.fault.reason, DEPTH_REASON in result.fault.error) == ("undecodable", True)
+
+
+def test_model_answers_nested_too_deep_are_malformed_not_a_crash() -> None:
+    """A model server's answer is untrusted too: deep JSON is a malformed answer, not a raise."""
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(ModelError) as body:
+        _read_body(deep.encode(), "m")
+    assert body.value.detail == "not-json"
+    with pytest.raises(ModelError) as stream:
+        _read_events(iter([f"data: {deep}", ""]), "m", None)
+    assert stream.value.detail == "bad-event"
+    value, defect = extract_json('{"a": ' + deep + "}")
+    assert value is None and defect is not None
