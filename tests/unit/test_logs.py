@@ -84,3 +84,14 @@ def test_worker_logging_shows_the_facts(tmp_path: Path) -> None:
     text = (tmp_path / "w.log").read_text()
     assert "record dead-lettered topic=t.session-events partition=2 offset=41" in text
     assert "reason=undecodable" in text
+
+
+def test_ledger_anomalies_name_file_line_error_and_reason(tmp_path: Path) -> None:
+    """`ledger --anomalies` lists each unreadable line by file, line, error class and reason."""
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(orjson.dumps(HEADER) + b"\n" + f"[{SECRET}\n".encode())
+    result = CliRunner().invoke(app, ["ledger", str(path), "--anomalies"])
+    assert result.exit_code == 0, result.output
+    expected = f"{path}:2 unreadable: JSONDecodeError: not JSON ({len(SECRET) + 1} bytes)"
+    assert expected in result.stdout
+    assert SECRET not in result.stdout + result.stderr

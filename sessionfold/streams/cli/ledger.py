@@ -303,7 +303,10 @@ def register(app: typer.Typer) -> None:
                 line += f", entry {row['entry']}" if row.get("entry") else ""
                 typer.echo(sanitize(line + (f" ({detail})" if detail else ""), newlines=False))
             for letter in unread:
-                line = f"line {letter['line']} unreadable: {letter['error']}: {letter['reason']}"
+                line = (
+                    f"{letter['source']}:{letter['line']} unreadable: {letter['error']}: "
+                    f"{letter['reason']} ({letter['size']} bytes)"
+                )
                 typer.echo(sanitize(line, newlines=False))
             if not found and not unread:
                 typer.echo("no anomalies")
