@@ -179,3 +179,47 @@ def test_dead_letters_reach_their_topic(kafka_bootstrap: str, tmp_path: Path) ->
     letter = letters[0]
     assert (letter["line"], letter["session_id"], letter["size"]) == (2, "dl-1", 7)
     assert base64.b64decode(letter["raw_b64"]) == b"{broken"
+
+
+def test_limits_bom_deep_and_long_lines(
+    kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A BOM, a line nested too deep and one over the cap: the good lines go out numbered in
+    order, the bad ones to the dead-letter topic, and a resumed run starts at the right byte."""
+    import base64
+
+    import orjson
+
+    from sessionfold.streams.session_file import BOM, RAW_PREFIX_BYTES
+
+    monkeypatch.setenv("SESSIONFOLD_MAX_LINE_BYTES", "300")
+    header = b'{"type":"session","version":3,"id":"lim-1"}'
+
+    def label(n: int) -> bytes:
+        return orjson.dumps(
+            {"type": "label", "id": f"l{n}", "parentId": None, "targetId": "a", "label": "x"}
+        )
+
+    deep = b"[" * 140 + b"]" * 140  # under the cap, past the nesting limit
+    long = orjson.dumps({"type": "custom", "customType": "big", "data": "z" * 1000})
+    path = tmp_path / "lim.jsonl"
+    path.write_bytes(BOM + header + b"\n" + deep + b"\n" + long + b"\n" + label(1) + b"\n")
+    prefix = f"t{uuid4().hex[:8]}."
+    args = ["publish", str(path), "--bootstrap", kafka_bootstrap, "--topic-prefix", prefix]
+    args += ["--state-file", str(tmp_path / "s.json"), "--no-world"]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert "published 2, skipped 0, dead-lettered 2" in first.stdout
+    with path.open("ab") as handle:
+        handle.write(label(2) + b"\n")
+    second = CliRunner().invoke(app, args)
+    assert second.exit_code == 0, second.output
+    assert "published 1, skipped 4, dead-lettered 0" in second.stdout
+    topics = Topics(prefix)
+    assert _published(kafka_bootstrap, topics) == {"lim-1": [1, 2, 3]}
+    letters = [orjson.loads(r.value) for r in read_topic(kafka_bootstrap, topics.dead_letters)]
+    by_line = {letter["line"]: letter for letter in letters}
+    assert by_line[2]["reason"] == "nested too deep"
+    assert by_line[3]["reason"] == "line too long" and by_line[3]["size"] == len(long)
+    raw = base64.b64decode(by_line[3]["raw_b64"])
+    assert long.startswith(raw) and 0 < len(raw) <= RAW_PREFIX_BYTES
