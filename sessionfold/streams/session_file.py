@@ -35,7 +35,7 @@ MAX_LINE_ENV = "SESSIONFOLD_MAX_LINE_BYTES"
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 #: How many bytes of a too-long line its dead letter keeps (its size says how long it was).
 RAW_PREFIX_BYTES = 64 * 1024
-#: How much of a too-long line is read at a time while skipping it.
+#: How much of a line is read at a time (and of a too-long one while skipping it).
 _SKIP_CHUNK = 1024 * 1024
 BOM = b"\xef\xbb\xbf"
 TOO_LONG_ERROR = "LineTooLong"
@@ -129,7 +129,7 @@ def raw_lines(handle: IO[bytes], offset: int, limit: int, final: bool = True) ->
     """
     handle.seek(offset)
     while True:
-        chunk = handle.readline(limit + 1)
+        chunk = _read_at_most(handle, limit + 1)
         if len(chunk) > limit and not chunk.endswith(b"\n"):
             line = _skipped_line(handle, chunk, final)
             if line is None:
@@ -143,6 +143,27 @@ def raw_lines(handle: IO[bytes], offset: int, limit: int, final: bool = True) ->
             line = replace(line, data=line.data[len(BOM) :])
         offset += line.length
         yield line
+
+
+def _read_at_most(handle: IO[bytes], size: int) -> bytes:
+    """A line, or its first `size` bytes, read a chunk at a time.
+
+    One `readline(size)` with a size of many MiB costs time in proportion to the size even for a
+    short line; chunks keep the common short line one small call.
+    """
+    first = handle.readline(min(size, _SKIP_CHUNK))
+    if len(first) < _SKIP_CHUNK or first.endswith(b"\n"):
+        return first
+    pieces, total = [first], len(first)
+    while total < size:
+        piece = handle.readline(min(size - total, _SKIP_CHUNK))
+        if not piece:
+            break
+        pieces.append(piece)
+        total += len(piece)
+        if piece.endswith(b"\n"):
+            break
+    return b"".join(pieces)
 
 
 def _skipped_line(handle: IO[bytes], chunk: bytes, final: bool) -> RawLine | None:

@@ -373,3 +373,28 @@ def test_model_answers_nested_too_deep_are_malformed_not_a_crash() -> None:
     assert stream.value.detail == "bad-event"
     value, defect = extract_json('{"a": ' + deep + "}")
     assert value is None and defect is not None
+
+
+def test_lines_longer_than_a_read_chunk(tmp_path: Path) -> None:
+    """Lines around the 1 MiB read chunk and a 2 MiB cap: read whole below it, refused above."""
+    chunk = 1 << 20
+    sizes = [chunk - 1, chunk, chunk + 1, 2 * chunk, 2 * chunk + 1, 3 * chunk + 7]
+    lines = [orjson.dumps(HEADER)]
+    for n, size in enumerate(sizes, start=1):
+        base = orjson.dumps(_entry(n, data=""))
+        lines.append(base[:-2] + b"m" * (size - len(base)) + base[-2:])
+    path = tmp_path / "chunks.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    reader = SessionFileReader(path, max_line=2 * chunk)
+    records = list(reader.records())
+    verdicts = [(type(r).__name__, getattr(r, "size", None)) for r in records[1:]]
+    assert verdicts == [
+        ("EntryEnvelope", None),
+        ("EntryEnvelope", None),
+        ("EntryEnvelope", None),
+        ("EntryEnvelope", None),
+        ("DeadLetter", 2 * chunk + 1),
+        ("DeadLetter", 3 * chunk + 7),
+    ]
+    assert [r.payload.line for r in records[1:5]] == [2, 3, 4, 5]  # type: ignore[union-attr]
+    assert reader.position.offset == path.stat().st_size
