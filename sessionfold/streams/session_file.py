@@ -107,6 +107,11 @@ class SessionFileReader:
         self._quiet = False  # a read-back of the ids: its dead letters were logged before
 
     @property
+    def known_ids(self) -> set[str] | None:
+        """The ids read so far if the reader has needed them yet (never reads the file)."""
+        return self._ids
+
+    @property
     def ids(self) -> set[str]:
         """The ids of the entries read so far (placeholders included), header excluded."""
         if self._ids is None:
