@@ -24,6 +24,7 @@ class Kind(StrEnum):
     COMMAND = "command"
     WORLD = "world"
     COMPACT_REQUEST = "compact-request"
+    PLACEHOLDER = "placeholder"
     # flush-requests, compaction-events, flush-metrics
     FLUSH_REQUEST = "flush-request"
     COMPACTION = "compaction"
@@ -31,7 +32,15 @@ class Kind(StrEnum):
 
 
 SESSION_EVENT_KINDS = frozenset(
-    {Kind.ENTRY, Kind.RELOAD, Kind.USAGE, Kind.COMMAND, Kind.WORLD, Kind.COMPACT_REQUEST}
+    {
+        Kind.ENTRY,
+        Kind.RELOAD,
+        Kind.USAGE,
+        Kind.COMMAND,
+        Kind.WORLD,
+        Kind.COMPACT_REQUEST,
+        Kind.PLACEHOLDER,
+    }
 )
 
 
@@ -96,6 +105,23 @@ class CompactRequestPayload(Payload):
     custom_instructions: str | None = None
 
 
+class PlaceholderPayload(Payload):
+    """The place in the session tree of an entry the reader dead-lettered: ids only, no content.
+
+    `id` is the entry's own (a JSON object with a string `id` that is not a valid entry) or
+    the one a v1 file's position gives it; None when the line held no readable id (a gap).
+    `parentId` is the parent it names; when `previous` is true it named none that can be read,
+    and the placeholder hangs under the entry folded before it. `line` is its 1-based line in
+    the source file, `reason` the dead letter's (field paths and codes, never text).
+    """
+
+    id: str | None = None
+    parentId: str | None = None
+    previous: bool = False
+    line: int | None = None
+    reason: str = ""
+
+
 class OpaquePayload(BaseModel):
     """Payload of the derived kinds; its model lives with the fold that writes it."""
 
@@ -142,6 +168,13 @@ class CompactRequestEnvelope(_EnvelopeBase):
     payload: CompactRequestPayload = CompactRequestPayload()
 
 
+class PlaceholderEnvelope(_EnvelopeBase):
+    """A dead-lettered entry keeping its place (and sequence number) in the session."""
+
+    kind: Literal[Kind.PLACEHOLDER] = Kind.PLACEHOLDER
+    payload: PlaceholderPayload
+
+
 class FlushRequestEnvelope(_EnvelopeBase):
     kind: Literal[Kind.FLUSH_REQUEST] = Kind.FLUSH_REQUEST
     payload: OpaquePayload
@@ -164,6 +197,7 @@ Envelope = Annotated[
     | CommandEnvelope
     | WorldEnvelope
     | CompactRequestEnvelope
+    | PlaceholderEnvelope
     | FlushRequestEnvelope
     | CompactionEnvelope
     | FlushMetricsEnvelope,

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope
 from sessionfold.projections import digest, index, pruning
 from sessionfold.projections.store import Store
 
@@ -25,10 +26,26 @@ SUMMARY_TYPE = "context-prune-summary"
 
 @dataclass(frozen=True, slots=True)
 class LogEntry:
-    """One session entry as the log holds it, with its per-session sequence number."""
+    """One session entry as the log holds it, with its per-session sequence number.
+
+    A `placeholder` (a dead-lettered entry's place, see `log_entry`) has only `id`, `parentId`
+    and `previous` in `entry`: no type, so it puts no message on the branch.
+    """
 
     seq: int
     entry: dict[str, Any]
+    placeholder: bool = False
+
+
+def log_entry(envelope: Any) -> LogEntry | None:
+    """The log entry of an entry or placeholder envelope; None for any other envelope."""
+    if isinstance(envelope, EntryEnvelope):
+        return LogEntry(envelope.seq, envelope.payload.entry)
+    if isinstance(envelope, PlaceholderEnvelope):
+        payload = envelope.payload
+        place = {"id": payload.id, "parentId": payload.parentId, "previous": payload.previous}
+        return LogEntry(envelope.seq, place, placeholder=True)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,24 +92,41 @@ def split_occurrence(key: str) -> tuple[str, int | None]:
 
 def branch_of(entries: Sequence[LogEntry], leaf: str | None) -> list[LogEntry]:
     """The entries on the path root -> `leaf` (pi's getBranch); the last entry when `leaf` is
-    unknown, nothing when there is no entry with an id."""
+    unknown, nothing when there is no entry with an id.
+
+    Dead-lettered entries follow the digest's tree rule (projections/digest.py): a placeholder
+    is a node, under the entry before it when `previous`; after a gap (a placeholder without
+    an id) a parent not seen yet is the entry the gap followed. A second entry with an id is
+    not a node (the folds refuse it).
+    """
     by_id: dict[str, LogEntry] = {}
+    parents: dict[str, str | None] = {}
     last: str | None = None
+    gap: str | None = None
     for item in entries:
         entry_id = item.entry.get("id")
+        if item.placeholder and entry_id is None:
+            gap = last
+            continue
         if item.entry.get("type") == "session" or not isinstance(entry_id, str):
             continue
-        by_id.setdefault(entry_id, item)
+        if entry_id in by_id:
+            continue
+        parent = item.entry.get("parentId")
+        if item.placeholder and item.entry.get("previous"):
+            parent = last
+        elif gap is not None and isinstance(parent, str) and parent not in by_id:
+            parent = gap
+        by_id[entry_id] = item
+        parents[entry_id] = parent if isinstance(parent, str) and parent != entry_id else None
         last = entry_id
     current = leaf if leaf in by_id else last
     path: list[LogEntry] = []
     seen: set[str] = set()
     while current is not None and current in by_id and current not in seen:
         seen.add(current)
-        item = by_id[current]
-        path.append(item)
-        parent = item.entry.get("parentId")
-        current = parent if isinstance(parent, str) and parent != current else None
+        path.append(by_id[current])
+        current = parents[current]
     path.reverse()
     return path
 

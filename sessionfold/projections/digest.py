@@ -6,6 +6,10 @@ Public API (all pure folds over a `Store`; no I/O, clock or randomness):
   shape). Returns `Appended(row, switched)` when a message joined the branch (`row` is its
   message row) or the branch switched (`row` may then be None); None when neither happened
   (non-message entries on the leaf, the header, an id already known, an entry without an id).
+- `apply_placeholder(store, session_id, entry_id, parent_id, previous) -> Appended | None`: fold
+  the place of an entry the reader dead-lettered: a tree node with no message (see below).
+- `is_folded(store, session_id, entry_id) -> bool`: an entry with that id is already in the
+  tree (a second one is refused: pi never reuses an id).
 - `apply_reload(store, session_id, leaf_id=None) -> bool`: a reload may move the leaf: to
   `leaf_id` when it is a known entry, else to the last appended entry (pi's leaf on load).
   True when the branch switched.
@@ -45,6 +49,14 @@ Store layout, under `key(session_id, ...)`:
   `g`} (resolves a result's args in O(1)).
 - `o/<occurrence key>`: branch positions of the toolResults with that key.
 - `s/<occurrence key>`: set by metrics.on_summarized.
+The head's `gap`, set only once a session had an unreadable line, is the entry folded just
+before it (the line's presumed parent: pi appends to the leaf). The tree rule for dead lines:
+- a placeholder with an id is a node like any non-message entry, so its children stay on the
+  branch; with `previous` (no readable parentId) its parent is the entry folded before it;
+- after a gap, an entry whose parentId names no known entry (most likely the unreadable one)
+  hangs under the gap's entry instead of becoming a root. Without a gap it is a root, as pi's
+  getTree makes it.
+Parent pointers only ever name entries folded earlier, so the tree has no cycle to walk.
 Appending to the leaf writes the row, its tree node, its index keys and the head: no value that
 grows with the session is rewritten. Appending elsewhere (or a reload to another leaf) moves the
 differing rows between `m/` and their tree nodes and rebuilds the metrics: O(branch), rare.
@@ -85,12 +97,61 @@ def apply_entry(
     entry_id = entry.get("id")
     if entry.get("type") == "session" or not isinstance(entry_id, str):
         return None  # the header is not in the tree; an entry without an id cannot be placed
-    node_key = key(session_id, "t", entry_id)
     state = metrics.load_head(store, session_id)
-    known = store.get(node_key)
-    if known is not None and known["k"] < state["k"]:
-        return None  # an id already folded: pi never reuses one, so this is a redelivery
-    parent = _parent_of(store, session_id, entry, entry_id)
+    if _folded_before(store, session_id, state, entry_id):
+        return None  # an id already folded: pi never reuses one (the reader dead-letters it)
+    parent = _parent_of(store, session_id, state, entry.get("parentId"), entry_id)
+    return _append(store, session_id, state, entry_id, parent, entry, seq)
+
+
+def apply_placeholder(
+    store: Store,
+    session_id: str,
+    entry_id: str | None,
+    parent_id: str | None,
+    previous: bool = False,
+) -> Appended | None:
+    """Fold the place of a dead-lettered entry: a node without a message, or (no id) a gap."""
+    state = metrics.load_head(store, session_id)
+    if entry_id is None:
+        if state.get("gap") != state["last"]:
+            state["gap"] = state["last"]
+            store.put(key(session_id, "h"), state)
+        return None
+    if _folded_before(store, session_id, state, entry_id):
+        return None
+    if previous:
+        parent = state["last"] if state["last"] != entry_id else None
+    else:
+        parent = _parent_of(store, session_id, state, parent_id, entry_id)
+    return _append(store, session_id, state, entry_id, parent, {"id": entry_id}, None)
+
+
+def is_folded(store: Store, session_id: str, entry_id: Any) -> bool:
+    """Whether an entry with this id is already in the session's tree (from an earlier event)."""
+    if not isinstance(entry_id, str):
+        return False
+    return _folded_before(store, session_id, metrics.load_head(store, session_id), entry_id)
+
+
+def _folded_before(store: Store, session_id: str, state: dict[str, Any], entry_id: str) -> bool:
+    # A node written by an event whose head write a crash lost has `k` equal to the head's:
+    # that event is being folded again, not a second entry with the id.
+    known = store.get(key(session_id, "t", entry_id))
+    return known is not None and known["k"] < state["k"]
+
+
+def _append(
+    store: Store,
+    session_id: str,
+    state: dict[str, Any],
+    entry_id: str,
+    parent: str | None,
+    entry: dict[str, Any],
+    seq: int | None,
+) -> Appended | None:
+    """Put an entry's node under `parent` (moving the branch there first) and make it the leaf."""
+    node_key = key(session_id, "t", entry_id)
     switched = parent != state["leaf"]
     if switched:
         _move_branch(store, session_id, state, parent)
@@ -392,13 +453,16 @@ def _nearest_call_path(
 # --- tree ------------------------------------------------------------------------------------
 
 
-def _parent_of(store: Store, session_id: str, entry: dict[str, Any], entry_id: str) -> str | None:
-    """The entry's parent in the tree; None for a root (null, itself, or missing: pi's getTree)."""
-    parent = entry.get("parentId")
+def _parent_of(
+    store: Store, session_id: str, state: dict[str, Any], parent: Any, entry_id: str
+) -> str | None:
+    """The entry's parent in the tree; None for a root (null, itself, or missing: pi's getTree),
+    except that after a gap a missing parent is the gap's entry (see the module docstring)."""
     if not isinstance(parent, str) or parent == entry_id:
         return None
     if store.get(key(session_id, "t", parent)) is None:
-        return None
+        gap = state.get("gap")
+        return gap if gap != entry_id else None
     return parent
 
 

@@ -26,6 +26,7 @@ from sessionfold.events.envelope import (
     CompactionEnvelope,
     EntryEnvelope,
     Kind,
+    PlaceholderEnvelope,
     ReloadEnvelope,
     UsageEnvelope,
 )
@@ -92,6 +93,8 @@ def _release_held(session: pruning.Session) -> list[Any]:
 def _process(session: pruning.Session, envelope: Any) -> list[Any]:
     if isinstance(envelope, EntryEnvelope):
         return _process_entry(session, envelope)
+    if isinstance(envelope, PlaceholderEnvelope):
+        return _process_placeholder(session, envelope)
     if isinstance(envelope, UsageEnvelope):
         windows.note_usage_event(session, envelope.payload.tokens, envelope.payload.context_window)
         return []
@@ -130,8 +133,27 @@ def _process_command(session: pruning.Session, envelope: CommandEnvelope) -> lis
     return []  # compact: chain compression is not folded here
 
 
+def _process_placeholder(session: pruning.Session, envelope: PlaceholderEnvelope) -> list[Any]:
+    """A dead-lettered entry's place: folded as a non-message entry would be (no turn, no flush)."""
+    payload = envelope.payload
+    appended = digest.apply_placeholder(
+        session.store, session.session_id, payload.id, payload.parentId, payload.previous
+    )
+    if appended is not None and appended.switched:
+        windows.on_switch(session)
+    return []
+
+
 def _process_entry(session: pruning.Session, envelope: EntryEnvelope) -> list[Any]:
     entry = envelope.payload.entry
+    if digest.is_folded(session.store, session.session_id, entry.get("id")):
+        # A second entry with an id (the reader dead-letters it; another producer may not):
+        # refused before it can end a turn or start a flush.
+        log.warning(
+            "duplicate entry id refused",
+            extra={"session": session.session_id, "seq": envelope.seq, "code": "duplicate-id"},
+        )
+        return []
     message = digest.message_of(entry)
     role = message.get("role") if message is not None else None
     outputs: list[Any] = []

@@ -1,9 +1,10 @@
 """Publishing pi session files to Kafka: once each, in order, resumable.
 
 Each file is read from where the last run left it (a checkpoint per file), its envelopes go to
-session-events keyed by session id, its dead letters to the dead-letter topic. The checkpoint
-moves only after the broker has acknowledged everything before it, so a crash or a broker
-restart republishes at most the unacknowledged tail (the idempotent producer and the folds'
+session-events keyed by session id, its dead letters to the dead-letter topic (the placeholder
+that keeps a dead-lettered entry's place in the session tree goes to session-events). The
+checkpoint moves only after the broker has acknowledged everything before it, so a crash or a
+broker restart republishes at most the unacknowledged tail (the idempotent producer and the folds'
 sequence check make that harmless) and a finished run re-run publishes nothing.
 
 After a file's new lines, a `world` envelope (a read-only git snapshot of the session's working
@@ -201,6 +202,8 @@ class Publisher:
         self._cwds: dict[str, str | None] = {}  # per file: its header's cwd
         self._world_due: dict[str, _WorldDue] = {}  # per file
         self._world_last: dict[str, _WorldLast] = {}  # per session
+        # Per file: the entry ids before a position, so a tailing run does not read them back.
+        self._ids: dict[str, tuple[ReadPosition, set[str]]] = {}
 
     def publish_file(self, path: Path, final: bool = True, first_visit: bool = True) -> None:
         """Publish what `path` holds past its checkpoint, then move the checkpoint."""
@@ -210,7 +213,9 @@ class Publisher:
             # The file shrank: pi rewrote it (a migration). Its lines are new; read from 0.
             log.warning("file shrank; republishing from the start", extra={"file": name})
             start = ReadPosition()
-        reader = SessionFileReader(path, start)
+        cached = self._ids.get(name)
+        known = cached[1] if cached is not None and cached[0] == start else None
+        reader = SessionFileReader(path, start, known_ids=known)
         if first_visit:
             self.counts.skipped += start.line
         since_checkpoint = 0
@@ -231,6 +236,8 @@ class Publisher:
             # The last envelope's seq: a snapshot takes no number, so entries keep theirs.
             self._world_due[name] = _WorldDue(session_id, reader.position.next_seq - 1)
         self._send_world(name, path)
+        if reader.known_ids is not None:
+            self._ids[name] = (reader.position, reader.known_ids)
         if reader.position != start:
             self._checkpoint(name, reader.position)
 

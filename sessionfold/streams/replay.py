@@ -41,6 +41,7 @@ from sessionfold.events.envelope import (
 )
 from sessionfold.projections import digest
 from sessionfold.projections.config import DEFAULT_CONFIG, PruneConfig
+from sessionfold.projections.context_base import log_entry
 from sessionfold.projections.context_chains import CompressionPoint
 from sessionfold.projections.context_view import LogEntry, compact_point
 from sessionfold.streams.embedded import TOPICS, EmbeddedRuntime
@@ -113,8 +114,9 @@ class Collector:
         """Called by the replayer after each folded envelope of any session."""
         if envelope.session_id != self.session_id:
             return
-        if isinstance(envelope, EntryEnvelope):
-            self.entries.append(LogEntry(envelope.seq, envelope.payload.entry))
+        item = log_entry(envelope)
+        if item is not None:
+            self.entries.append(item)
         elif isinstance(envelope, CommandEnvelope) and envelope.payload.name == "compact":
             self.compacts.append((envelope.seq, envelope.time))
 

@@ -2,7 +2,14 @@
 
 The reader holds one line at a time, so memory does not grow with the file. It can stop and
 resume: `ReadPosition` says how far it got (byte offset, line, next sequence number), which is
-what `sessionfold publish` remembers per file and what `--follow` tails from.
+what `sessionfold publish` remembers per file and what `--follow` tails from. It also remembers
+the ids of the entries it has read (a few dozen bytes each), to dead-letter a second entry with
+an id already read ("duplicate id"); a reader resumed without them reads them back from the
+part of the file before its position, once.
+
+A dead-lettered line after the header keeps its place in the session: it is followed by a
+placeholder envelope (ids only, see `PlaceholderPayload`) that takes the sequence number the
+entry would have taken, so later entries keep their seq and stay on the branch.
 
 Limits (docs/publishing.md, "Limits"): only regular files are opened (a FIFO, a device or a
 socket is refused by kind, never opened for reading); a line longer than `max_line_bytes()`
@@ -22,7 +29,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from sessionfold.events.entries import EntryError, parse_entry
-from sessionfold.events.envelope import EntryEnvelope, EntryPayload
+from sessionfold.events.envelope import (
+    EntryEnvelope,
+    EntryPayload,
+    PlaceholderEnvelope,
+    PlaceholderPayload,
+)
 from sessionfold.events.lines import split_line
 from sessionfold.events.migration import file_version, migrate_entry
 
@@ -233,11 +245,15 @@ class ReadPosition:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
-Record = EntryEnvelope | DeadLetter
+Record = EntryEnvelope | PlaceholderEnvelope | DeadLetter
 
 
 class SessionFileReader:
-    """Streams one pi session file from a position, yielding envelopes and dead letters."""
+    """Streams one pi session file from a position, yielding envelopes and dead letters.
+
+    `known_ids` are the ids of the entries before `position` (as `ids` left them after an
+    earlier read to there); without them they are read back from the file when first needed.
+    """
 
     def __init__(
         self,
@@ -245,11 +261,39 @@ class SessionFileReader:
         position: ReadPosition | None = None,
         producer: str = PRODUCER,
         max_line: int | None = None,
+        known_ids: set[str] | None = None,
     ) -> None:
         self.path = Path(path)
         self.position = position or ReadPosition()
         self.producer = producer
         self.max_line = max_line_bytes() if max_line is None else max_line
+        self._ids = known_ids
+        self._quiet = False  # a read-back of the ids: its dead letters were logged before
+
+    @property
+    def known_ids(self) -> set[str] | None:
+        """The ids read so far if the reader has needed them yet (never reads the file)."""
+        return self._ids
+
+    @property
+    def ids(self) -> set[str]:
+        """The ids of the entries read so far (placeholders included), header excluded."""
+        if self._ids is None:
+            self._ids = self._ids_before(self.position.offset)
+        return self._ids
+
+    def _ids_before(self, offset: int) -> set[str]:
+        """The entry ids of the file's lines before byte `offset`, read again from the start."""
+        if offset == 0:
+            return set()
+        prefix = SessionFileReader(
+            self.path, producer=self.producer, max_line=self.max_line, known_ids=set()
+        )
+        prefix._quiet = True
+        for _records in prefix.lines(final=True):
+            if prefix.position.offset >= offset:
+                break
+        return prefix.ids
 
     def records(self, final: bool = True) -> Iterator[Record]:
         """Yield what the file holds past the current position, record by record."""
@@ -267,11 +311,10 @@ class SessionFileReader:
             for line in raw_lines(handle, self.position.offset, self.max_line, final):
                 line_no = self.position.line + 1
                 if line.too_long:
-                    records: list[Record] = [
-                        self._dead(
-                            line_no, TOO_LONG_ERROR, TOO_LONG_REASON, line.data, size=line.size
-                        )
-                    ]
+                    letter = self._dead(
+                        line_no, TOO_LONG_ERROR, TOO_LONG_REASON, line.data, size=line.size
+                    )
+                    records: list[Record] = [letter, *self._placeholder(None, letter)]
                 else:
                     records = list(self._line_records(line.data, line_no))
                 self.position = replace(
@@ -284,22 +327,24 @@ class SessionFileReader:
             return  # pi skips blank lines; they hold nothing to lose
         values, remainder = split_line(line)
         for value in values:
-            yield self._value_record(value, line, line_no)
+            yield from self._value_records(value, line, line_no)
         if remainder is not None:
-            yield self._dead(
-                line_no,
-                remainder.error,
-                remainder.reason,
-                line[remainder.start : remainder.start + remainder.size],
-            )
+            raw = line[remainder.start : remainder.start + remainder.size]
+            letter = self._dead(line_no, remainder.error, remainder.reason, raw)
+            yield letter
+            yield from self._placeholder(None, letter)
 
-    def _value_record(self, value: Any, line: bytes, line_no: int) -> Record:
+    def _value_records(self, value: Any, line: bytes, line_no: int) -> Iterator[Record]:
         if not isinstance(value, dict):
-            return self._dead(line_no, "TypeError", f"JSON {type(value).__name__}", line)
+            letter = self._dead(line_no, "TypeError", f"JSON {type(value).__name__}", line)
+            yield letter
+            yield from self._placeholder(None, letter)
+            return
         position = self.position
         if position.version == 0:
             if value.get("type") != "session" or not isinstance(value.get("id"), str):
-                return self._dead(line_no, "HeaderError", "no session header before it", line)
+                yield self._dead(line_no, "HeaderError", "no session header before it", line)
+                return
             position = replace(position, session_id=value["id"], version=file_version(value))
         index = position.entries
         self.position = replace(position, entries=index + 1)
@@ -307,19 +352,71 @@ class SessionFileReader:
         entry = value
         if value.get("type") != "session":
             entry = migrate_entry(value, position.version, position.session_id, index)
+        entry_id = entry.get("id") if entry.get("type") != "session" else None
+        if isinstance(entry_id, str) and entry_id in self.ids:
+            # pi never reuses an id: a second one would be folded by some folds and not others.
+            yield self._dead(line_no, "DuplicateId", "duplicate id", line)
+            return
         try:
             parse_entry(entry)
         except EntryError as exc:
-            return self._dead(line_no, "EntryError", str(exc), line)
-        seq = self.position.next_seq
-        self.position = replace(self.position, next_seq=seq + 1)
+            letter = self._dead(line_no, "EntryError", str(exc), line)
+            yield letter
+            yield from self._placeholder(entry, letter)
+            return
+        if isinstance(entry_id, str):
+            self.ids.add(entry_id)
         timestamp = entry.get("timestamp")
-        return EntryEnvelope(
+        yield EntryEnvelope(
             session_id=position.session_id,
-            seq=seq,
+            seq=self._take_seq(),
             producer=self.producer,
             time=timestamp if isinstance(timestamp, str) else None,
             payload=EntryPayload(entry=entry, line=line_no),
+        )
+
+    def _take_seq(self) -> int:
+        seq = self.position.next_seq
+        self.position = replace(self.position, next_seq=seq + 1)
+        return seq
+
+    def _placeholder(
+        self, entry: dict[str, Any] | None, letter: DeadLetter
+    ) -> Iterator[PlaceholderEnvelope]:
+        """The place in the tree of a dead-lettered entry (none before the header).
+
+        `entry` is the object as migrated, None when the line held no object: then it takes
+        the next v1 position (so later v1 ids stay those of the intact file) and, in a v1
+        file, the id that position gives; elsewhere it is a gap with no id.
+        """
+        position = self.position
+        if position.session_id is None or (entry is not None and entry.get("type") == "session"):
+            return
+        if entry is None:
+            # Nothing readable: in a v1 file the position still names the entry; else a gap.
+            index = position.entries
+            self.position = replace(position, entries=index + 1)
+            entry = {}
+            if position.version <= 1:
+                entry = migrate_entry({}, 1, position.session_id, index)
+        entry_id = entry.get("id")
+        payload = PlaceholderPayload(line=letter.line, reason=letter.reason)
+        if isinstance(entry_id, str):
+            self.ids.add(entry_id)
+            parent = entry.get("parentId")
+            readable = "parentId" in entry and (parent is None or isinstance(parent, str))
+            payload = PlaceholderPayload(
+                id=entry_id,
+                parentId=parent if readable else None,
+                previous=not readable,
+                line=letter.line,
+                reason=letter.reason,
+            )
+        yield PlaceholderEnvelope(
+            session_id=position.session_id,
+            seq=self._take_seq(),
+            producer=self.producer,
+            payload=payload,
         )
 
     def _dead(
@@ -334,7 +431,8 @@ class SessionFileReader:
             session_id=self.position.session_id,
             raw=raw,
         )
-        log.warning("dead letter", extra={"dead_letter": letter.describe()})
+        if not self._quiet:
+            log.warning("dead letter", extra={"dead_letter": letter.describe()})
         return letter
 
 

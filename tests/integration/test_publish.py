@@ -171,7 +171,7 @@ def test_dead_letters_reach_their_topic(kafka_bootstrap: str, tmp_path: Path) ->
     args = ["publish", str(path), "--bootstrap", kafka_bootstrap, "--topic-prefix", prefix]
     result = CliRunner().invoke(app, [*args, "--state-file", str(tmp_path / "s.json")])
     assert result.exit_code == 0, result.output
-    assert "published 2, skipped 0, dead-lettered 1" in result.stdout
+    assert "published 3, skipped 0, dead-lettered 1" in result.stdout  # header, gap, label
     letters = [
         orjson.loads(r.value) for r in read_topic(kafka_bootstrap, Topics(prefix).dead_letters)
     ]
@@ -179,6 +179,13 @@ def test_dead_letters_reach_their_topic(kafka_bootstrap: str, tmp_path: Path) ->
     letter = letters[0]
     assert (letter["line"], letter["session_id"], letter["size"]) == (2, "dl-1", 7)
     assert base64.b64decode(letter["raw_b64"]) == b"{broken"
+    events = [decode(r.value) for r in read_topic(kafka_bootstrap, Topics(prefix).session_events)]
+    assert [(e.kind.value, e.seq) for e in events] == [
+        ("entry", 1),
+        ("placeholder", 2),
+        ("entry", 3),
+    ]
+    assert events[1].payload.id is None and events[1].payload.line == 2
 
 
 def test_limits_bom_deep_and_long_lines(

@@ -454,3 +454,34 @@ def test_branch_and_compaction_keep_what_pi_keeps() -> None:
     assert messages[0]["summary"] == "S" and messages[2]["content"] == "N"
     assert sorted(origin.values()) == [3, 4, 6]
     assert [e.seq for e in branch_of(entries, "e7")] == [1, 2, 7]
+
+
+def test_branch_of_follows_placeholders_and_gaps() -> None:
+    """The context view's branch uses the digest's rule for dead lines: a placeholder is a
+    node (under the entry before it when `previous`), an orphan after a gap hangs under the
+    entry the gap followed, a second entry with an id is no node, and a cycle ends the walk."""
+    from sessionfold.events.envelope import PlaceholderEnvelope, PlaceholderPayload
+    from sessionfold.projections.context_base import branch_of, log_entry
+
+    def entry(seq: int, entry_id: str, parent: str | None) -> LogEntry:
+        return LogEntry(seq, {"type": "label", "id": entry_id, "parentId": parent})
+
+    def place(seq: int, **fields: object) -> LogEntry:
+        payload = PlaceholderPayload(reason="r", **fields)  # type: ignore[arg-type]
+        item = log_entry(PlaceholderEnvelope(session_id="s", seq=seq, payload=payload))
+        assert item is not None
+        return item
+
+    entries = [
+        entry(1, "a", None),
+        place(2, id="b", parentId="a"),
+        entry(3, "c", "b"),
+        place(4, id="d", previous=True),
+        place(5),
+        entry(6, "f", "lost"),
+        entry(7, "a", "f"),
+        entry(8, "g", "f"),
+    ]
+    assert [i.seq for i in branch_of(entries, "g")] == [1, 2, 3, 4, 6, 8]
+    cycle = [entry(1, "x", "y"), entry(2, "y", "x")]
+    assert [i.seq for i in branch_of(cycle, "y")] == [1, 2]

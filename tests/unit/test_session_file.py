@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessionfold.events.entries import parse_entry
-from sessionfold.events.envelope import EntryEnvelope
+from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope
 from sessionfold.events.migration import v1_entry_id
 from sessionfold.streams.session_file import (
     DeadLetter,
@@ -120,10 +120,19 @@ def test_two_objects_on_one_line_are_two_events(tmp_path: Path) -> None:
     path = _write(tmp_path, [HEADER, _message("a", None) + _message("b", "a") + b"garbage{"])
     records = list(read_session_file(path))
     kinds = [type(r).__name__ for r in records]
-    assert kinds == ["EntryEnvelope", "EntryEnvelope", "EntryEnvelope", "DeadLetter"]
-    letter = records[-1]
+    assert kinds == [
+        "EntryEnvelope",
+        "EntryEnvelope",
+        "EntryEnvelope",
+        "DeadLetter",
+        "PlaceholderEnvelope",
+    ]
+    letter = records[-2]
     assert isinstance(letter, DeadLetter)
     assert (letter.line, letter.size, letter.session_id) == (2, len(b"garbage{"), "sess-1")
+    gap = records[-1]
+    assert isinstance(gap, PlaceholderEnvelope)
+    assert (gap.seq, gap.payload.id, gap.payload.line) == (4, None, 2)
 
 
 def test_missing_header_dead_letters_every_line(tmp_path: Path) -> None:
@@ -160,6 +169,81 @@ def test_v1_ids_are_position_derived(tmp_path: Path) -> None:
     records = list(read_session_file(_write(tmp_path, [header, entry, entry])))
     assert records[1].payload.entry["id"] == v1_entry_id("v1s", 1)
     assert records[2].payload.entry["parentId"] == v1_entry_id("v1s", 1)
+
+
+def test_schema_invalid_entry_keeps_its_place(tmp_path: Path) -> None:
+    """An object with a readable id that is not a valid entry: a dead letter and a placeholder
+    with its ids and the seq it would have had; the entry after it keeps its seq."""
+    bad = b'{"type":"message","id":"b","parentId":"a","message":7}'
+    path = _write(tmp_path, [HEADER, _message("a", None), bad, _message("c", "b")])
+    records = list(read_session_file(path))
+    assert [type(r).__name__ for r in records] == [
+        "EntryEnvelope",
+        "EntryEnvelope",
+        "DeadLetter",
+        "PlaceholderEnvelope",
+        "EntryEnvelope",
+    ]
+    letter, placeholder, after = records[2], records[3], records[4]
+    assert isinstance(letter, DeadLetter) and letter.error == "EntryError"
+    assert isinstance(placeholder, PlaceholderEnvelope)
+    assert placeholder.payload.model_dump() == {
+        "id": "b",
+        "parentId": "a",
+        "previous": False,
+        "line": 3,
+        "reason": letter.reason,
+    }
+    assert (placeholder.seq, after.seq) == (3, 4)
+
+
+def test_unreadable_parent_id_hangs_under_the_previous_entry(tmp_path: Path) -> None:
+    """A placeholder whose parentId is missing or not a string says so (`previous`)."""
+    bad = b'{"type":"message","id":"b","parentId":5,"message":{"role":"user","content":"x"}}'
+    path = _write(tmp_path, [HEADER, _message("a", None), bad])
+    placeholder = list(read_session_file(path))[-1]
+    assert isinstance(placeholder, PlaceholderEnvelope)
+    assert (placeholder.payload.id, placeholder.payload.parentId) == ("b", None)
+    assert placeholder.payload.previous
+
+
+def test_unreadable_v1_line_keeps_the_position_ids(tmp_path: Path) -> None:
+    """In a v1 file a line that is not JSON still takes its position: the placeholder gets the
+    position's id and the entries after it keep the ids of the intact file."""
+    header = b'{"type":"session","id":"v1s"}'
+    entry = b'{"type":"model_change","provider":"p","modelId":"m"}'
+    records = list(read_session_file(_write(tmp_path, [header, entry, entry[:20], entry])))
+    placeholder, last = records[3], records[4]
+    assert isinstance(placeholder, PlaceholderEnvelope)
+    assert placeholder.payload.id == v1_entry_id("v1s", 2)
+    assert placeholder.payload.parentId == v1_entry_id("v1s", 1)
+    assert last.payload.entry["id"] == v1_entry_id("v1s", 3)
+    assert last.payload.entry["parentId"] == v1_entry_id("v1s", 2)
+
+
+def test_duplicate_id_is_dead_lettered(tmp_path: Path) -> None:
+    """The second entry with an id already read is a dead letter, and takes no seq."""
+    path = _write(
+        tmp_path, [HEADER, _message("a", None), _message("a", None, "again"), _message("b", "a")]
+    )
+    records = list(read_session_file(path))
+    letter = records[2]
+    assert isinstance(letter, DeadLetter)
+    assert (letter.error, letter.reason, letter.line) == ("DuplicateId", "duplicate id", 3)
+    assert [r.seq for r in records if not isinstance(r, DeadLetter)] == [1, 2, 3]
+
+
+def test_duplicate_id_is_caught_across_a_resume(tmp_path: Path) -> None:
+    """A reader resumed from a position reads back the ids before it, once."""
+    path = _write(tmp_path, [HEADER, _message("a", None)])
+    first = SessionFileReader(path)
+    list(first.records())
+    with path.open("ab") as handle:
+        handle.write(_message("a", None, "again") + b"\n" + _message("b", "a") + b"\n")
+    for known in (None, first.ids):
+        rest = list(SessionFileReader(path, first.position, known_ids=known).records())
+        assert [type(r).__name__ for r in rest] == ["DeadLetter", "EntryEnvelope"]
+        assert rest[0].reason == "duplicate id"
 
 
 def test_resume_from_position_reads_only_the_rest(tmp_path: Path) -> None:
@@ -215,5 +299,7 @@ def test_damaged_lines_never_crash_and_are_all_accounted(lines: list[bytes]) -> 
     for record in records:
         if isinstance(record, EntryEnvelope):
             parse_entry(record.payload.entry)
+        elif isinstance(record, PlaceholderEnvelope):
+            assert record.payload.reason
         else:
             assert record.reason and record.error

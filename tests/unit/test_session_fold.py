@@ -24,6 +24,8 @@ from sessionfold.events.envelope import (
     FlushMetricsEnvelope,
     FlushRequestEnvelope,
     OpaquePayload,
+    PlaceholderEnvelope,
+    PlaceholderPayload,
     ReloadEnvelope,
     UsageEnvelope,
     UsagePayload,
@@ -987,3 +989,75 @@ def test_capture_equals_the_rescan_after_every_event(
         session = pruning.open_session(store, SID, config)
         assert not session.busy
         assert _shape(windows.capture(session)) == _shape(_rescan(messages, session))
+
+
+# --- duplicate ids and placeholders -----------------------------------------------------------
+
+
+def _again(pi: Pi, original: EntryEnvelope, **fields: Any) -> EntryEnvelope:
+    """A new envelope (next seq) of an entry with an id already folded: another producer's."""
+    entry = {**original.payload.entry, **fields}
+    envelope = EntryEnvelope(session_id=SID, seq=pi._next_seq(), payload=EntryPayload(entry=entry))
+    pi.envelopes.append(envelope)
+    return envelope
+
+
+def test_a_second_entry_with_a_folded_id_is_refused_by_every_fold() -> None:
+    """A duplicate id that reaches the folds (the reader dead-letters it; a producer may not)
+    neither ends a turn, flushes, joins the branch nor adds a ledger row; the ledger notes it."""
+    from sessionfold.projections.ledger.state import load_head as ledger_head
+
+    pi = simple_session(Pi(), flushes=1)
+    pi.user("next")
+    first_user = next(e for e in pi.envelopes if e.payload.entry.get("type") == "message")
+    reply = pi.envelopes[-2]
+    plain = run(pi)
+    _again(pi, first_user)  # a user message would end the open turn and add a ledger row
+    _again(pi, reply, message={**reply.payload.entry["message"], "content": []})
+    doubled = run(pi)
+    expected = plain.session_state(SID)
+    state = doubled.session_state(SID)
+    assert {k: v for k, v in state.items() if k != "ledger"} == {
+        k: v for k, v in expected.items() if k != "ledger"
+    }
+    assert doubled.log["flush-requests"] == plain.log["flush-requests"]
+    before, after = ledger_head(plain.store, SID), ledger_head(doubled.store, SID)
+    assert before is not None and after is not None
+    assert after["n"]["u"] == before["n"]["u"]
+    assert after["n"]["A"] == before["n"]["A"] + 2
+    anomaly = doubled.store.get(f"{SID}/ledger/A/{after['n']['A']}")
+    assert anomaly["code"] == "duplicate-id"
+
+
+def test_placeholders_keep_the_branch_in_every_fold_order() -> None:
+    """A placeholder (with an id, `previous`, or a gap) between entries: the entries after it
+    stay on the branch, and the state is that of a neutral entry in its place."""
+    for kind in ("id", "previous", "gap"):
+        pi, neutral = Pi(), Pi()
+        for side in (pi, neutral):
+            side.header()
+            side.user()
+            side.turn("a1")
+        middle = pi.leaf
+        lost = "lost-1"
+        payload = {
+            "id": PlaceholderPayload(id=lost, parentId=middle, reason="r"),
+            "previous": PlaceholderPayload(id=lost, previous=True, reason="r"),
+            "gap": PlaceholderPayload(reason="r"),
+        }[kind]
+        pi.envelopes.append(
+            PlaceholderEnvelope(session_id=SID, seq=pi._next_seq(), payload=payload)
+        )
+        node = {"type": "x-neutral", "id": lost, "parentId": middle}
+        neutral.envelopes.append(
+            EntryEnvelope(session_id=SID, seq=neutral._next_seq(), payload=EntryPayload(entry=node))
+        )
+        for side in (pi, neutral):
+            side.leaf = lost
+            side.turn("b1")
+            side.reply()
+        damaged, expected = run(pi), run(neutral)
+        assert digest.head(damaged.store, SID)["n"] == 6, kind  # nothing cut
+        rows = [r["id"] for r in digest.branch_rows(damaged.store, SID)]
+        assert rows == [r["id"] for r in digest.branch_rows(expected.store, SID)], kind
+        assert damaged.session_state(SID) == expected.session_state(SID), kind

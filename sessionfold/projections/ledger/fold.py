@@ -21,6 +21,7 @@ from sessionfold.events.envelope import (
     CompactionEnvelope,
     EntryEnvelope,
     Kind,
+    PlaceholderEnvelope,
     WorldEnvelope,
     from_dict,
 )
@@ -193,7 +194,14 @@ class LedgerFold:
         requests: list[PassRequest] = []
         cleanup: list[str] = []
         if isinstance(envelope, EntryEnvelope):
-            requests = self._entry(head, envelope.payload.entry, envelope.seq, cleanup)
+            entry = envelope.payload.entry
+            if self._second_id(head, entry, envelope.seq):
+                self._anomaly(head, "duplicate-id", envelope.seq, entry["id"])
+            else:
+                requests = self._entry(head, entry, envelope.seq, cleanup)
+        elif isinstance(envelope, PlaceholderEnvelope):
+            # A dead-lettered entry: nothing to fold, but its id is taken.
+            self._second_id(head, {"id": envelope.payload.id}, envelope.seq)
         elif isinstance(envelope, WorldEnvelope):
             head["world"] = self._bounded_world(envelope.payload.facts)
         elif envelope.kind == Kind.COMPACT_REQUEST:
@@ -202,6 +210,22 @@ class LedgerFold:
         for stale in cleanup:  # after the head, so a crash before it loses nothing
             self.store.delete(stale)
         return requests
+
+    def _second_id(self, head: dict[str, Any], entry: dict[str, Any], seq: int) -> bool:
+        """True when an earlier event folded an entry with this entry's id; else note the id.
+
+        pi never reuses an id; the reader dead-letters a second one, and the pruning fold
+        refuses it, so the ledger does too (one rule wherever it arrives from).
+        """
+        entry_id = entry.get("id")
+        if entry.get("type") == "session" or not isinstance(entry_id, str):
+            return False
+        id_key = ledger_key(head["session"], "id", entry_id)
+        first = self.store.get(id_key)
+        if first is None:
+            self.store.put(id_key, seq)
+            return False
+        return first != seq  # the same seq: this event again, after a crash before its head
 
     def _entry(
         self, head: dict[str, Any], entry: dict[str, Any], seq: int, cleanup: list[str]

@@ -13,6 +13,7 @@ Layout, all under `key(session, "ledger", ...)`:
   foreign         the newest compaction not ours: entry, seq, its summary's head and tail
   buf/<seq>       envelopes held by the flush barrier (buf/w<seq>: a held World snapshot)
   answered/<req>  pass results already applied
+  id/<entry id>   the seq of the entry that took the id (a second entry with it is refused)
 One event writes the head and a row or two, so a write never grows with the session.
 """
 

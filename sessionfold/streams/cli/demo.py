@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from sessionfold.events.envelope import EntryEnvelope
 from sessionfold.projections import digest, metrics
-from sessionfold.projections.context_view import ContextView, LogEntry, context_at
+from sessionfold.projections.context_base import log_entry
+from sessionfold.projections.context_view import ContextView, context_at
 from sessionfold.streams.cli.inputs import session_inputs
 from sessionfold.streams.cli.options import Settings, config_or_exit
 from sessionfold.streams.embedded import EmbeddedRuntime
@@ -133,9 +133,6 @@ def _report(
 
 def _context(runtime: EmbeddedRuntime, sid: str) -> ContextView:
     """What the model is given at the end of the session (the context view of §7 and §8)."""
-    entries = [
-        LogEntry(e.seq, e.payload.entry)
-        for e in runtime.log["session-events"]
-        if isinstance(e, EntryEnvelope) and e.session_id == sid
-    ]
+    events = (e for e in runtime.log["session-events"] if e.session_id == sid)
+    entries = [item for item in map(log_entry, events) if item is not None]
     return context_at(entries, runtime.store, sid, runtime.config)
