@@ -54,7 +54,12 @@ from sessionfold.streams import state_api
 from sessionfold.streams.kafka_store import Output
 from sessionfold.streams.metrics import FleetCollector, Metrics, create
 from sessionfold.streams.summarizer import ModelPort, OfflineSummarizer
-from sessionfold.streams.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
+from sessionfold.streams.topics import (
+    DEFAULT_PARTITIONS,
+    DEFAULT_PREFIX,
+    MAX_MESSAGE_BYTES,
+    Topics,
+)
 from sessionfold.streams.worker import (
     FoldRuntime,
     Sender,
@@ -181,6 +186,8 @@ def faust_options(settings: WorkerSettings) -> dict[str, Any]:
         # which here means its writes are in the changelog (see FaustBackend).
         "stream_wait_empty": True,
         "producer_max_request_size": MAX_RECORD_BYTES,
+        # A session-events record may be as large as the topics allow (a 16 MiB entry).
+        "consumer_max_fetch_size": MAX_MESSAGE_BYTES,
         "producer_linger": settings.producer_linger_s,
         "consumer_auto_offset_reset": "earliest",
         "key_serializer": "raw",

@@ -3,6 +3,11 @@
 The reader holds one line at a time, so memory does not grow with the file. It can stop and
 resume: `ReadPosition` says how far it got (byte offset, line, next sequence number), which is
 what `sessionfold publish` remembers per file and what `--follow` tails from.
+
+A line longer than `MAX_LINE_BYTES` (16 MiB) is a dead letter ("entry too large") and takes no
+sequence number, in every runtime: Kafka could not carry it, and the embedded runtime reads the
+file the same way so both fold the same events. Its dead letter keeps the first
+`DEAD_LETTER_RAW_BYTES` of it, so the dead letter itself fits on the topic.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from sessionfold.events.entries import EntryError, parse_entry
 from sessionfold.events.envelope import EntryEnvelope, EntryPayload
@@ -22,12 +27,21 @@ log = logging.getLogger(__name__)
 
 PRODUCER = "sessionfold-reader"
 
+#: The longest line read as entries; the topics are sized so its envelope fits (topics.py).
+MAX_LINE_BYTES = 16 * 1024 * 1024
+#: The most of a line a dead letter keeps: base64 of it still fits in one record.
+DEAD_LETTER_RAW_BYTES = 8 * 1024 * 1024
+#: How much of an over-long line is read at a time while skipping to its end.
+_SKIP_CHUNK = 1024 * 1024
+ENTRY_TOO_LARGE = "entry too large"
+
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
     """A part of a file that could not be read: where it is, how big, and why.
 
-    `raw` holds the bytes so the dead-letter topic loses nothing; it is never logged.
+    `raw` holds the bytes (at most `DEAD_LETTER_RAW_BYTES` of them: `size` is the whole line's)
+    so the dead-letter topic loses nothing it can carry; it is never logged.
     """
 
     source: str
@@ -99,15 +113,30 @@ class SessionFileReader:
         with self.path.open("rb") as handle:
             handle.seek(self.position.offset)
             while True:
-                line = handle.readline()
-                if not line or (not line.endswith(b"\n") and not final):
-                    return
-                line_no = self.position.line + 1
-                records = list(self._line_records(line.rstrip(b"\r\n"), line_no))
+                line = handle.readline(MAX_LINE_BYTES + 2)  # room for the \r\n
+                if len(line.rstrip(b"\r\n")) > MAX_LINE_BYTES:
+                    rest = _rest_of_line(handle, line, final)
+                    if rest is None:
+                        return
+                    length, ending = rest
+                    records = [self._too_large(line, length - ending)]
+                else:
+                    if not line or (not line.endswith(b"\n") and not final):
+                        return
+                    length = len(line)
+                    records = list(self._line_records(line.rstrip(b"\r\n"), self._next_line))
                 self.position = replace(
-                    self.position, offset=self.position.offset + len(line), line=line_no
+                    self.position, offset=self.position.offset + length, line=self._next_line
                 )
                 yield records
+
+    @property
+    def _next_line(self) -> int:
+        return self.position.line + 1
+
+    def _too_large(self, head: bytes, size: int) -> DeadLetter:
+        """The dead letter of an over-long line of `size` bytes: it keeps the first ones only."""
+        return self._dead(self._next_line, "EntryTooLarge", ENTRY_TOO_LARGE, head, size)
 
     def _line_records(self, line: bytes, line_no: int) -> Iterator[Record]:
         if not line.strip():
@@ -152,18 +181,35 @@ class SessionFileReader:
             payload=EntryPayload(entry=entry, line=line_no),
         )
 
-    def _dead(self, line_no: int, error: str, reason: str, raw: bytes) -> DeadLetter:
+    def _dead(
+        self, line_no: int, error: str, reason: str, raw: bytes, size: int | None = None
+    ) -> DeadLetter:
         letter = DeadLetter(
             source=str(self.path),
             line=line_no,
             error=error,
             reason=reason,
-            size=len(raw),
+            size=len(raw) if size is None else size,
             session_id=self.position.session_id,
-            raw=raw,
+            raw=raw[:DEAD_LETTER_RAW_BYTES],
         )
         log.warning("dead letter", extra={"dead_letter": letter.describe()})
         return letter
+
+
+def _rest_of_line(handle: BinaryIO, head: bytes, final: bool) -> tuple[int, int] | None:
+    """The length of a line that starts with `head` and of its line ending, read past in chunks
+    (the handle ends up after it); None when a tailing reader meets it before its newline (it
+    reads it again later).
+    """
+    length = len(head)
+    last = head
+    while not last.endswith(b"\n"):
+        last = handle.readline(_SKIP_CHUNK)
+        if not last:
+            return (length, 0) if final else None
+        length += len(last)
+    return length, len(last) - len(last.rstrip(b"\r\n"))
 
 
 def read_session_file(path: Path | str) -> Iterator[Record]:
