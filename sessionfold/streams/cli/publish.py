@@ -142,12 +142,13 @@ def register(app: typer.Typer) -> None:
                 _give_up(producer, topic_log, checkpoints)
                 err.print(
                     f"publish failed: Kafka at {bootstrap}: {reason} within {timeout:g} s; "
-                    f"{_where(publisher)}"
+                    f"{_where(publisher)}",
+                    soft_wrap=True,
                 )
                 raise typer.Exit(1) from None
             except PublishStopped:
                 _give_up(producer, topic_log, checkpoints)
-                err.print(f"publish stopped by {stop.name()}; {_where(publisher)}")
+                err.print(f"publish stopped by {stop.name()}; {_where(publisher)}", soft_wrap=True)
                 typer.echo(publisher.counts.line())
                 raise typer.Exit(stop.exit_code()) from None
             except KafkaError as exc:  # a read-back that could not even connect
