@@ -16,6 +16,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from uuid import uuid4
 
@@ -244,8 +245,9 @@ def test_sigkill_at_random_points_never_doubles_an_entry(
     state = tmp_path / "state.json"
     killed = 0
     for _ in range(6):
+        before = _mtime(state)
         run = Run(tmp_path, bootstrap, prefix, fleet)
-        _until(_state_changed(state, run), "the run to send")
+        _until(partial(_sent_or_ended, state, before, run), "the run to send")
         time.sleep(chance.uniform(0.0, 1.2))
         if run.process.poll() is not None:
             assert run.process.returncode == 0, run.stderr()
@@ -259,14 +261,13 @@ def test_sigkill_at_random_points_never_doubles_an_entry(
     assert _published(bootstrap, Topics(prefix)) == _expected(fleet)
 
 
-def _state_changed(state: Path, run: Run) -> Callable[[], bool]:
+def _mtime(path: Path) -> int:
+    return path.stat().st_mtime_ns if path.exists() else 0
+
+
+def _sent_or_ended(state: Path, before: int, run: Run) -> bool:
     """Whether `run` has written the state file (it does so before its first send) or ended."""
-
-    def mtime() -> int:
-        return state.stat().st_mtime_ns if state.exists() else 0
-
-    before = mtime()
-    return lambda: mtime() != before or run.process.poll() is not None
+    return _mtime(state) != before or run.process.poll() is not None
 
 
 def _message(entry_id: str, parent: str | None, text: str) -> bytes:
