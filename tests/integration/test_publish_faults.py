@@ -16,6 +16,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from uuid import uuid4
@@ -44,23 +45,57 @@ pytestmark = pytest.mark.kafka
 RUN_GUARD_S = 90.0  # no run may take this long: a hang fails the test instead of blocking it
 
 
+@dataclass
+class Node:
+    """A broker these tests may freeze and kill, and start again on the same data dir.
+
+    It comes back on a fresh port pair: while it is down, its ports are free for anyone (other
+    brokers on this machine pick free ports too). Its topics and records are the same.
+    """
+
+    config: broker.BrokerConfig
+
+    @property
+    def bootstrap(self) -> str:
+        return self.config.bootstrap
+
+    def freeze(self) -> None:
+        """Stop answering at once: connections stay open, nothing comes back."""
+        pid = broker.status(self.config).pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+
+    def kill(self) -> None:
+        """Kill the frozen broker: SIGTERM cannot run while it is stopped, so SIGKILL follows."""
+        broker.stop(self.config, timeout_s=0.5)
+
+    def start(self) -> None:
+        """Start it again (a no-op while it runs)."""
+        if broker.status(self.config).pid is None:
+            port = broker.free_port_pair()
+            self.config = broker.BrokerConfig(port=port, data_dir=self.config.data_dir)
+        broker.up(self.config)
+
+
 @pytest.fixture(scope="module")
-def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[broker.BrokerConfig]:
-    """A broker these tests may freeze, kill and start again."""
-    config = broker.BrokerConfig(
-        port=broker.free_port_pair(), data_dir=tmp_path_factory.mktemp("kafka-faults")
+def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    """A broker of these tests' own."""
+    node = Node(
+        broker.BrokerConfig(
+            port=broker.free_port_pair(), data_dir=tmp_path_factory.mktemp("kafka-faults")
+        )
     )
-    broker.up(config)
+    broker.up(node.config)
     try:
-        yield config
+        yield node
     finally:
-        broker.stop(config)
+        broker.stop(node.config)
 
 
 @pytest.fixture
-def live_broker(own_broker: broker.BrokerConfig) -> broker.BrokerConfig:
+def live_broker(own_broker: Node) -> Node:
     """The own broker, running (an earlier test may have left it down)."""
-    broker.up(own_broker)
+    own_broker.start()
     return own_broker
 
 
@@ -105,7 +140,9 @@ class Run:
         args += ["--bootstrap", bootstrap, "--topic-prefix", prefix, "--partitions", "3"]
         args += ["--state-file", str(self.state), "--no-world", *env.pop("extra", "").split()]
         with self.out.open("wb") as out, self.err.open("wb") as err:
-            self.process = subprocess.Popen(args, stdout=out, stderr=err, env={**os.environ, **env})
+            self.process = subprocess.Popen(
+                args, stdout=out, stderr=err, env={**os.environ, **env}, cwd=tmp
+            )
 
     def wait(self, timeout: float = RUN_GUARD_S) -> int:
         """The exit code; fails the test if the run is still going after `timeout`."""
@@ -131,18 +168,6 @@ def _until(condition: Callable[[], bool], what: str, timeout: float = RUN_GUARD_
         time.sleep(0.02)
 
 
-def _freeze(config: broker.BrokerConfig) -> None:
-    """The broker stops answering at once: its connections stay open, nothing comes back."""
-    pid = broker.status(config).pid
-    assert pid is not None
-    os.kill(pid, signal.SIGSTOP)
-
-
-def _bury(config: broker.BrokerConfig) -> None:
-    """Kill the frozen broker: SIGTERM cannot run while it is stopped, so SIGKILL follows."""
-    broker.stop(config, timeout_s=0.5)
-
-
 def _checkpoint_behind_topic(state: Path, bootstrap: str, topics: Topics) -> list[str]:
     """Files whose checkpoint claims envelopes the topic does not hold (should be none)."""
     on_topic = _published(bootstrap, topics)
@@ -157,7 +182,7 @@ def _checkpoint_behind_topic(state: Path, bootstrap: str, topics: Topics) -> lis
 
 
 def test_outage_past_the_timeout_exits_1_and_a_rerun_publishes_each_entry_once(
-    live_broker: broker.BrokerConfig, fleet: Path, tmp_path: Path
+    live_broker: Node, fleet: Path, tmp_path: Path
 ) -> None:
     """The broker goes away mid-publish for longer than the timeout: exit 1 with one clear
     line, the checkpoint holds only acknowledged lines, and the re-run completes exactly once.
@@ -166,11 +191,11 @@ def test_outage_past_the_timeout_exits_1_and_a_rerun_publishes_each_entry_once(
     prefix = f"t{uuid4().hex[:8]}."
     run = Run(tmp_path, bootstrap, prefix, fleet, SESSIONFOLD_PUBLISH_TIMEOUT="4")
     _until(run.state.exists, "the first record to be sent")
-    _freeze(live_broker)
+    live_broker.freeze()
     try:
         code = run.wait()
     finally:
-        _bury(live_broker)
+        live_broker.kill()
     assert code == 1, "publish finished before the outage: make the fleet bigger"
     err = run.stderr()
     assert "Traceback" not in err
@@ -178,7 +203,8 @@ def test_outage_past_the_timeout_exits_1_and_a_rerun_publishes_each_entry_once(
     assert message.startswith("publish failed: Kafka at ")
     assert "no acknowledgement within 4 s" in message and "a re-run resumes at" in message
 
-    broker.up(live_broker)
+    live_broker.start()
+    bootstrap = live_broker.bootstrap  # it came back on other ports
     topics = Topics(prefix)
     assert _checkpoint_behind_topic(run.state, bootstrap, topics) == []
     again = Run(tmp_path, bootstrap, prefix, fleet)
@@ -187,7 +213,7 @@ def test_outage_past_the_timeout_exits_1_and_a_rerun_publishes_each_entry_once(
 
 
 def test_sigterm_during_an_outage_ends_publish_promptly(
-    live_broker: broker.BrokerConfig, fleet: Path, tmp_path: Path
+    live_broker: Node, fleet: Path, tmp_path: Path
 ) -> None:
     """SIGTERM while every wait is for a broker that does not answer: exit 143 within the
     stop grace (not the 10-minute timeout), and the re-run still publishes each entry once.
@@ -196,26 +222,25 @@ def test_sigterm_during_an_outage_ends_publish_promptly(
     prefix = f"t{uuid4().hex[:8]}."
     run = Run(tmp_path, bootstrap, prefix, fleet, SESSIONFOLD_PUBLISH_TIMEOUT="600")
     _until(run.state.exists, "the first record to be sent")
-    _freeze(live_broker)
+    live_broker.freeze()
     try:
         time.sleep(1.0)  # let publish block on the silent broker
         run.process.send_signal(signal.SIGTERM)
         code = run.wait(timeout=30)
     finally:
-        _bury(live_broker)
+        live_broker.kill()
     assert code == 143
     err = run.stderr()
     assert "Traceback" not in err and "publish stopped by SIGTERM" in err
 
-    broker.up(live_broker)
+    live_broker.start()
+    bootstrap = live_broker.bootstrap  # it came back on other ports
     again = Run(tmp_path, bootstrap, prefix, fleet)
     assert again.wait() == 0, again.stderr()
     assert _published(bootstrap, Topics(prefix)) == _expected(fleet)
 
 
-def test_sigterm_ends_follow_cleanly(
-    live_broker: broker.BrokerConfig, fleet: Path, tmp_path: Path
-) -> None:
+def test_sigterm_ends_follow_cleanly(live_broker: Node, fleet: Path, tmp_path: Path) -> None:
     """With --follow a signal is the way to stop: exit 0 once everything is acknowledged."""
     bootstrap = live_broker.bootstrap
     prefix = f"t{uuid4().hex[:8]}."
@@ -234,7 +259,7 @@ def test_sigterm_ends_follow_cleanly(
 
 
 def test_sigkill_at_random_points_never_doubles_an_entry(
-    live_broker: broker.BrokerConfig, fleet: Path, tmp_path: Path
+    live_broker: Node, fleet: Path, tmp_path: Path
 ) -> None:
     """Runs killed with SIGKILL (between acknowledgement and checkpoint, among others), then a
     run to the end: the topic holds every entry exactly once, in order.
