@@ -54,7 +54,12 @@ from sessionfold.streams import state_api
 from sessionfold.streams.kafka_store import Output
 from sessionfold.streams.metrics import FleetCollector, Metrics, create
 from sessionfold.streams.summarizer import ModelPort, OfflineSummarizer
-from sessionfold.streams.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
+from sessionfold.streams.topics import (
+    DEFAULT_PARTITIONS,
+    DEFAULT_PREFIX,
+    MAX_MESSAGE_BYTES,
+    Topics,
+)
 from sessionfold.streams.worker import (
     FoldRuntime,
     Sender,
@@ -67,8 +72,10 @@ log = logging.getLogger(__name__)
 
 Role = Literal["fold", "summarize", "all"]
 
-#: Largest record the worker produces (journal records hold one event's writes): 8 MiB.
-MAX_RECORD_BYTES = 8 * 1024 * 1024
+#: Largest record the worker produces: a journal holds a batch's writes, and one event's writes
+#: can hold the whole event (the flush barrier keeps held envelopes as rows), which may be as
+#: large as session-events allows; 8 MiB more leaves room for the rest of the batch.
+MAX_RECORD_BYTES = MAX_MESSAGE_BYTES + 8 * 1024 * 1024
 
 
 class WorkerSettings(BaseModel):
@@ -181,6 +188,9 @@ def faust_options(settings: WorkerSettings) -> dict[str, Any]:
         # which here means its writes are in the changelog (see FaustBackend).
         "stream_wait_empty": True,
         "producer_max_request_size": MAX_RECORD_BYTES,
+        # A session-events record may be as large as the topics allow (a 16 MiB entry), and a
+        # changelog record read back in recovery as large as the worker writes.
+        "consumer_max_fetch_size": MAX_RECORD_BYTES,
         "producer_linger": settings.producer_linger_s,
         "consumer_auto_offset_reset": "earliest",
         "key_serializer": "raw",

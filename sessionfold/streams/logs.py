@@ -95,13 +95,19 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 def configure_cli_logging(level: int = logging.WARNING) -> None:
-    """Send warnings and errors to stderr with their facts; once per process."""
+    """Send sessionfold's warnings and errors to stderr with their facts; once per process.
+
+    Only sessionfold's own loggers are shown: a command reports a library's failure (a Kafka
+    client's retries and cancelled requests) itself, in one line, so their logs would only
+    repeat it.
+    """
     root = logging.getLogger()
     if any(isinstance(handler, _StderrHandler) for handler in root.handlers):
         return
     handler = _StderrHandler()
     handler.setFormatter(FactsFormatter(CLI_FORMAT))
     handler.setLevel(level)
+    handler.addFilter(logging.Filter("sessionfold"))
     root.addHandler(handler)
 
 

@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from kafka import KafkaConsumer, TopicPartition
-from kafka.partitioner.default import murmur2
+from kafka import TopicPartition
 
 from sessionfold.events.envelope import (
     CommandEnvelope,
@@ -46,6 +45,7 @@ from sessionfold.projections.context_chains import CompressionPoint
 from sessionfold.projections.context_view import LogEntry, compact_point
 from sessionfold.streams.embedded import TOPICS, EmbeddedRuntime
 from sessionfold.streams.session_file import DeadLetter, read_session_file
+from sessionfold.streams.topic_reader import key_partition, topic_consumer
 from sessionfold.streams.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -262,8 +262,7 @@ def file_envelopes(paths: Iterable[Path | str]) -> Iterator[Any]:
 
 def partition_of(session_id: str, partitions: list[int]) -> int:
     """The partition the default (murmur2) partitioner puts a session's records in."""
-    ordered = sorted(partitions)
-    return ordered[(murmur2(session_id.encode()) & 0x7FFFFFFF) % len(ordered)]
+    return key_partition(session_id.encode(), partitions)
 
 
 @dataclass
@@ -284,12 +283,7 @@ class TopicReader:
         stop: Callable[[], bool] = lambda: False,
     ) -> Iterator[Any]:
         """Yield records (only those with a key in `keys` when given) until the end or `stop`."""
-        consumer = KafkaConsumer(
-            bootstrap_servers=self.bootstrap,
-            enable_auto_commit=False,
-            group_id=None,
-            client_id="sessionfold-replay",
-        )
+        consumer = topic_consumer(self.bootstrap, "sessionfold-replay")
         try:
             known = consumer.partitions_for_topic(self.topic)
             if known is None:
@@ -322,7 +316,7 @@ class TopicReader:
 
     def partitions(self) -> list[int]:
         """The topic's partitions; ReplayError when it does not exist."""
-        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None)
+        consumer = topic_consumer(self.bootstrap, "sessionfold-replay")
         try:
             known = consumer.partitions_for_topic(self.topic)
         finally:

@@ -15,7 +15,9 @@ Limits (docs/publishing.md, "Limits"): only regular files are opened (a FIFO, a 
 socket is refused by kind, never opened for reading); a line longer than `max_line_bytes()`
 (env SESSIONFOLD_MAX_LINE_BYTES, default 64 MiB) is skipped to its newline without being held
 and dead-lettered with its size and first `RAW_PREFIX_BYTES`; a UTF-8 byte order mark at the
-start of the file is skipped (offsets still count it).
+start of the file is skipped (offsets still count it). A line under that cap but longer than
+`MAX_ENTRY_BYTES` (16 MiB) is a dead letter too ("entry too large"): Kafka could not carry it,
+and every runtime reads files through this reader, so all of them fold the same events.
 """
 
 from __future__ import annotations
@@ -52,6 +54,11 @@ _SKIP_CHUNK = 1024 * 1024
 BOM = b"\xef\xbb\xbf"
 TOO_LONG_ERROR = "LineTooLong"
 TOO_LONG_REASON = "line too long"
+#: The longest line read as entries; the topics are sized so its envelope fits (topics.py).
+MAX_ENTRY_BYTES = 16 * 1024 * 1024
+#: The most of a line a dead letter keeps: base64 of it still fits in one record.
+DEAD_LETTER_RAW_BYTES = 8 * 1024 * 1024
+ENTRY_TOO_LARGE = "entry too large"
 
 
 def max_line_bytes() -> int:
@@ -201,7 +208,8 @@ def _skipped_line(handle: IO[bytes], chunk: bytes, final: bool) -> RawLine | Non
 class DeadLetter:
     """A part of a file that could not be read: where it is, how big, and why.
 
-    `raw` holds the bytes so the dead-letter topic loses nothing; it is never logged.
+    `raw` holds the bytes (at most `DEAD_LETTER_RAW_BYTES` of them: `size` is the whole line's)
+    so the dead-letter topic loses nothing it can carry; it is never logged.
     """
 
     source: str
@@ -315,6 +323,9 @@ class SessionFileReader:
                         line_no, TOO_LONG_ERROR, TOO_LONG_REASON, line.data, size=line.size
                     )
                     records: list[Record] = [letter, *self._placeholder(None, letter)]
+                elif line.size > MAX_ENTRY_BYTES:
+                    letter = self._dead(line_no, "EntryTooLarge", ENTRY_TOO_LARGE, line.data)
+                    records = [letter, *self._placeholder(None, letter)]
                 else:
                     records = list(self._line_records(line.data, line_no))
                 self.position = replace(
@@ -429,7 +440,7 @@ class SessionFileReader:
             reason=reason,
             size=len(raw) if size is None else size,
             session_id=self.position.session_id,
-            raw=raw,
+            raw=raw[:DEAD_LETTER_RAW_BYTES],
         )
         if not self._quiet:
             log.warning("dead letter", extra={"dead_letter": letter.describe()})

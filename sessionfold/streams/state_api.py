@@ -25,7 +25,7 @@ from typing import Any
 import faust
 import orjson
 from faust.web import Request, Response, View
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 
 from sessionfold.events.envelope import EntryEnvelope, EnvelopeError, decode
 from sessionfold.projections import digest, index, pruning
@@ -34,6 +34,7 @@ from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.store import Store
 from sessionfold.streams.embedded import session_state
 from sessionfold.streams.kafka_store import Backend, dead_letter_key, offset_key, read_view
+from sessionfold.streams.topic_reader import topic_consumer
 from sessionfold.streams.topics import Topics
 
 #: How long a ref read waits for its record.
@@ -106,12 +107,7 @@ def locate_ref(store: Store, session_id: str, ref: str) -> RefLocation | str:
 
 def read_record(bootstrap: str, topic: str, partition: int, offset: int) -> bytes | None:
     """The value of one record, read by position without joining a consumer group."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        group_id=None,
-        client_id="sessionfold-state-api",
-    )
+    consumer = topic_consumer(bootstrap, "sessionfold-state-api")
     try:
         tp = TopicPartition(topic, partition)
         consumer.assign([tp])

@@ -6,13 +6,22 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
-from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
+
+from sessionfold.streams.session_file import MAX_ENTRY_BYTES
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = "sessionfold."
 DEFAULT_PARTITIONS = 4
+
+#: The largest record on any sessionfold topic: the longest line the reader accepts (16 MiB)
+#: plus room for its envelope (re-encoded JSON is never longer than pi's for the same value) and
+#: the record batch around it. Topics get it as `max.message.bytes`; the publisher's
+#: `max_request_size` and every consumer's partition fetch size match it.
+MAX_MESSAGE_BYTES = MAX_ENTRY_BYTES + 1024 * 1024
+_MAX_MESSAGE = "max.message.bytes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,14 +62,25 @@ class Topics:
 
 
 def ensure_topics(
-    bootstrap: str, topics: Topics, partitions: int = DEFAULT_PARTITIONS, replication: int = 1
+    bootstrap: str,
+    topics: Topics,
+    partitions: int = DEFAULT_PARTITIONS,
+    replication: int = 1,
+    timeout_s: float = 30.0,
 ) -> list[str]:
     """Create the topics that do not exist yet; return the names created.
 
     Every topic keeps its records forever: session-events is the archive the index points into,
-    and the derived topics are what analysts replay.
+    and the derived topics are what analysts replay. Every topic takes records of up to
+    `MAX_MESSAGE_BYTES`; an existing topic that takes less is raised to it. A broker that does
+    not answer within `timeout_s` raises a KafkaError.
     """
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="sessionfold-admin")
+    admin = KafkaAdminClient(
+        bootstrap_servers=bootstrap,
+        client_id="sessionfold-admin",
+        bootstrap_timeout_ms=int(timeout_s * 1000),
+        request_timeout_ms=int(timeout_s * 1000),
+    )
     try:
         existing = set(admin.list_topics())
         wanted = [
@@ -68,7 +88,11 @@ def ensure_topics(
                 name,
                 num_partitions=partitions,
                 replication_factor=replication,
-                topic_configs={"retention.ms": "-1", "retention.bytes": "-1"},
+                topic_configs={
+                    "retention.ms": "-1",
+                    "retention.bytes": "-1",
+                    _MAX_MESSAGE: str(MAX_MESSAGE_BYTES),
+                },
             )
             for name in topics.all()
             if name not in existing
@@ -78,6 +102,28 @@ def ensure_topics(
             with contextlib.suppress(TopicAlreadyExistsError):
                 admin.create_topics(wanted)
             log.info("created topics", extra={"count": len(wanted)})
+        _raise_record_limits(admin, [name for name in topics.all() if name in existing])
         return [t.name for t in wanted]
     finally:
         admin.close()
+
+
+def _raise_record_limits(admin: KafkaAdminClient, names: list[str]) -> None:
+    """Let topics created before the 16 MiB limit (or by hand) take records that large."""
+    if not names:
+        return
+    described = admin.describe_configs(
+        [_topic_resource(name, None) for name in names], config_filter="all"
+    )
+    small = [
+        name
+        for name, configs in described.get("topic", {}).items()
+        if int(configs.get(_MAX_MESSAGE, {}).get("value") or 0) < MAX_MESSAGE_BYTES
+    ]
+    if small:
+        admin.alter_configs([_topic_resource(name, str(MAX_MESSAGE_BYTES)) for name in small])
+        log.info("raised record limits", extra={"count": len(small)})
+
+
+def _topic_resource(name: str, value: str | None) -> ConfigResource:
+    return ConfigResource(ConfigResourceType.TOPIC, name, configs={_MAX_MESSAGE: value})

@@ -401,7 +401,7 @@ class SessionTracker:
 
 
 #: Encoded bytes a batch may pile up before it is committed: each session's journal holds its
-#: share, and a journal is one changelog record (MAX_RECORD_BYTES, 8 MiB, in faust_app.py).
+#: share, and a journal is one changelog record (MAX_RECORD_BYTES, 25 MiB, in faust_app.py).
 BATCH_MAX_BYTES = 1024 * 1024
 
 

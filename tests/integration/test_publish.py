@@ -12,7 +12,7 @@ from uuid import uuid4
 import pytest
 from typer.testing import CliRunner
 
-from sessionfold.events.envelope import EntryEnvelope, decode
+from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope, decode
 from sessionfold.streams.cli import app
 from sessionfold.streams.publish import Checkpoints, Publisher, make_producer, publish_paths
 from sessionfold.streams.session_file import DeadLetter, read_session_file, session_files
@@ -40,7 +40,7 @@ def _published(bootstrap: str, topics: Topics) -> dict[str, list[int]]:
     seqs: dict[str, list[int]] = defaultdict(list)
     for record in read_topic(bootstrap, topics.session_events):
         envelope = decode(record.value)
-        assert isinstance(envelope, EntryEnvelope)
+        assert isinstance(envelope, EntryEnvelope | PlaceholderEnvelope)
         assert record.key == envelope.session_id.encode()
         seqs[envelope.session_id].append(envelope.seq)
     return dict(seqs)
@@ -216,14 +216,14 @@ def test_limits_bom_deep_and_long_lines(
     args += ["--state-file", str(tmp_path / "s.json"), "--no-world"]
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output
-    assert "published 2, skipped 0, dead-lettered 2" in first.stdout
+    assert "published 4, skipped 0, dead-lettered 2" in first.stdout  # 2 placeholders
     with path.open("ab") as handle:
         handle.write(label(2) + b"\n")
     second = CliRunner().invoke(app, args)
     assert second.exit_code == 0, second.output
     assert "published 1, skipped 4, dead-lettered 0" in second.stdout
     topics = Topics(prefix)
-    assert _published(kafka_bootstrap, topics) == {"lim-1": [1, 2, 3]}
+    assert _published(kafka_bootstrap, topics) == {"lim-1": [1, 2, 3, 4, 5]}
     letters = [orjson.loads(r.value) for r in read_topic(kafka_bootstrap, topics.dead_letters)]
     by_line = {letter["line"]: letter for letter in letters}
     assert by_line[2]["reason"] == "nested too deep"

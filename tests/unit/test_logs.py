@@ -95,3 +95,19 @@ def test_ledger_anomalies_name_file_line_error_and_reason(tmp_path: Path) -> Non
     expected = f"{path}:2 unreadable: JSONDecodeError: not JSON ({len(SECRET) + 1} bytes)"
     assert expected in result.stdout
     assert SECRET not in result.stdout + result.stderr
+
+
+def test_cli_shows_only_sessionfold_loggers() -> None:
+    """A library's log (a Kafka client's retries) stays off the CLI's stderr; ours shows."""
+    script = (
+        "import logging\n"
+        "from sessionfold.streams.logs import configure_cli_logging\n"
+        "configure_cli_logging()\n"
+        "logging.getLogger('kafka.producer.sender').error('Error sending produce request')\n"
+        "logging.getLogger('sessionfold.streams.publish').warning('file skipped')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "file skipped" in result.stderr
+    assert "produce request" not in result.stderr

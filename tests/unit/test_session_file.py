@@ -15,12 +15,17 @@ from hypothesis import strategies as st
 from sessionfold.events.entries import parse_entry
 from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope
 from sessionfold.events.migration import v1_entry_id
+from sessionfold.streams.publish import dead_letter_record
 from sessionfold.streams.session_file import (
+    DEAD_LETTER_RAW_BYTES,
+    ENTRY_TOO_LARGE,
+    MAX_ENTRY_BYTES,
     DeadLetter,
     ReadPosition,
     SessionFileReader,
     read_session_file,
 )
+from sessionfold.streams.topics import MAX_MESSAGE_BYTES
 
 REAL_FILES = ["before-compaction.jsonl", "large-session.jsonl"]
 
@@ -303,3 +308,48 @@ def test_damaged_lines_never_crash_and_are_all_accounted(lines: list[bytes]) -> 
             assert record.payload.reason
         else:
             assert record.reason and record.error
+
+
+def test_over_long_line_is_one_dead_letter_that_keeps_its_place(tmp_path: Path) -> None:
+    """A line over 16 MiB: a dead letter with its size and first bytes, then its placeholder."""
+    big = _message("b", "a", "x" * (MAX_ENTRY_BYTES + 10))
+    path = _write(tmp_path, [HEADER, _message("a", None), big, _message("c", "a")])
+    records = list(read_session_file(path))
+    assert [type(r).__name__ for r in records] == [
+        "EntryEnvelope",
+        "EntryEnvelope",
+        "DeadLetter",
+        "PlaceholderEnvelope",
+        "EntryEnvelope",
+    ]
+    letter = records[2]
+    assert isinstance(letter, DeadLetter)
+    assert (letter.line, letter.reason, letter.size) == (3, ENTRY_TOO_LARGE, len(big))
+    assert (letter.session_id, letter.raw) == ("sess-1", big[:DEAD_LETTER_RAW_BYTES])
+    assert [r.seq for r in records if not isinstance(r, DeadLetter)] == [1, 2, 3, 4]
+    assert records[3].payload.line == 3 and records[4].payload.line == 4
+    assert len(dead_letter_record(letter)) < MAX_MESSAGE_BYTES
+
+
+def test_line_at_the_limit_is_an_entry(tmp_path: Path) -> None:
+    """A line of exactly 16 MiB is still read as an entry."""
+    short = _message("a", None, "")
+    line = _message("a", None, "x" * (MAX_ENTRY_BYTES - len(short)))
+    assert len(line) == MAX_ENTRY_BYTES
+    records = list(read_session_file(_write(tmp_path, [HEADER, line])))
+    assert [type(r).__name__ for r in records] == ["EntryEnvelope", "EntryEnvelope"]
+
+
+def test_tailing_reader_waits_for_the_end_of_an_over_long_line(tmp_path: Path) -> None:
+    """An over-long last line without its newline is left for later, then dead-lettered."""
+    big = _message("b", None, "y" * (MAX_ENTRY_BYTES + 5))
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(HEADER + b"\n" + big[:-3])
+    reader = SessionFileReader(path)
+    assert len(list(reader.records(final=False))) == 1
+    path.write_bytes(HEADER + b"\n" + big + b"\r\n" + _message("c", None) + b"\n")
+    rest = list(reader.records(final=False))
+    assert isinstance(rest[0], DeadLetter) and rest[0].size == len(big)
+    assert isinstance(rest[1], PlaceholderEnvelope) and rest[1].seq == 2
+    assert isinstance(rest[2], EntryEnvelope) and rest[2].seq == 3
+    assert reader.position.offset == path.stat().st_size

@@ -12,6 +12,7 @@ from typing import Any, cast
 import orjson
 import pytest
 from kafka import KafkaProducer
+from kafka.future import Future
 
 from sessionfold.events.envelope import EntryEnvelope, WorldEnvelope, decode
 from sessionfold.streams.publish import Checkpoints, Publisher, publish_paths
@@ -200,9 +201,10 @@ class FakeProducer:
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes, bytes]] = []
 
-    def send(self, topic: str, key: bytes, value: bytes) -> None:
-        """Remember one record."""
+    def send(self, topic: str, key: bytes, value: bytes) -> Future:
+        """Remember one record; it is acknowledged at once (no offsets)."""
         self.sent.append((topic, key, value))
+        return Future().success(None)
 
     def flush(self) -> None:
         """Nothing is in flight."""

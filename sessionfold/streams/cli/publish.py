@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from kafka import KafkaProducer
 from kafka.errors import KafkaError
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
@@ -22,13 +25,18 @@ from sessionfold.streams.cli.options import (
     TopicPrefix,
 )
 from sessionfold.streams.publish import (
+    DEFAULT_TIMEOUT_S,
     Checkpoints,
     Publisher,
+    PublishFailed,
+    PublishStopped,
+    TopicLog,
+    abandon,
     default_checkpoint_path,
     make_producer,
     publish_paths,
 )
-from sessionfold.streams.session_file import session_files
+from sessionfold.streams.session_file import ReadPosition, session_files
 from sessionfold.streams.topics import Topics, ensure_topics
 
 log = logging.getLogger(__name__)
@@ -57,6 +65,18 @@ def register(app: typer.Typer) -> None:
                 help="Where to remember per file how far publishing got.",
             ),
         ] = None,
+        timeout: Annotated[
+            float,
+            typer.Option(
+                "--timeout",
+                envvar="SESSIONFOLD_PUBLISH_TIMEOUT",
+                min=1.0,
+                help=(
+                    "Seconds the broker may leave publish without an answer or "
+                    "acknowledgement before it exits 1 (checkpointed, resumable)."
+                ),
+            ),
+        ] = DEFAULT_TIMEOUT_S,
         world: Annotated[
             bool,
             typer.Option(
@@ -68,24 +88,29 @@ def register(app: typer.Typer) -> None:
             ),
         ] = True,
     ) -> None:
-        """Publish pi session files to the session-events topic."""
+        """Publish pi session files to the session-events topic.
+
+        Exit codes: 0 done (or, with --follow, stopped by a signal once everything sent was
+        acknowledged), 1 the broker failed (no acknowledgement within --timeout, or a record
+        refused), 2 usage error, 130/143 stopped by SIGINT/SIGTERM. A second signal ends it at
+        once. In every case the checkpoint holds what the broker acknowledged, and a re-run
+        publishes nothing twice.
+        """
         err = Console(stderr=True)
         session_inputs(paths, need_session=False)
         topics = Topics(topic_prefix)
         checkpoints = Checkpoints.load(state_file or default_checkpoint_path(bootstrap, topics))
-        stopping = False
-
-        def stop(_signum: int, _frame: object) -> None:
-            nonlocal stopping
-            stopping = True
-
-        signal.signal(signal.SIGTERM, stop)
+        stop = _Signals()
+        stop.install()
         try:
-            ensure_topics(bootstrap, topics, partitions)
-            producer = make_producer(bootstrap)
+            ensure_topics(bootstrap, topics, partitions, timeout_s=timeout)
+            producer = make_producer(bootstrap, timeout)
         except KafkaError as exc:
             err.print(f"[red]cannot reach Kafka at {bootstrap}:[/] {type(exc).__name__}")
             raise typer.Exit(1) from None
+        except _Interrupted:
+            raise typer.Exit(stop.exit_code()) from None
+        topic_log = TopicLog(bootstrap)
         total = sum(p.stat().st_size for p in session_files(paths))
         progress = Progress(
             TextColumn("publish"),
@@ -98,17 +123,94 @@ def register(app: typer.Typer) -> None:
         with progress:
             task = progress.add_task("publish", total=total)
             publisher = Publisher(
-                producer, topics, checkpoints, lambda n: progress.advance(task, n), world=world
+                producer,
+                topics,
+                checkpoints,
+                lambda n: progress.advance(task, n),
+                world=world,
+                topic_log=topic_log,
+                timeout_s=timeout,
+                should_stop=stop.is_set,
             )
+            stop.armed = True
             try:
-                counts = publish_paths(
-                    publisher, paths, follow=follow, should_stop=lambda: stopping
+                counts = publish_paths(publisher, paths, follow=follow)
+            except PublishFailed as exc:
+                reason = "no acknowledgement" if exc.code == "timeout" else exc.code
+                _give_up(producer, topic_log, checkpoints)
+                err.print(
+                    f"publish failed: Kafka at {bootstrap}: {reason} within {timeout:g} s; "
+                    f"{_where(publisher)}",
+                    soft_wrap=True,
                 )
-            except KeyboardInterrupt:
-                counts = publisher.counts
-            except KafkaError as exc:
-                producer.close(timeout=5)
-                err.print(f"[red]publish failed:[/] {type(exc).__name__}; re-run to resume")
                 raise typer.Exit(1) from None
-        producer.close(timeout=30)
+            except PublishStopped:
+                _give_up(producer, topic_log, checkpoints)
+                err.print(f"publish stopped by {stop.name()}; {_where(publisher)}", soft_wrap=True)
+                typer.echo(publisher.counts.line())
+                raise typer.Exit(stop.exit_code()) from None
+            except KafkaError as exc:  # a read-back that could not even connect
+                _give_up(producer, topic_log, checkpoints)
+                err.print(
+                    f"publish failed: Kafka at {bootstrap}: {type(exc).__name__}; "
+                    f"{_where(publisher)}"
+                )
+                raise typer.Exit(1) from None
+        topic_log.close()
+        producer.close(timeout=timeout)
         typer.echo(counts.line())
+
+
+class _Interrupted(Exception):
+    """A signal arrived before publishing began: nothing to settle, stop at once."""
+
+
+class _Signals:
+    """SIGTERM and SIGINT: the first asks publish to stop, a second one ends it at once."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.armed = False  # the publisher polls the flag from now on
+
+    def install(self) -> None:
+        """Take over SIGTERM and SIGINT for the rest of the command."""
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.signum is not None:
+            # Asked twice: no more waiting. The unsure mark makes a re-run skip what landed.
+            os._exit(128 + signum)
+        self.signum = signum
+        if not self.armed:
+            raise _Interrupted
+
+    def is_set(self) -> bool:
+        """Whether a stop was asked for."""
+        return self.signum is not None
+
+    def name(self) -> str:
+        """The signal's name, e.g. SIGTERM."""
+        return signal.Signals(self.signum).name if self.signum else "signal"
+
+    def exit_code(self) -> int:
+        """128 plus the signal number, the shell's convention."""
+        return 128 + (self.signum or 0)
+
+
+def _give_up(producer: KafkaProducer, topic_log: TopicLog, checkpoints: Checkpoints) -> None:
+    """Keep what was acknowledged, drop what was not, close without waiting."""
+    checkpoints.save()
+    abandon(producer)
+    with contextlib.suppress(KafkaError):
+        topic_log.close()
+
+
+def _where(publisher: Publisher) -> str:
+    """How far publishing got and where a re-run resumes: counts and positions only."""
+    counts = publisher.counts
+    text = f"published {counts.published}, dead-lettered {counts.dead_lettered}"
+    if publisher.current is not None:
+        line = publisher.checkpoints.positions.get(publisher.current, ReadPosition()).line
+        text += f"; a re-run resumes at {Path(publisher.current).name} line {line + 1}"
+    return text
