@@ -16,14 +16,16 @@ from typing import Any
 
 import pytest
 from conftest import unique_topic_prefix
-from kafka_workers import WorkerProcess, publish_tree, wait_converged
+from kafka_workers import WorkerProcess, metric_sum, publish_tree, wait_converged
 from typer.testing import CliRunner
 
+from sessionfold.events.envelope import encode
 from sessionfold.events.ledger import is_ledger_request
 from sessionfold.streams.cli import app
 from sessionfold.streams.cli.worker import ENV_TEST_FOLD_HOOK
 from sessionfold.streams.embedded import FLUSH_REQUESTS, EmbeddedRuntime, fold_files
 from sessionfold.streams.session_file import DeadLetter, read_session_file, session_files
+from sessionfold.streams.worker import OFFLOAD_BYTES
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -109,3 +111,41 @@ def _resume_frozen(folds: list[WorkerProcess]) -> int:
         freezes += len(frozen)
         deadline = min(deadline, time.monotonic() + 30)  # the other may reach it too
     return freezes
+
+
+#: Longer than the session timeout and the rebalance timeout's share a revocation may take.
+SLOW_STEP_S = 12.0
+
+
+def test_a_slow_fold_step_keeps_the_worker_serving_and_its_partitions(
+    kafka_bootstrap: str, shared_sessions: Path, tmp_path: Path
+) -> None:
+    """A fold step that takes 12 s on a large entry (a test hook sleeping in it) leaves the
+    worker's event loop free: /metrics answers meanwhile, the worker keeps its partitions (no
+    second "Worker ready"), and the session ends as the embedded runtime folds it."""
+    path = shared_sessions / "before-compaction.jsonl"
+    envelopes = [r for r in read_session_file(path) if not isinstance(r, DeadLetter)]
+    large = next(e for e in envelopes if len(encode(e)) >= OFFLOAD_BYTES)
+    expected = fold_files([path])["sessions"]
+    prefix = unique_topic_prefix()
+    worker = WorkerProcess(kafka_bootstrap, prefix, "all", 1, tmp_path)
+    hook = f"sleep:{large.session_id}:{large.seq}:{SLOW_STEP_S}"
+    try:
+        worker.start(env={ENV_TEST_FOLD_HOOK: hook})
+        worker.wait_web()
+        publish_tree(kafka_bootstrap, prefix, 1, [path], tmp_path / "publish.json")
+        deadline = time.monotonic() + 120
+        while metric_sum(worker.metrics(), "sessionfold_events_folded_total") == 0:
+            assert time.monotonic() < deadline, worker.log_tail()
+            time.sleep(0.2)
+        answered = 0
+        slow_until = time.monotonic() + SLOW_STEP_S - 2
+        while time.monotonic() < slow_until:
+            worker.metrics()  # raises when the web server does not answer within 10 s
+            answered += 1
+            time.sleep(0.5)
+        assert answered >= 10
+        wait_converged([worker], worker.url, expected, timeout=180)
+        assert worker.log_path.read_text().count("Worker ready") == 1, worker.log_tail()
+    finally:
+        worker.stop()
