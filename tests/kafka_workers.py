@@ -122,6 +122,23 @@ class WorkerProcess:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(30)
 
+    def pause(self) -> None:
+        """SIGSTOP: the whole process freezes (no heartbeat, no commit), as a stalled one does."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT: a paused process goes on from where it stopped."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+
+    def stopped(self) -> bool:
+        """Whether the process is stopped by a signal (it froze itself, or `pause`)."""
+        if self.process is None or self.process.poll() is not None:
+            return False
+        stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+        return stat.rpartition(")")[2].split()[0] == "T"
+
     def stop(self) -> None:
         """SIGTERM (a graceful leave), then SIGKILL if it hangs."""
         if self.process is None or self.process.poll() is not None:

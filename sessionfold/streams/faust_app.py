@@ -214,9 +214,11 @@ def make_app(
     model_port: ModelPort | None = None,
     registry: CollectorRegistry | None = None,
     diff_model: DiffModel | None = None,
+    step_hook: Callable[[SourceRecord], None] | None = None,
 ) -> faust.App:
     """A new Faust app running `settings.role`; `model_port` answers flush requests and
-    `diff_model` ledger pass requests (both offline by default)."""
+    `diff_model` ledger pass requests (both offline by default); `step_hook` (tests only) is
+    called before each fold step."""
     options = faust_options(settings)
     Path(options["datadir"]).parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(settings.faust_id, **options)
@@ -233,7 +235,7 @@ def make_app(
     app.task(fetch_wait)
     tracker: SessionTracker | None = None
     if settings.folds:
-        tracker = _add_fold(app, settings, topics, send, metrics, offsets)
+        tracker = _add_fold(app, settings, topics, send, metrics, offsets, step_hook)
     if settings.summarizes:
         port = model_port or OfflineSummarizer()
         runtime = SummarizeRuntime(port, send, topics, metrics, diff_model)
@@ -392,8 +394,15 @@ class ContiguousOffsets:
         return True
 
     def reread(self, events: list[Any]) -> None:
-        """Treat these records (delivered, never processed) as missing: they are read again."""
+        """Treat these records (delivered, never processed) as missing: they are read again.
+
+        They leave Faust's set of records awaiting an ack (unacked, so nothing past them is
+        committed): a revocation waits for that set to empty (`stream_wait_empty`) and would
+        otherwise wait for ever on records nobody will ack.
+        """
+        unacked = getattr(self.app.consumer, "unacked", set())
         for event in events:
+            unacked.discard(event.message)
             tp, offset = event.message.tp, event.message.offset
             if tp in self._next:
                 self._next[tp] = min(self._next[tp], offset)
@@ -496,6 +505,78 @@ def _report_refused(future: asyncio.Future[None]) -> None:
         )
 
 
+class StallGuard:
+    """Keeps a worker that may have been dropped from its group from writing what it folded.
+
+    A process that stalls past its session timeout (SIGSTOP, a fold step holding the GIL) sends
+    no heartbeat: the group drops it and gives its partitions to another worker, which rebuilds
+    their state from the changelog and folds on. Resumed, the stalled worker still holds the
+    batch it was folding and the records it had fetched, and learns that it was dropped only at
+    its next heartbeat. Committing that batch then writes an older state of its sessions after
+    the new owner's: the changelog's last value wins at the next recovery, so a session the new
+    owner had already answered goes back to waiting on a request whose answers were consumed
+    (stuck for good, restarts included), or to an older sequence number.
+
+    So a watchdog ticks on the event loop, and a gap between two ticks longer than `lease_s`
+    (less than the session timeout by two heartbeats: a shorter stall cannot cost the
+    membership) is a stall. A batch is committed only when no stall happened within the last
+    `grace_s` (long enough for the first heartbeat after it to answer), and then only if no
+    rebalance began since the batch's first record was read (Faust sets `app.rebalancing` as
+    soon as the revocation starts, from its consumer thread). Otherwise the batch is abandoned.
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        lease_s: float,
+        grace_s: float,
+        tick_s: float = 0.2,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.app = app
+        self.lease_s = lease_s
+        self.grace_s = grace_s
+        self.tick_s = tick_s
+        self.clock = clock
+        self._last = clock()
+        self._stalled_at = float("-inf")
+
+    @classmethod
+    def for_settings(cls, app: Any, settings: WorkerSettings) -> StallGuard:
+        """The guard for a worker's session timeout and heartbeat interval."""
+        beat, timeout = settings.heartbeat_interval_s, settings.session_timeout_s
+        return cls(app, max(timeout - 2 * beat, timeout / 2), 2 * beat + 1.0)
+
+    async def watch(self) -> None:
+        """Tick until cancelled (an app task)."""
+        while True:
+            await asyncio.sleep(self.tick_s)
+            self.tick()
+
+    def tick(self) -> None:
+        """One watchdog tick: a long gap since the last is a stall."""
+        now = self.clock()
+        if now - self._last > self.lease_s:
+            self._stalled_at = now
+            log.warning("event loop stalled", extra={"seconds": round(now - self._last, 1)})
+        self._last = now
+
+    def generation(self) -> int:
+        """The consumer generation now."""
+        return int(self.app.consumer_generation_id)
+
+    def stalled(self) -> bool:
+        """Whether a stall is going on (no tick for `lease_s`) or ended within `grace_s`."""
+        now = self.clock()
+        return now - self._last > self.lease_s or now - self._stalled_at < self.grace_s
+
+    async def clear(self, generation: int) -> bool:
+        """Whether a batch read in `generation` may be committed (after any stall's grace)."""
+        while self.stalled():
+            await asyncio.sleep(self.tick_s)
+        return not self.app.rebalancing and self.generation() == generation
+
+
 class FoldBatcher:
     """The fold agent's batches: records folded back to back, committed and acked together.
 
@@ -516,12 +597,16 @@ class FoldBatcher:
         limit: int,
         linger_s: float,
         on_abandon: Callable[[list[Any]], None] = lambda _events: None,
+        guard: StallGuard | None = None,
     ) -> None:
         self.runtime = runtime
         self.limit = limit
         self.linger_s = linger_s
         self.on_abandon = on_abandon
+        self.guard = guard
         self.acks = OrderedAcks()
+        self.abandoned = 0  # batches the guard kept from being committed
+        self._generation = 0  # the consumer generation the open batch was read in
         self._events: list[Any] = []
         self._committing: list[Any] = []  # the batch being committed, until its acks are queued
         self._task: asyncio.Future[None] | None = None
@@ -538,6 +623,8 @@ class FoldBatcher:
 
     async def add(self, event: Any) -> None:
         """Fold one record into the batch."""
+        if not self._events and self.guard is not None:
+            self._generation = self.guard.generation()
         await self.runtime.fold(_record(event.message))
         self._events.append(event)
 
@@ -573,6 +660,17 @@ class FoldBatcher:
             self._task = asyncio.ensure_future(self._commit_events(self._committing))
 
     async def _commit_events(self, events: list[Any]) -> None:
+        if self.guard is not None and not await self.guard.clear(self._generation):
+            # Its partitions may be another worker's by now: nothing of it is written, and
+            # the records are read again by whoever owns them after the rebalance.
+            log.warning(
+                "batch abandoned after a stall or a rebalance", extra={"records": len(events)}
+            )
+            self.abandoned += 1
+            self._committing = []
+            self.runtime.discard()
+            self.on_abandon(events)
+            return
         self.acks.add(events, await self.runtime.commit())
         self._committing = []
 
@@ -584,6 +682,7 @@ def _add_fold(
     send: Sender,
     metrics: Metrics,
     offsets: ContiguousOffsets,
+    step_hook: Callable[[SourceRecord], None] | None = None,
 ) -> SessionTracker:
     options = {"driver": "rocksdict"} if settings.store.startswith("rocksdb://") else None
     table = app.tables.add(
@@ -611,13 +710,16 @@ def _add_fold(
         journal=settings.processing_guarantee == "at_least_once",
         ledger=settings.ledger_config,
     )
+    runtime.step_hook = step_hook
     inputs = _topic(app, topics.session_events, topics.compaction_events)
+    guard = StallGuard.for_settings(app, settings)
+    app.task(guard.watch)
 
     async def fold(stream: faust.StreamT[bytes]) -> None:
         """Fold session events and compactions into the state table, in batches."""
         records = stream.noack()
         batcher = FoldBatcher(
-            runtime, settings.batch_records, settings.batch_linger_s, offsets.reread
+            runtime, settings.batch_records, settings.batch_linger_s, offsets.reread, guard
         )
         try:
             async for event in records.events():

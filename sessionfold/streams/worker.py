@@ -405,6 +405,10 @@ class SessionTracker:
 BATCH_MAX_BYTES = 1024 * 1024
 
 
+#: Size from which a record is folded off the event loop (see `FoldRuntime.fold`).
+OFFLOAD_BYTES = 16 * 1024
+
+
 @dataclass(slots=True)
 class _SessionPart:
     """One session's share of a batch: the keys its records wrote, the records they send."""
@@ -490,6 +494,10 @@ class FoldRuntime:
         #: Off under exactly_once, where Faust's transaction makes the writes atomic already.
         self.journal = journal
         self.batch = Batch(table)
+        #: Records of this many bytes or more are folded in a worker thread (None: never).
+        self.offload_bytes: int | None = OFFLOAD_BYTES
+        #: Tests only: called (in the fold's thread) before each record is folded.
+        self.step_hook: Callable[[SourceRecord], None] | None = None
 
     def discard(self) -> None:
         """Drop the open batch, unwritten: its records are to be read again."""
@@ -513,7 +521,15 @@ class FoldRuntime:
             batch.acks += await self._finish_open_journal(session_id, record.partition)
         writes = WriteSet(TableStore(batch.pending))
         try:
-            result = fold_record(writes, record, self.config, self.ledger)
+            # A large record is folded in a thread, so that its step (whose cost grows with the
+            # record's size, never the session's) leaves the event loop free to serve rebalance
+            # callbacks, the producer and the web server. Nothing else writes the batch or the
+            # table meanwhile: the agent commits only between two folds. Small records stay on
+            # the loop: a thread hop costs more than folding one (bench/fold_offload.py).
+            if self.offload_bytes is not None and len(record.value or b"") >= self.offload_bytes:
+                result = await asyncio.to_thread(self._fold_step, writes, record)
+            else:
+                result = self._fold_step(writes, record)
         except Exception as exc:
             # A fold bug must not stop the partition: the record is set aside, nothing written.
             log.error(
@@ -536,6 +552,11 @@ class FoldRuntime:
             ]
             batch.add(session_id, record.partition, Journal.of(writes, outputs))
         batch.folded.append((result, session_id, record.partition))
+
+    def _fold_step(self, writes: WriteSet, record: SourceRecord) -> FoldResult:
+        if self.step_hook is not None:
+            self.step_hook(record)
+        return fold_record(writes, record, self.config, self.ledger)
 
     async def commit(self) -> Awaitable[Any]:
         """Make the open batch durable; the awaitable resolves when the broker has all of it.

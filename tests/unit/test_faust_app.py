@@ -17,6 +17,7 @@ from sessionfold.streams.faust_app import (
     FaustBackend,
     FoldBatcher,
     OrderedAcks,
+    StallGuard,
     WorkerSettings,
     faust_options,
     shorten_fetch_wait,
@@ -353,6 +354,122 @@ class TestFoldBatcher:
 
         assert asyncio.run(run()) == [True, True, True, False]
         assert consumer.seeks == [(TP0, 1)]
+
+    def test_records_given_back_no_longer_hold_a_revocation(self) -> None:
+        """Records handed back leave Faust's unacked set (a revocation waits for it to empty)
+        without being acked."""
+        consumer = FakeConsumer({TP0: 0})
+        kept, given_back = Message(TP0, 0), Message(TP0, 1)
+        consumer.unacked = {kept, given_back}  # type: ignore[attr-defined]
+        offsets = ContiguousOffsets(FakeApp(consumer))  # type: ignore[arg-type]
+        offsets.reread([type("E", (), {"message": given_back})()])
+        assert consumer.unacked == {kept}  # type: ignore[attr-defined]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class StallingRuntime(FakeRuntime):
+    """Its fold of offset `stall_at` takes `seconds` of the clock with the loop stopped, as a
+    SIGSTOP or a step holding the GIL does."""
+
+    def __init__(self, clock: Clock, stall_at: int, seconds: float) -> None:
+        super().__init__()
+        self.clock, self.stall_at, self.seconds = clock, stall_at, seconds
+
+    async def fold(self, record: Any) -> None:
+        if record.offset == self.stall_at:
+            self.clock.now += self.seconds
+        await super().fold(record)
+
+
+class GroupApp:
+    consumer_generation_id = 4
+    rebalancing = False
+
+
+class TestStallGuard:
+    def run_stalled_batch(
+        self, stall_s: float, after_stall: Any
+    ) -> tuple[StallingRuntime, list[Event], list[int]]:
+        """Fold offsets 0..2 (1 stalls for `stall_s`), commit at once; `after_stall(app)` is
+        what the group does while the guard waits (the watchdog ticks every 0.5 s of clock)."""
+        clock = Clock()
+        app = GroupApp()
+        guard = StallGuard(app, lease_s=4.0, grace_s=3.0, tick_s=0.001, clock=clock)
+        runtime = StallingRuntime(clock, stall_at=1, seconds=stall_s)
+        abandoned: list[int] = []
+        batcher = FoldBatcher(
+            runtime,  # type: ignore[arg-type]
+            limit=3,
+            linger_s=0.0,
+            on_abandon=lambda events: abandoned.extend(e.message.offset for e in events),
+            guard=guard,
+        )
+        events = [Event(offset) for offset in range(3)]
+
+        async def watchdog() -> None:
+            guard.tick()  # the first tick after the stall sees the gap
+            after_stall(app)
+            for _ in range(20):
+                await asyncio.sleep(0.002)
+                clock.now += 0.5
+                guard.tick()
+
+        async def run() -> None:
+            for event in events:
+                await batcher.before()
+                await batcher.add(event)
+            ticking = asyncio.ensure_future(watchdog())
+            batcher.after()
+            await asyncio.wait_for(batcher.before(), 10)
+            await ticking
+            await asyncio.sleep(0)
+
+        asyncio.run(run())
+        return runtime, events, abandoned
+
+    def test_a_batch_folded_across_a_stall_is_dropped_when_the_group_moved_on(self) -> None:
+        """A batch whose fold spanned a stall longer than the lease waits out the grace; the
+        revocation that follows (the worker was dropped) makes it abandoned: nothing written,
+        nothing acked, its records read again."""
+
+        def revoke(app: Any) -> None:
+            app.rebalancing = True
+
+        runtime, events, abandoned = self.run_stalled_batch(10.0, revoke)
+        assert runtime.commits == []
+        assert abandoned == [0, 1, 2]
+        assert not any(event.acked for event in events)
+
+    def test_a_batch_read_before_a_new_generation_is_dropped(self) -> None:
+        """A rebalance already over by the end of the grace counts as well."""
+
+        def reassign(app: Any) -> None:
+            app.consumer_generation_id = 6
+
+        runtime, _events, abandoned = self.run_stalled_batch(10.0, reassign)
+        assert (runtime.commits, abandoned) == ([], [0, 1, 2])
+
+    def test_a_stall_the_group_did_not_notice_only_delays_the_commit(self) -> None:
+        """After the grace, with the worker still a member, the batch is committed and acked;
+        a stall shorter than the lease does not hold anything."""
+        for stall_s in (10.0, 2.0):
+            runtime, events, abandoned = self.run_stalled_batch(stall_s, lambda app: None)
+            assert (runtime.commits, abandoned) == ([[0, 1, 2]], [])
+            assert all(event.acked for event in events)
+
+    def test_lease_and_grace_follow_the_heartbeat_settings(self) -> None:
+        """The lease is the session timeout less two heartbeats; the grace two heartbeats and
+        a second."""
+        settings = WorkerSettings(session_timeout_s=6.0, heartbeat_interval_s=1.0)
+        guard = StallGuard.for_settings(GroupApp(), settings)
+        assert (guard.lease_s, guard.grace_s) == (4.0, 3.0)
 
 
 def test_the_fetch_wait_is_shortened_once_the_consumer_exists() -> None:

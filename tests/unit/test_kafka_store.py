@@ -9,6 +9,7 @@ still end in the embedded runtime's state, with every flush answered and applied
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +40,7 @@ from sessionfold.streams.summarizer import OfflineSummarizer
 from sessionfold.streams.synthetic import generate_session, write_session
 from sessionfold.streams.topics import Topics
 from sessionfold.streams.worker import (
+    OFFLOAD_BYTES,
     Fault,
     FoldRuntime,
     SessionTracker,
@@ -411,6 +413,55 @@ class TestFoldRuntime:
         assert cluster.crashes > 5
         states = _assert_embedded_states(cluster.table, expected)
         _assert_requests_applied_once(cluster, states)
+
+
+class TestSlowSteps:
+    def loop_ticks_during_fold(self, size: int) -> tuple[int, Any]:
+        """Ticks of a 10 ms ticker while one record of `size` bytes is folded by a step that
+        takes 0.5 s (a hook sleeping in it), and the session's pruning head after it."""
+        backend = MemoryBackend()
+        runtime = FoldRuntime(
+            backend,
+            Cluster(CrashingTable()).send,
+            TOPICS,
+            DEFAULT_CONFIG,
+            create(CollectorRegistry()),
+            SessionTracker(backend, DEFAULT_CONFIG, 1),
+        )
+        runtime.step_hook = lambda record: time.sleep(0.5)
+        entry = {"type": "session", "version": 3, "id": "s", "cwd": "/" + "x" * size}
+        envelope = EntryEnvelope(session_id="s", seq=1, payload=EntryPayload(entry=entry))
+        record = SourceRecord(TOPICS.session_events, 0, 0, b"s", encode(envelope))
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        async def run() -> None:
+            ticking = asyncio.ensure_future(ticker())
+            await asyncio.sleep(0)
+            await runtime.fold(record)
+            ticking.cancel()
+            await (await runtime.commit())
+
+        asyncio.run(run())
+        return ticks, orjson.loads(backend.data["s/pr/h"])
+
+    def test_a_large_records_slow_step_leaves_the_event_loop_free(self) -> None:
+        """A record past OFFLOAD_BYTES is folded in a thread: the loop (heartbeat callbacks,
+        producer, web server) runs on during its slow step, and the record is folded."""
+        ticks, state = self.loop_ticks_during_fold(OFFLOAD_BYTES)
+        assert ticks >= 5
+        assert state["seq"] == 1
+
+    def test_a_small_records_step_stays_on_the_loop(self) -> None:
+        """A small record is folded inline (a thread hop would cost more than its fold)."""
+        ticks, state = self.loop_ticks_during_fold(10)
+        assert ticks <= 1
+        assert state["seq"] == 1
 
 
 class LaggingBackend:

@@ -10,9 +10,13 @@ fold worker of one app must run with the same ones.
 from __future__ import annotations
 
 import os
+import signal
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
+import orjson
 import typer
 from kafka import KafkaConsumer
 from kafka.errors import KafkaError
@@ -35,8 +39,14 @@ from sessionfold.streams.cli.options import (
 from sessionfold.streams.summarizer import ModelPort, OfflineSummarizer
 from sessionfold.streams.topics import Topics, ensure_topics
 
+if TYPE_CHECKING:
+    from sessionfold.streams.worker import SourceRecord
+
 #: Tests only: seconds the summarizer sleeps before each answer, so a test can kill it mid-call.
 ENV_TEST_DELAY = "SESSIONFOLD_TEST_SUMMARIZER_DELAY"
+#: Tests only: `freeze:SESSION:SEQ` (the worker SIGSTOPs itself in the middle of folding that
+#: session event, the first time) or `sleep:SESSION:SEQ:SECONDS` (that step takes that long).
+ENV_TEST_FOLD_HOOK = "SESSIONFOLD_TEST_FOLD_HOOK"
 
 
 def register(app: typer.Typer) -> None:
@@ -185,7 +195,10 @@ def register(app: typer.Typer) -> None:
             err.print(f"[red]cannot use the ledger model:[/] {exc}", highlight=False)
             raise typer.Exit(2) from None
         faust_app = make_app(
-            worker_settings, model_port=model_port_for(config), diff_model=diff_model
+            worker_settings,
+            model_port=model_port_for(config),
+            diff_model=diff_model,
+            step_hook=fold_hook_for(os.environ.get(ENV_TEST_FOLD_HOOK)),
         )
         _run(faust_app, loglevel)
 
@@ -204,6 +217,25 @@ def model_port_for(config: PruneConfig) -> ModelPort:
 
         port = DelayedPort(port, float(delay))
     return port
+
+
+def fold_hook_for(spec: str | None) -> Callable[[SourceRecord], None] | None:
+    """The tests' fold step hook `spec` names (ENV_TEST_FOLD_HOOK), or None."""
+    if not spec:
+        return None
+    action, session, seq, *rest = spec.split(":")
+    key, done = session.encode(), []
+
+    def hook(record: SourceRecord) -> None:
+        if done or record.key != key or orjson.loads(record.value or b"{}").get("seq") != int(seq):
+            return
+        done.append(True)
+        if action == "freeze":
+            os.kill(os.getpid(), signal.SIGSTOP)  # a stall of the whole process, GIL and all
+        else:
+            time.sleep(float(rest[0]))
+
+    return hook
 
 
 def _partition_counts(bootstrap: str, topics: Topics) -> dict[str, int]:
