@@ -9,6 +9,8 @@ outlives the process that started it. Everything that belongs to one broker live
         cluster.id          the cluster id the storage was formatted with
         server.properties   rendered from deploy/kafka/server.properties on every start
         broker.pid          pid of the running java process (absent when stopped)
+        broker.owner        held open under a flock by the broker process for its whole life: the
+                            proof of which process is this data dir's broker (see _is_our_broker)
         broker.json         version and ports of the running broker, for `status`
         broker.log          the broker's stdout/stderr (the previous run's is broker.log.1)
         kraft/              log.dirs: topic data and the KRaft metadata log
@@ -238,6 +240,11 @@ class BrokerConfig(BaseModel):
     def pid_file(self) -> Path:
         """File holding the pid of the running broker."""
         return self.home / "broker.pid"
+
+    @property
+    def owner_file(self) -> Path:
+        """File the broker process holds open, under an exclusive flock, while it lives."""
+        return self.home / "broker.owner"
 
     @property
     def state_file(self) -> Path:
@@ -537,32 +544,114 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def _is_our_broker(pid: int, config: BrokerConfig) -> bool:
-    """True if `pid` is alive and is the kafka.Kafka process of this data dir.
-
-    Checking the command line guards against a stale pid file whose pid now belongs to an unrelated
-    process: we must never signal that one.
-    """
-    _reap(pid)
+def _proc_state(pid: int) -> str | None:
+    """The one-letter state of `pid` from /proc (R, S, Z, ...), or None if it does not exist."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
+
+
+def _holds_file(pid: int, target: str) -> bool:
+    """True if one of `pid`'s open file descriptors points at the real path `target`."""
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(fd_dir)
     except OSError:
         return False
-    state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
-    if state in {"Z", "X"}:
+    for name in names:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"{fd_dir}/{name}") == target:
+                return True
+    return False
+
+
+def _cmdline_names_data_dir(pid: int, config: BrokerConfig) -> bool:
+    """True if `pid` runs kafka.Kafka on this data dir's server.properties (once it has exec'd)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
         return False
     args = [part.decode("utf-8", "replace") for part in cmdline]
     return _KAFKA_MAIN in args and str(config.properties_file) in args
 
 
-def read_pid(config: BrokerConfig) -> int | None:
-    """Return the pid of this data dir's running broker, or None (a stale pid file is ignored)."""
+def _is_our_broker(pid: int, config: BrokerConfig) -> bool:
+    """True if `pid` is alive and is the broker process of this data dir.
+
+    The process holds the data dir's owner file from the moment it is forked (the descriptor is
+    inherited through exec), so this is true even before the JVM's command line exists: reading
+    /proc/PID/cmdline alone races with the exec. The command line is the fallback for a broker
+    started without an owner file. Both guard against a stale pid file whose pid now belongs to an
+    unrelated process: we must never signal that one.
+    """
+    if pid == os.getpid():
+        return False  # `start()` holds the owner file for a moment while it spawns the broker
+    _reap(pid)
+    if _proc_state(pid) in {None, "Z", "X"}:
+        return False
+    owner = os.path.realpath(config.owner_file)
+    return _holds_file(pid, owner) or _cmdline_names_data_dir(pid, config)
+
+
+def broker_pids(config: BrokerConfig) -> list[int]:
+    """Every live process that is this data dir's broker, found in /proc (pid file or not).
+
+    Normally one; more only if something went wrong (a broker started twice on one data dir).
+    """
+    pids: list[int] = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _is_our_broker(int(entry), config):
+            pids.append(int(entry))
+    return sorted(pids)
+
+
+def _owner_held(config: BrokerConfig) -> bool:
+    """True while a broker process of this data dir lives (it holds the owner file's flock).
+
+    Checked with a shared, non-blocking lock that is dropped at once, so two checks never make each
+    other look like a broker, and the exclusive lock of a spawning `start()` waits them out.
+    """
     try:
-        pid = int(config.pid_file.read_text(encoding="ascii").strip())
+        handle = config.owner_file.open("rb")
+    except OSError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
+
+
+def _pid_file_pid(config: BrokerConfig) -> int | None:
+    try:
+        return int(config.pid_file.read_text(encoding="ascii").strip())
     except (OSError, ValueError):
         return None
-    return pid if _is_our_broker(pid, config) else None
+
+
+def read_pid(config: BrokerConfig) -> int | None:
+    """Return the pid of this data dir's running broker, or None.
+
+    The pid file is a hint: a stale one is ignored, and a broker whose pid file is gone is still
+    found in /proc (by its owner file or its command line).
+    """
+    pid = _pid_file_pid(config)
+    if pid is not None and _is_our_broker(pid, config):
+        return pid
+    pids = broker_pids(config)
+    return pids[0] if pids else None
+
+
+def _broker_alive(config: BrokerConfig) -> bool:
+    """True while this data dir's broker lives, without racing its exec (see _is_our_broker)."""
+    pid = _pid_file_pid(config)
+    if pid is not None:
+        _reap(pid)  # an exited child of ours must stop holding anything as a zombie
+    return _owner_held(config) or read_pid(config) is not None
 
 
 def _port_in_use(port: int) -> bool:
@@ -603,6 +692,68 @@ def log_tail(config: BrokerConfig, lines: int = _LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _broker_command(config: BrokerConfig, java: str) -> list[str]:
+    """The command line of the broker JVM of this data dir."""
+    return [
+        java,
+        *_JVM_OPTS,
+        _log_option(config),
+        f"-Dkafka.logs.dir={config.home / 'logs'}",
+        "-cp",
+        str(config.lib_dir / "*"),
+        _KAFKA_MAIN,
+        str(config.properties_file),
+    ]
+
+
+_OWNER_LOCK_WAIT_S = 10.0
+
+
+def _lock_owner_file(config: BrokerConfig) -> int:
+    """Open the owner file and take its exclusive flock; return the descriptor.
+
+    Waits out momentary shared locks of `_owner_held` checks; a lock held longer means a process
+    this module cannot see (another user's?) owns the data dir.
+    """
+    fd = os.open(config.owner_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    deadline = time.monotonic() + _OWNER_LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                msg = f"{config.owner_file} is held by another process: is a broker running there?"
+                raise BrokerError(msg) from None
+            time.sleep(0.1)
+
+
+def _spawn_owning(config: BrokerConfig, cmd: list[str]) -> subprocess.Popen[bytes]:
+    """Spawn the broker holding the owner file's flock from fork onward, so it is never unowned.
+
+    The child inherits the locked descriptor (pass_fds) and keeps it through exec; once this
+    process closes its copy, the lock lives exactly as long as the broker does.
+    """
+    fd = _lock_owner_file(config)
+    try:
+        with config.log_file.open("ab") as log_handle:
+            # start_new_session: the broker gets its own session and process group, so the CLI's
+            # exit, a Ctrl-C in its terminal or a test runner's process group do not take it down.
+            return subprocess.Popen(
+                cmd,
+                cwd=config.home,
+                stdin=subprocess.DEVNULL,
+                stdout=log_handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(fd,),
+            )
+    finally:
+        os.close(fd)
+
+
 def start(config: BrokerConfig, progress: ProgressFn = _noop) -> StartResult:
     """Start the broker in the background, detached; a no-op if it is already running.
 
@@ -626,30 +777,9 @@ def start(config: BrokerConfig, progress: ProgressFn = _noop) -> StartResult:
         fetch_jars(config, progress)
         format_storage(config, progress)
         _rotate_log(config)
-        java = _require_tool("java")
-        cmd = [
-            java,
-            *_JVM_OPTS,
-            _log_option(config),
-            f"-Dkafka.logs.dir={config.home / 'logs'}",
-            "-cp",
-            str(config.lib_dir / "*"),
-            _KAFKA_MAIN,
-            str(config.properties_file),
-        ]
+        cmd = _broker_command(config, _require_tool("java"))
         progress(f"starting Kafka {config.version} on {config.bootstrap} (data dir {config.home})")
-        with config.log_file.open("ab") as log_handle:
-            # start_new_session: the broker gets its own session and process group, so the CLI's
-            # exit, a Ctrl-C in its terminal or a test runner's process group do not take it down.
-            child = subprocess.Popen(
-                cmd,
-                cwd=config.home,
-                stdin=subprocess.DEVNULL,
-                stdout=log_handle,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
+        child = _spawn_owning(config, cmd)
         _CHILDREN[child.pid] = child
         config.pid_file.write_text(f"{child.pid}\n", encoding="ascii")
         state = {
@@ -722,7 +852,7 @@ def wait_ready(
     progress(f"waiting for {config.bootstrap} to answer (up to {timeout_s:.0f}s)")
     started = time.monotonic()
     while True:
-        if read_pid(config) is None:
+        if not _broker_alive(config):
             config.pid_file.unlink(missing_ok=True)
             msg = (
                 f"Kafka broker process exited before answering; log: {config.log_file}\n"
@@ -790,24 +920,29 @@ def stop(
     if not config.home.is_dir():
         return False
     with _locked(config.home / ".broker.lock"):
-        pid = read_pid(config)
-        if pid is None:
+        pids = broker_pids(config)
+        if not pids:
             config.pid_file.unlink(missing_ok=True)
             return False
-        progress(f"stopping broker (pid {pid}, {config.bootstrap})")
+        shown = ", ".join(str(pid) for pid in pids)
+        progress(f"stopping broker (pid {shown}, {config.bootstrap})")
         started = time.monotonic()
-        _signal(pid, signal.SIGTERM)
-        if not _wait_gone(pid, config, timeout_s):
+        for pid in pids:
+            _signal(pid, signal.SIGTERM)
+        survivors = [pid for pid in pids if not _wait_gone(pid, config, timeout_s)]
+        for pid in survivors:
             progress(f"broker pid {pid} ignored SIGTERM for {timeout_s:.0f}s; sending SIGKILL")
             _signal(pid, signal.SIGKILL)
-            if not _wait_gone(pid, config, 10.0):
-                msg = f"broker pid {pid} is still alive after SIGKILL"
-                raise BrokerError(msg)
-        _CHILDREN.pop(pid, None)
+        alive = [pid for pid in survivors if not _wait_gone(pid, config, 10.0)]
+        if alive:
+            msg = f"broker pid {alive[0]} is still alive after SIGKILL"
+            raise BrokerError(msg)
+        for pid in pids:
+            _CHILDREN.pop(pid, None)
         config.pid_file.unlink(missing_ok=True)
         config.state_file.unlink(missing_ok=True)
         progress(f"broker stopped in {time.monotonic() - started:.1f}s")
-        log.info("kafka broker stopped pid=%d port=%d", pid, config.port)
+        log.info("kafka broker stopped pids=%s port=%d", shown, config.port)
         return True
 
 
