@@ -31,6 +31,7 @@ from kafka import KafkaProducer
 
 from sessionfold.events.envelope import EntryEnvelope, WorldEnvelope, WorldPayload, encode
 from sessionfold.events.lines import split_line
+from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity, kafka_python_options
 from sessionfold.streams.session_file import (
     DeadLetter,
     ReadPosition,
@@ -104,10 +105,11 @@ def default_checkpoint_path(bootstrap: str, topics: Topics) -> Path:
     return base / "sessionfold" / "publish" / f"{digest}.json"
 
 
-def make_producer(bootstrap: str) -> KafkaProducer:
+def make_producer(bootstrap: str, security: KafkaSecurity = PLAINTEXT) -> KafkaProducer:
     """An idempotent, acks=all producer that rides out a broker restart of a minute or two."""
     return KafkaProducer(
         bootstrap_servers=bootstrap,
+        **kafka_python_options(security),
         client_id="sessionfold-publish",
         acks="all",
         enable_idempotence=True,

@@ -44,6 +44,7 @@ from sessionfold.projections.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.projections.context_chains import CompressionPoint
 from sessionfold.projections.context_view import LogEntry, compact_point
 from sessionfold.streams.embedded import TOPICS, EmbeddedRuntime
+from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity, kafka_python_options
 from sessionfold.streams.session_file import DeadLetter, read_session_file
 from sessionfold.streams.topics import Topics
 
@@ -274,6 +275,7 @@ class TopicReader:
     poll_ms: int = 500
     on_size: Callable[[int], None] = lambda _total: None
     on_record: Callable[[], None] = lambda: None
+    security: KafkaSecurity = PLAINTEXT
 
     def records(
         self,
@@ -284,6 +286,7 @@ class TopicReader:
         """Yield records (only those with a key in `keys` when given) until the end or `stop`."""
         consumer = KafkaConsumer(
             bootstrap_servers=self.bootstrap,
+            **kafka_python_options(self.security),
             enable_auto_commit=False,
             group_id=None,
             client_id="sessionfold-replay",
@@ -320,7 +323,9 @@ class TopicReader:
 
     def partitions(self) -> list[int]:
         """The topic's partitions; ReplayError when it does not exist."""
-        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None)
+        consumer = KafkaConsumer(
+            bootstrap_servers=self.bootstrap, group_id=None, **kafka_python_options(self.security)
+        )
         try:
             known = consumer.partitions_for_topic(self.topic)
         finally:
@@ -349,13 +354,16 @@ def topic_envelopes(
     topics: Topics,
     on_size: Callable[[int], None] = lambda _total: None,
     on_record: Callable[[], None] = lambda: None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> Iterator[Any]:
     """The session-events envelopes `replayer` wants, read by partition assignment.
 
     Named sessions are read from the partitions their keys hash to; a named session not found
     there (a producer with another partitioner) is looked for in the other partitions.
     """
-    reader = TopicReader(bootstrap, topics.session_events, on_size=on_size, on_record=on_record)
+    reader = TopicReader(
+        bootstrap, topics.session_events, on_size=on_size, on_record=on_record, security=security
+    )
     if replayer.wanted is None:
         yield from _decoded(reader.records(stop=lambda: replayer.all_done))
         return
@@ -370,9 +378,11 @@ def topic_envelopes(
         yield from _decoded(reader.records(rest, keys, stop=lambda: replayer.all_done))
 
 
-def count_dead_letters(replayer: Replayer, bootstrap: str, topics: Topics) -> None:
+def count_dead_letters(
+    replayer: Replayer, bootstrap: str, topics: Topics, security: KafkaSecurity = PLAINTEXT
+) -> None:
     """Count the dead letters of the replayed sessions that lie before each one's point."""
-    reader = TopicReader(bootstrap, topics.dead_letters)
+    reader = TopicReader(bootstrap, topics.dead_letters, security=security)
     keys = None
     if replayer.wanted is not None:
         keys = {s.encode() for s in replayer.wanted}
@@ -407,15 +417,16 @@ def replay_topic(
     on_size: Callable[[int], None] = lambda _total: None,
     on_record: Callable[[], None] = lambda: None,
     on_folded: Callable[[Any], None] | None = None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> Replayer:
     """Replay session-events to `point` and count dead letters; `check()` was called on it."""
     replayer = Replayer(config, sessions, point, on_folded)
-    for envelope in topic_envelopes(replayer, bootstrap, topics, on_size, on_record):
+    for envelope in topic_envelopes(replayer, bootstrap, topics, on_size, on_record, security):
         replayer.feed(envelope)
         if replayer.all_done:
             break
     replayer.check()
-    count_dead_letters(replayer, bootstrap, topics)
+    count_dead_letters(replayer, bootstrap, topics, security)
     return replayer
 
 
@@ -425,6 +436,7 @@ def replay_files(
     sessions: Iterable[str] | None = None,
     point: Point = Point(),
     on_folded: Callable[[Any], None] | None = None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> Replayer:
     """Replay session files to `point` (the same replayer, fed from files); checked."""
     replayer = Replayer(config, sessions, point, on_folded)

@@ -11,11 +11,16 @@ from collections.abc import Iterator
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 
+from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity, kafka_python_options
 
-def read_topic(bootstrap: str, topic: str, poll_ms: int = 500) -> Iterator[ConsumerRecord]:
+
+def read_topic(
+    bootstrap: str, topic: str, poll_ms: int = 500, security: KafkaSecurity = PLAINTEXT
+) -> Iterator[ConsumerRecord]:
     """Yield every record of `topic` up to the end offsets seen at the start, partition order."""
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap,
+        **kafka_python_options(security),
         enable_auto_commit=False,
         group_id=None,
         client_id="sessionfold-reader",

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
+from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity, kafka_python_options
+
 log = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = "sessionfold."
@@ -53,14 +55,20 @@ class Topics:
 
 
 def ensure_topics(
-    bootstrap: str, topics: Topics, partitions: int = DEFAULT_PARTITIONS, replication: int = 1
+    bootstrap: str,
+    topics: Topics,
+    partitions: int = DEFAULT_PARTITIONS,
+    replication: int = 1,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> list[str]:
     """Create the topics that do not exist yet; return the names created.
 
     Every topic keeps its records forever: session-events is the archive the index points into,
     and the derived topics are what analysts replay.
     """
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="sessionfold-admin")
+    admin = KafkaAdminClient(
+        bootstrap_servers=bootstrap, client_id="sessionfold-admin", **kafka_python_options(security)
+    )
     try:
         existing = set(admin.list_topics())
         wanted = [

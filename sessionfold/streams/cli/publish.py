@@ -19,7 +19,11 @@ from sessionfold.streams.cli.options import (
     Bootstrap,
     Partitions,
     TopicPrefix,
+    access_or_exit,
+    kafka_failure,
+    kafka_security_options,
 )
+from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.publish import (
     Checkpoints,
     Publisher,
@@ -37,6 +41,7 @@ def register(app: typer.Typer) -> None:
     """Attach the `publish` command to the root app."""
 
     @app.command("publish")
+    @kafka_security_options
     def publish(
         paths: Annotated[
             list[Path],
@@ -66,6 +71,7 @@ def register(app: typer.Typer) -> None:
                 ),
             ),
         ] = True,
+        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         """Publish pi session files to the session-events topic."""
         err = Console(stderr=True)
@@ -82,11 +88,12 @@ def register(app: typer.Typer) -> None:
             stopping = True
 
         signal.signal(signal.SIGTERM, stop)
+        access_or_exit(err, bootstrap, security)
         try:
-            ensure_topics(bootstrap, topics, partitions)
-            producer = make_producer(bootstrap)
+            ensure_topics(bootstrap, topics, partitions, security=security)
+            producer = make_producer(bootstrap, security)
         except KafkaError as exc:
-            err.print(f"[red]cannot reach Kafka at {bootstrap}:[/] {type(exc).__name__}")
+            err.print(f"[red]error:[/] {kafka_failure(bootstrap, exc)}", highlight=False)
             raise typer.Exit(1) from None
         total = sum(p.stat().st_size for p in session_files(paths))
         progress = Progress(
