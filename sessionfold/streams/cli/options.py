@@ -164,7 +164,9 @@ def security_or_exit(err: Console, **values: Any) -> ks.KafkaSecurity:
             sasl_password_file=values["sasl_password_file"],
         )
     except ks.KafkaSecurityError as exc:
-        err.print(f"[red]invalid Kafka security settings:[/] {exc}", highlight=False)
+        err.print(
+            f"[red]invalid Kafka security settings:[/] {exc}", highlight=False, soft_wrap=True
+        )
         raise typer.Exit(2) from None
 
 

@@ -93,7 +93,9 @@ def register(app: typer.Typer) -> None:
             ensure_topics(bootstrap, topics, partitions, security=security)
             producer = make_producer(bootstrap, security)
         except KafkaError as exc:
-            err.print(f"[red]error:[/] {kafka_failure(bootstrap, exc)}", highlight=False)
+            err.print(
+                f"[red]error:[/] {kafka_failure(bootstrap, exc)}", highlight=False, soft_wrap=True
+            )
             raise typer.Exit(1) from None
         total = sum(p.stat().st_size for p in session_files(paths))
         progress = Progress(

@@ -126,7 +126,9 @@ def run_replay(
             raise typer.Exit(1) from None
         except KafkaError as exc:
             progress.stop()
-            err.print(f"[red]error:[/] {kafka_failure(bootstrap, exc)}", highlight=False)
+            err.print(
+                f"[red]error:[/] {kafka_failure(bootstrap, exc)}", highlight=False, soft_wrap=True
+            )
             raise typer.Exit(1) from None
 
 

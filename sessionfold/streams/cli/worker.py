@@ -161,7 +161,9 @@ def register(app: typer.Typer) -> None:
             ensure_topics(bootstrap, topics, partitions, security=security)
             counts = _partition_counts(bootstrap, topics, security)
         except KafkaError as exc:
-            err.print(f"[red]error:[/] {kafka_failure(bootstrap, exc)}", highlight=False)
+            err.print(
+                f"[red]error:[/] {kafka_failure(bootstrap, exc)}", highlight=False, soft_wrap=True
+            )
             raise typer.Exit(1) from None
         if len(set(counts.values())) != 1:
             listing = ", ".join(f"{name} {n}" for name, n in counts.items())
