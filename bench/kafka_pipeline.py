@@ -12,8 +12,10 @@
 - One fold worker against two, on the same fleet over `--partitions` partitions.
 - The state the workers hold is compared with the embedded fold's, session by session.
 
-Uses the broker at SESSIONFOLD_BOOTSTRAP when it answers; otherwise starts one from Maven
-Central on a free port with a temporary data dir, and stops it at the end. Workers are
+Uses the broker at SESSIONFOLD_BOOTSTRAP when it answers (with the Kafka security settings of
+the SESSIONFOLD_SECURITY_PROTOCOL, SESSIONFOLD_SSL_* and SESSIONFOLD_SASL_* variables, which the
+workers inherit); otherwise starts one from Maven Central on a free port with a temporary data
+dir, and stops it at the end. Workers are
 subprocesses (`sessionfold worker`), stopped with SIGTERM at the end, whatever happens. Every wait
 is bounded, so the run takes a few minutes at most.
 """
@@ -48,6 +50,14 @@ from sessionfold.events.envelope import decode, encode
 from sessionfold.projections.config import load_config
 from sessionfold.streams import broker
 from sessionfold.streams.embedded import EmbeddedRuntime, fold_files
+from sessionfold.streams.kafka_security import (
+    ENV_NAMES,
+    PLAINTEXT,
+    KafkaSecurity,
+    aiokafka_options,
+    kafka_python_options,
+    security_from_env,
+)
 from sessionfold.streams.publish import make_producer
 from sessionfold.streams.session_file import DeadLetter, read_session_file
 from sessionfold.streams.synthetic import generate_session, write_fleet, write_session
@@ -82,17 +92,22 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def kafka_broker(work: Path) -> Iterator[tuple[str, str]]:
-    """(bootstrap, where it came from): SESSIONFOLD_BOOTSTRAP's broker, else one started here."""
+def kafka_broker(work: Path) -> Iterator[tuple[str, str, KafkaSecurity]]:
+    """(bootstrap, where it came from, security): SESSIONFOLD_BOOTSTRAP's broker with the
+    security the environment sets, else a PLAINTEXT one started here."""
     bootstrap = os.environ.get("SESSIONFOLD_BOOTSTRAP", "").strip()
-    if bootstrap and broker.probe(bootstrap, timeout_s=10.0):
-        yield bootstrap, "SESSIONFOLD_BOOTSTRAP"
+    security = security_from_env()
+    if bootstrap and broker.probe(bootstrap, timeout_s=10.0, security=security):
+        yield bootstrap, "SESSIONFOLD_BOOTSTRAP", security
         return
     config = broker.BrokerConfig(port=broker.free_port_pair(), data_dir=work / "kafka")
     log(f"starting Kafka {config.version} on {config.bootstrap}")
     broker.up(config)
+    # The workers must not take the environment's security settings to this PLAINTEXT broker.
+    for name in ENV_NAMES:
+        os.environ.pop(name, None)
     try:
-        yield config.bootstrap, f"started here, Kafka {config.version}"
+        yield config.bootstrap, f"started here, Kafka {config.version}", PLAINTEXT
     finally:
         log("stopping the broker")
         broker.stop(config)
@@ -345,6 +360,7 @@ def fold_run(
     timeout_s: float,
     started: list[Worker],
     settings: Sequence[str] = (),
+    security: KafkaSecurity = PLAINTEXT,
 ) -> FoldRun:
     """Start `fold_workers` fold workers and a summarizer on fresh topics, publish the fleet,
     and time it until every event is folded. The workers are left running (and in `started`).
@@ -352,7 +368,7 @@ def fold_run(
     `settings` are pruning settings for the fold workers (`--set`).
     """
     topics = Topics(f"bench{uuid4().hex[:8]}.")
-    ensure_topics(bootstrap, topics, partitions=partitions)
+    ensure_topics(bootstrap, topics, partitions=partitions, security=security)
     app_id = f"bench-{uuid4().hex[:8]}"
     summarizer = start_worker(bootstrap, topics, app_id, "summarize", partitions, work)
     started.append(summarizer)
@@ -365,7 +381,7 @@ def fold_run(
         log(f"{fold_workers} fold worker(s){note} + 1 summarizer, {partitions} partitions")
         wait_assigned(client, folds, summarizer, partitions)
         time.sleep(1.0)  # let the last "Worker ready" (table recovery) finish after assignment
-        producer = make_producer(bootstrap)
+        producer = make_producer(bootstrap, security)
         try:
             log(f"publishing {len(fleet.records)} events")
             began = time.perf_counter()
@@ -403,20 +419,26 @@ def fold_run(
 
 
 def raw_consume(
-    bootstrap: str, topic: str, partitions: int, decode_values: bool, repeat: int = 3
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    decode_values: bool,
+    repeat: int = 3,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> float:
     """Events/s of the fastest of `repeat` plain aiokafka reads of the whole topic (no group)."""
     return max(
-        asyncio.run(_raw_consume_once(bootstrap, topic, partitions, decode_values))
+        asyncio.run(_raw_consume_once(bootstrap, topic, partitions, decode_values, security))
         for _ in range(repeat)
     )
 
 
 async def _raw_consume_once(
-    bootstrap: str, topic: str, partitions: int, decode_values: bool
+    bootstrap: str, topic: str, partitions: int, decode_values: bool, security: KafkaSecurity
 ) -> float:
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
+        **aiokafka_options(security),
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -474,7 +496,13 @@ class Latency:
 
 
 def latency(
-    bootstrap: str, run: FoldRun, work: Path, turns: int, max_samples: int, budget_s: float
+    bootstrap: str,
+    run: FoldRun,
+    work: Path,
+    turns: int,
+    max_samples: int,
+    budget_s: float,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> Latency:
     """Publish a new session one event at a time; for each event that adds a message to the
     branch, poll the state API until the session's message count reflects it.
@@ -492,7 +520,9 @@ def latency(
         runtime.publish(envelope)
         expected.append(sum(runtime.session_state(session_id)["counts"]["messages"].values()))
     # No batching delay: each event is sent as soon as it is handed over.
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=0, **kafka_python_options(security)
+    )
     samples: list[float] = []
     timed_out = False
     url = f"{run.folds[0].url}/sessions/{session_id}"
@@ -582,24 +612,42 @@ def run(args: argparse.Namespace, work: Path) -> Results:
     """Every phase, in order; the workers of each phase are stopped before the next starts."""
     workers: list[Worker] = []
     try:
-        with kafka_broker(work) as (bootstrap, origin):
+        with kafka_broker(work) as (bootstrap, origin, security):
             log(f"generating {args.sessions} sessions x {args.turns} turns")
             fleet = make_fleet(work, args.sessions, args.turns, args.seed)
 
             def fold(count: int, settings: Sequence[str] = ()) -> FoldRun:
                 return fold_run(
-                    bootstrap, fleet, count, args.partitions, work, args.timeout, workers, settings
+                    bootstrap,
+                    fleet,
+                    count,
+                    args.partitions,
+                    work,
+                    args.timeout,
+                    workers,
+                    settings,
+                    security,
                 )
 
             one = fold(1)
             log("raw aiokafka consume of the same topic")
             source = one.topics.session_events
-            raw = raw_consume(bootstrap, source, args.partitions, decode_values=False)
-            raw_decoded = raw_consume(bootstrap, source, args.partitions, decode_values=True)
+            raw = raw_consume(
+                bootstrap, source, args.partitions, decode_values=False, security=security
+            )
+            raw_decoded = raw_consume(
+                bootstrap, source, args.partitions, decode_values=True, security=security
+            )
             same_one = compare_state(one, fleet)
             log("latency: single events, state API polled")
             lat = latency(
-                bootstrap, one, work, args.turns, args.latency_samples, args.latency_seconds
+                bootstrap,
+                one,
+                work,
+                args.turns,
+                args.latency_samples,
+                args.latency_seconds,
+                security,
             )
             stop_workers(workers)
             workers.clear()

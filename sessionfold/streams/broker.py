@@ -9,11 +9,19 @@ outlives the process that started it. Everything that belongs to one broker live
         cluster.id          the cluster id the storage was formatted with
         server.properties   rendered from deploy/kafka/server.properties on every start
         broker.pid          pid of the running java process (absent when stopped)
+        broker.owner        held open under a flock by the broker process for its whole life: the
+                            proof of which process is this data dir's broker (see _is_our_broker)
         broker.json         version and ports of the running broker, for `status`
         broker.log          the broker's stdout/stderr (the previous run's is broker.log.1)
+        tls/keystore.pem    the SASL_SSL listener's key and certificate chain (when enabled)
         kraft/              log.dirs: topic data and the KRaft metadata log
 
 Stopping never touches ``kraft/``, so topics and records survive stop/start.
+
+Besides the PLAINTEXT listener (which the controller, inter-broker traffic and the readiness probe
+use), `up` can open a SASL_SSL listener for clients: PEM certificate and key, and users from a
+file (PLAIN users go into the listener's JAAS config, SCRAM-SHA-256/512 users are created through
+the admin API once the broker answers).
 See reference/kafka-broker.md sections 1 and 2 for why the jars, flags and settings are as they are.
 """
 
@@ -29,13 +37,14 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import string
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +57,9 @@ from pydantic import (
     model_validator,
 )
 
+from sessionfold.streams.kafka_security import PLAINTEXT as PLAINTEXT_SECURITY
+from sessionfold.streams.kafka_security import KafkaSecurity, kafka_python_options
+
 # 3.9.2 resolved from Maven Central (3.9.1 is the fallback); see deploy/kafka/pom-3.9.xml.
 DEFAULT_KAFKA_VERSION = "3.9.2"
 DEFAULT_PORT = 9092
@@ -59,6 +71,7 @@ ENV_PORT = "SESSIONFOLD_BROKER_PORT"
 ENV_CONTROLLER_PORT = "SESSIONFOLD_BROKER_CONTROLLER_PORT"
 ENV_DATA_DIR = "SESSIONFOLD_BROKER_DATA_DIR"
 ENV_CACHE_DIR = "SESSIONFOLD_KAFKA_CACHE_DIR"
+ENV_SASL_SSL_PORT = "SESSIONFOLD_BROKER_SASL_SSL_PORT"
 
 # The broker binds loopback only: it is a development and test broker, never a network service.
 HOST = "127.0.0.1"
@@ -135,6 +148,12 @@ class BrokerConfig(BaseModel):
     controller_port: int = Field(default=0, ge=0, le=65535, description="0 means port + 1")
     data_dir: Path | None = None
     cache_root: Path | None = None
+    #: A SASL_SSL listener for clients on this port (None: PLAINTEXT only). It needs the three
+    #: files below: PEM certificate chain, PEM (PKCS#8, unencrypted) key, and the users file.
+    sasl_ssl_port: int | None = Field(default=None, ge=1, le=65535)
+    tls_certfile: Path | None = None
+    tls_keyfile: Path | None = None
+    sasl_users_file: Path | None = None
 
     @field_validator("version")
     @classmethod
@@ -157,6 +176,7 @@ class BrokerConfig(BaseModel):
         if self.controller_port == self.port:
             msg = "controller port must differ from the broker port"
             raise ValueError(msg)
+        self._check_sasl_ssl()
         if self.data_dir is None:
             object.__setattr__(self, "data_dir", default_data_dir(self.port))
         object.__setattr__(self, "data_dir", Path(self.data_dir).expanduser().absolute())
@@ -164,6 +184,28 @@ class BrokerConfig(BaseModel):
             object.__setattr__(self, "cache_root", default_cache_root())
         object.__setattr__(self, "cache_root", Path(self.cache_root).expanduser().absolute())
         return self
+
+    def _check_sasl_ssl(self) -> None:
+        files = {
+            "--tls-certfile": self.tls_certfile,
+            "--tls-keyfile": self.tls_keyfile,
+            "--sasl-users-file": self.sasl_users_file,
+        }
+        if self.sasl_ssl_port is None:
+            given = [name for name, path in files.items() if path is not None]
+            if given:
+                msg = f"{given[0]} needs --sasl-ssl-port"
+                raise ValueError(msg)
+            return
+        missing = [name for name, path in files.items() if path is None]
+        if missing:
+            msg = f"--sasl-ssl-port needs {', '.join(missing)}"
+            raise ValueError(msg)
+        if self.sasl_ssl_port in (self.port, self.controller_port):
+            msg = "the SASL_SSL port must differ from the broker and controller ports"
+            raise ValueError(msg)
+        for name in ("tls_certfile", "tls_keyfile", "sasl_users_file"):
+            object.__setattr__(self, name, Path(getattr(self, name)).expanduser().absolute())
 
     @classmethod
     def resolve(
@@ -174,10 +216,19 @@ class BrokerConfig(BaseModel):
         controller_port: int | None = None,
         data_dir: Path | str | None = None,
         cache_root: Path | str | None = None,
+        sasl_ssl_port: int | None = None,
+        tls_certfile: Path | None = None,
+        tls_keyfile: Path | None = None,
+        sasl_users_file: Path | None = None,
     ) -> BrokerConfig:
         """Build a config from explicit values, then SESSIONFOLD_* env vars, then defaults."""
         env = os.environ
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = {
+            "sasl_ssl_port": sasl_ssl_port,
+            "tls_certfile": tls_certfile,
+            "tls_keyfile": tls_keyfile,
+            "sasl_users_file": sasl_users_file,
+        }
         version = version or env.get(ENV_VERSION) or None
         if version:
             values["version"] = version
@@ -219,6 +270,16 @@ class BrokerConfig(BaseModel):
         return f"{HOST}:{self.port}"
 
     @property
+    def sasl_ssl_bootstrap(self) -> str | None:
+        """The SASL_SSL listener's address HOST:PORT, or None when it is off."""
+        return None if self.sasl_ssl_port is None else f"{HOST}:{self.sasl_ssl_port}"
+
+    @property
+    def keystore_file(self) -> Path:
+        """The SASL_SSL listener's PEM keystore (key and certificate chain), in the data dir."""
+        return self.home / "tls" / "keystore.pem"
+
+    @property
     def major(self) -> int:
         """The Kafka major version (3 or 4+): it decides the POM and the logging backend."""
         return int(self.version.split(".", 1)[0])
@@ -238,6 +299,11 @@ class BrokerConfig(BaseModel):
     def pid_file(self) -> Path:
         """File holding the pid of the running broker."""
         return self.home / "broker.pid"
+
+    @property
+    def owner_file(self) -> Path:
+        """File the broker process holds open, under an exclusive flock, while it lives."""
+        return self.home / "broker.owner"
 
     @property
     def state_file(self) -> Path:
@@ -285,6 +351,8 @@ class BrokerStatus:
     controller: str
     version: str
     data_dir: str
+    #: The SASL_SSL listener's address when the running broker has one.
+    sasl_ssl: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the stable `broker status --json` shape)."""
@@ -430,14 +498,130 @@ def fetch_jars(config: BrokerConfig, progress: ProgressFn = _noop) -> Path:
 # ------------------------------------------------------------------------------------------ format
 
 
+@dataclass(frozen=True)
+class SaslUser:
+    """One user of the SASL_SSL listener; the password never shows in a repr."""
+
+    name: str
+    password: str = field(repr=False)
+
+
+_USER_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def read_sasl_users(path: Path) -> list[SaslUser]:
+    """The users file: one `name:password` a line; blank lines and `#` comments are skipped.
+
+    Names are [A-Za-z0-9._-]; a password may hold any printable character but `"` and `\\`
+    (they would need escaping in the JAAS config). Errors name the line, never the password.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        msg = f"cannot read the users file {path}: {type(exc).__name__}"
+        raise BrokerConfigError(msg) from None
+    users: list[SaslUser] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, sep, password = line.partition(":")
+        bad_password = any(c in '"\\' or not c.isprintable() for c in password)
+        if not sep or not _USER_NAME_RE.match(name) or not password or bad_password:
+            msg = (
+                f"{path} line {number}: expected name:password (name of A-Z a-z 0-9 . _ -; "
+                'a password without " or \\)'
+            )
+            raise BrokerConfigError(msg)
+        users.append(SaslUser(name, password))
+    if not users:
+        msg = f"{path} names no user"
+        raise BrokerConfigError(msg)
+    return users
+
+
+def _listeners(config: BrokerConfig) -> dict[str, str]:
+    listeners = [
+        f"PLAINTEXT://{HOST}:{config.port}",
+        f"CONTROLLER://{HOST}:{config.controller_port}",
+    ]
+    advertised = [f"PLAINTEXT://{HOST}:{config.port}"]
+    protocols = ["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT"]
+    if config.sasl_ssl_port is not None:
+        listeners.append(f"SASL_SSL://{HOST}:{config.sasl_ssl_port}")
+        advertised.append(f"SASL_SSL://{HOST}:{config.sasl_ssl_port}")
+        protocols.append("SASL_SSL:SASL_SSL")
+    return {
+        "listeners": ",".join(listeners),
+        "advertised_listeners": ",".join(advertised),
+        "protocol_map": ",".join(protocols),
+    }
+
+
+def _write_keystore(config: BrokerConfig) -> Path:
+    """Join the PEM key and certificate chain into the one file Kafka's PEM keystore reads."""
+    assert config.tls_certfile is not None and config.tls_keyfile is not None
+    try:
+        key = config.tls_keyfile.read_text(encoding="ascii")
+        chain = config.tls_certfile.read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as exc:
+        msg = f"cannot read --tls-certfile/--tls-keyfile: {type(exc).__name__}"
+        raise BrokerConfigError(msg) from None
+    if "PRIVATE KEY-----" not in key or "BEGIN CERTIFICATE-----" not in chain:
+        msg = "--tls-keyfile must be a PEM private key and --tls-certfile a PEM certificate chain"
+        raise BrokerConfigError(msg)
+    config.keystore_file.parent.mkdir(mode=0o700, exist_ok=True)
+    _write_private(config.keystore_file, key.rstrip("\n") + "\n" + chain)
+    return config.keystore_file
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read (it holds a key or passwords)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an older file may have been created with looser bits
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _security_block(config: BrokerConfig) -> str:
+    """server.properties lines of the SASL_SSL listener (empty when it is off)."""
+    if config.sasl_ssl_port is None:
+        return ""
+    assert config.sasl_users_file is not None
+    users = read_sasl_users(config.sasl_users_file)
+    keystore = _write_keystore(config)
+    plain_users = " ".join(f'user_{u.name}="{u.password}"' for u in users)
+    prefix = "listener.name.sasl_ssl"
+    mechanisms = ",".join(_SASL_MECHANISMS)
+    return "\n".join(
+        [
+            "# SASL_SSL listener for clients (broker up --sasl-ssl-port). PLAIN users are listed",
+            "# here; SCRAM users are created through the admin API once the broker answers.",
+            f"sasl.enabled.mechanisms={mechanisms}",
+            f"{prefix}.sasl.enabled.mechanisms={mechanisms}",
+            f"{prefix}.plain.sasl.jaas.config="
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};",
+            f"{prefix}.scram-sha-256.sasl.jaas.config="
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            f"{prefix}.scram-sha-512.sasl.jaas.config="
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            f"{prefix}.ssl.keystore.type=PEM",
+            f"{prefix}.ssl.keystore.location={keystore}",
+            "",
+        ]
+    )
+
+
 def _render_properties(config: BrokerConfig) -> Path:
     template = string.Template((templates_dir() / "server.properties").read_text(encoding="utf-8"))
     text = template.substitute(
-        broker_port=config.port,
         controller_port=config.controller_port,
         log_dirs=config.log_dirs,
+        security=_security_block(config),
+        **_listeners(config),
     )
-    config.properties_file.write_text(text, encoding="utf-8")
+    # Private: with a SASL_SSL listener it holds the PLAIN users' passwords.
+    _write_private(config.properties_file, text)
     return config.properties_file
 
 
@@ -537,32 +721,114 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def _is_our_broker(pid: int, config: BrokerConfig) -> bool:
-    """True if `pid` is alive and is the kafka.Kafka process of this data dir.
-
-    Checking the command line guards against a stale pid file whose pid now belongs to an unrelated
-    process: we must never signal that one.
-    """
-    _reap(pid)
+def _proc_state(pid: int) -> str | None:
+    """The one-letter state of `pid` from /proc (R, S, Z, ...), or None if it does not exist."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
+
+
+def _holds_file(pid: int, target: str) -> bool:
+    """True if one of `pid`'s open file descriptors points at the real path `target`."""
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(fd_dir)
     except OSError:
         return False
-    state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
-    if state in {"Z", "X"}:
+    for name in names:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"{fd_dir}/{name}") == target:
+                return True
+    return False
+
+
+def _cmdline_names_data_dir(pid: int, config: BrokerConfig) -> bool:
+    """True if `pid` runs kafka.Kafka on this data dir's server.properties (once it has exec'd)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
         return False
     args = [part.decode("utf-8", "replace") for part in cmdline]
     return _KAFKA_MAIN in args and str(config.properties_file) in args
 
 
-def read_pid(config: BrokerConfig) -> int | None:
-    """Return the pid of this data dir's running broker, or None (a stale pid file is ignored)."""
+def _is_our_broker(pid: int, config: BrokerConfig) -> bool:
+    """True if `pid` is alive and is the broker process of this data dir.
+
+    The process holds the data dir's owner file from the moment it is forked (the descriptor is
+    inherited through exec), so this is true even before the JVM's command line exists: reading
+    /proc/PID/cmdline alone races with the exec. The command line is the fallback for a broker
+    started without an owner file. Both guard against a stale pid file whose pid now belongs to an
+    unrelated process: we must never signal that one.
+    """
+    if pid == os.getpid():
+        return False  # `start()` holds the owner file for a moment while it spawns the broker
+    _reap(pid)
+    if _proc_state(pid) in {None, "Z", "X"}:
+        return False
+    owner = os.path.realpath(config.owner_file)
+    return _holds_file(pid, owner) or _cmdline_names_data_dir(pid, config)
+
+
+def broker_pids(config: BrokerConfig) -> list[int]:
+    """Every live process that is this data dir's broker, found in /proc (pid file or not).
+
+    Normally one; more only if something went wrong (a broker started twice on one data dir).
+    """
+    pids: list[int] = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _is_our_broker(int(entry), config):
+            pids.append(int(entry))
+    return sorted(pids)
+
+
+def _owner_held(config: BrokerConfig) -> bool:
+    """True while a broker process of this data dir lives (it holds the owner file's flock).
+
+    Checked with a shared, non-blocking lock that is dropped at once, so two checks never make each
+    other look like a broker, and the exclusive lock of a spawning `start()` waits them out.
+    """
     try:
-        pid = int(config.pid_file.read_text(encoding="ascii").strip())
+        handle = config.owner_file.open("rb")
+    except OSError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
+
+
+def _pid_file_pid(config: BrokerConfig) -> int | None:
+    try:
+        return int(config.pid_file.read_text(encoding="ascii").strip())
     except (OSError, ValueError):
         return None
-    return pid if _is_our_broker(pid, config) else None
+
+
+def read_pid(config: BrokerConfig) -> int | None:
+    """Return the pid of this data dir's running broker, or None.
+
+    The pid file is a hint: a stale one is ignored, and a broker whose pid file is gone is still
+    found in /proc (by its owner file or its command line).
+    """
+    pid = _pid_file_pid(config)
+    if pid is not None and _is_our_broker(pid, config):
+        return pid
+    pids = broker_pids(config)
+    return pids[0] if pids else None
+
+
+def _broker_alive(config: BrokerConfig) -> bool:
+    """True while this data dir's broker lives, without racing its exec (see _is_our_broker)."""
+    pid = _pid_file_pid(config)
+    if pid is not None:
+        _reap(pid)  # an exited child of ours must stop holding anything as a zombie
+    return _owner_held(config) or read_pid(config) is not None
 
 
 def _port_in_use(port: int) -> bool:
@@ -603,6 +869,68 @@ def log_tail(config: BrokerConfig, lines: int = _LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _broker_command(config: BrokerConfig, java: str) -> list[str]:
+    """The command line of the broker JVM of this data dir."""
+    return [
+        java,
+        *_JVM_OPTS,
+        _log_option(config),
+        f"-Dkafka.logs.dir={config.home / 'logs'}",
+        "-cp",
+        str(config.lib_dir / "*"),
+        _KAFKA_MAIN,
+        str(config.properties_file),
+    ]
+
+
+_OWNER_LOCK_WAIT_S = 10.0
+
+
+def _lock_owner_file(config: BrokerConfig) -> int:
+    """Open the owner file and take its exclusive flock; return the descriptor.
+
+    Waits out momentary shared locks of `_owner_held` checks; a lock held longer means a process
+    this module cannot see (another user's?) owns the data dir.
+    """
+    fd = os.open(config.owner_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    deadline = time.monotonic() + _OWNER_LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                msg = f"{config.owner_file} is held by another process: is a broker running there?"
+                raise BrokerError(msg) from None
+            time.sleep(0.1)
+
+
+def _spawn_owning(config: BrokerConfig, cmd: list[str]) -> subprocess.Popen[bytes]:
+    """Spawn the broker holding the owner file's flock from fork onward, so it is never unowned.
+
+    The child inherits the locked descriptor (pass_fds) and keeps it through exec; once this
+    process closes its copy, the lock lives exactly as long as the broker does.
+    """
+    fd = _lock_owner_file(config)
+    try:
+        with config.log_file.open("ab") as log_handle:
+            # start_new_session: the broker gets its own session and process group, so the CLI's
+            # exit, a Ctrl-C in its terminal or a test runner's process group do not take it down.
+            return subprocess.Popen(
+                cmd,
+                cwd=config.home,
+                stdin=subprocess.DEVNULL,
+                stdout=log_handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(fd,),
+            )
+    finally:
+        os.close(fd)
+
+
 def start(config: BrokerConfig, progress: ProgressFn = _noop) -> StartResult:
     """Start the broker in the background, detached; a no-op if it is already running.
 
@@ -619,37 +947,16 @@ def start(config: BrokerConfig, progress: ProgressFn = _noop) -> StartResult:
                 f"Kafka {running.version}, data dir {config.home})"
             )
             return StartResult(pid=pid, already_running=True)
-        for port in (config.port, config.controller_port):
-            if _port_in_use(port):
+        for port in (config.port, config.controller_port, config.sasl_ssl_port):
+            if port is not None and _port_in_use(port):
                 msg = f"port {port} is already in use by another process; pick another --port"
                 raise BrokerError(msg)
         fetch_jars(config, progress)
         format_storage(config, progress)
         _rotate_log(config)
-        java = _require_tool("java")
-        cmd = [
-            java,
-            *_JVM_OPTS,
-            _log_option(config),
-            f"-Dkafka.logs.dir={config.home / 'logs'}",
-            "-cp",
-            str(config.lib_dir / "*"),
-            _KAFKA_MAIN,
-            str(config.properties_file),
-        ]
+        cmd = _broker_command(config, _require_tool("java"))
         progress(f"starting Kafka {config.version} on {config.bootstrap} (data dir {config.home})")
-        with config.log_file.open("ab") as log_handle:
-            # start_new_session: the broker gets its own session and process group, so the CLI's
-            # exit, a Ctrl-C in its terminal or a test runner's process group do not take it down.
-            child = subprocess.Popen(
-                cmd,
-                cwd=config.home,
-                stdin=subprocess.DEVNULL,
-                stdout=log_handle,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
+        child = _spawn_owning(config, cmd)
         _CHILDREN[child.pid] = child
         config.pid_file.write_text(f"{child.pid}\n", encoding="ascii")
         state = {
@@ -657,6 +964,7 @@ def start(config: BrokerConfig, progress: ProgressFn = _noop) -> StartResult:
             "version": config.version,
             "port": config.port,
             "controller_port": config.controller_port,
+            "sasl_ssl_port": config.sasl_ssl_port,
         }
         config.state_file.write_text(json.dumps(state) + "\n", encoding="utf-8")
         log.info("kafka broker started pid=%d port=%d", child.pid, config.port)
@@ -676,8 +984,14 @@ def _quiet_kafka_client() -> Iterator[None]:
         client_logger.setLevel(previous)
 
 
-def probe(bootstrap: str, timeout_s: float = 5.0) -> bool:
+def probe(
+    bootstrap: str, timeout_s: float = 5.0, security: KafkaSecurity = PLAINTEXT_SECURITY
+) -> bool:
     """True if a Kafka broker at `bootstrap` (HOST:PORT) answers a metadata request."""
+    return _probe_with(bootstrap, timeout_s, kafka_python_options(security))
+
+
+def _probe_with(bootstrap: str, timeout_s: float, client_options: dict[str, Any]) -> bool:
     host, _, port_text = bootstrap.rpartition(":")
     try:
         with socket.create_connection((host or HOST, int(port_text)), timeout=min(timeout_s, 2.0)):
@@ -695,6 +1009,7 @@ def probe(bootstrap: str, timeout_s: float = 5.0) -> bool:
                 client_id="sessionfold-broker-probe",
                 request_timeout_ms=timeout_ms,
                 bootstrap_timeout_ms=timeout_ms,
+                **client_options,
             )
         except Exception:  # any failure to bootstrap means "not answering yet"
             return False
@@ -722,7 +1037,7 @@ def wait_ready(
     progress(f"waiting for {config.bootstrap} to answer (up to {timeout_s:.0f}s)")
     started = time.monotonic()
     while True:
-        if read_pid(config) is None:
+        if not _broker_alive(config):
             config.pid_file.unlink(missing_ok=True)
             msg = (
                 f"Kafka broker process exited before answering; log: {config.log_file}\n"
@@ -757,11 +1072,82 @@ def up(
     result = start(config, progress)
     try:
         wait_ready(config, timeout_s, progress)
+        if config.sasl_ssl_port is not None:
+            if result.already_running and status(config).sasl_ssl != config.sasl_ssl_bootstrap:
+                msg = (
+                    f"the broker of {config.home} already runs without a SASL_SSL listener on "
+                    f"{config.sasl_ssl_bootstrap}; run `sessionfold broker down` first"
+                )
+                raise BrokerError(msg)
+            open_sasl_ssl(config, timeout_s, progress)
     except BrokerError:
         if not result.already_running:
             stop(config)
         raise
     return result
+
+
+def _create_scram_users(config: BrokerConfig, users: list[SaslUser]) -> None:
+    """Create or update every user's SCRAM-SHA-256 and -512 credentials (over PLAINTEXT)."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import UserScramCredentialUpsertion
+
+    admin = KafkaAdminClient(bootstrap_servers=config.bootstrap, client_id="sessionfold-broker")
+    errors: dict[str, str] = {}
+    try:
+        # One request per mechanism: the broker refuses a user altered twice in one request.
+        for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            upserts = [UserScramCredentialUpsertion(u.name, mechanism, u.password) for u in users]
+            answer = admin.alter_user_scram_credentials(upserts)
+            errors.update({name: error for name, error in answer.items() if error})
+    finally:
+        admin.close()
+    if errors:
+        name = min(errors)
+        msg = f"the broker refused the SCRAM credentials of user {name}: {errors[name]}"
+        raise BrokerError(msg)
+
+
+def _unverified_tls() -> ssl.SSLContext:
+    # Only for the broker's own readiness check on loopback: it proves the listener authenticates
+    # users; verifying the certificate is the clients' job, with their CA file.
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def open_sasl_ssl(
+    config: BrokerConfig,
+    timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    progress: ProgressFn = _noop,
+) -> None:
+    """Create the SCRAM users, then wait until the SASL_SSL listener lets the first one in."""
+    assert config.sasl_users_file is not None and config.sasl_ssl_bootstrap is not None
+    users = read_sasl_users(config.sasl_users_file)
+    _create_scram_users(config, users)
+    # SCRAM credentials reach the listener through the metadata log: a client that connects at
+    # once may still be refused, so `up` returns only when a SCRAM login works.
+    options = {
+        "security_protocol": "SASL_SSL",
+        "ssl_context": _unverified_tls(),
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": users[0].name,
+        "sasl_plain_password": users[0].password,
+    }
+    deadline = time.monotonic() + timeout_s
+    while not _probe_with(config.sasl_ssl_bootstrap, 5.0, options):
+        if time.monotonic() >= deadline:
+            msg = (
+                f"the SASL_SSL listener {config.sasl_ssl_bootstrap} did not let a SCRAM user in "
+                f"within {timeout_s:.0f}s; log: {config.log_file}\n{log_tail(config)}"
+            )
+            raise BrokerError(msg)
+        time.sleep(0.5)
+    progress(
+        f"SASL_SSL listener on {config.sasl_ssl_bootstrap} "
+        f"({len(users)} user(s), PLAIN and SCRAM-SHA-256/512)"
+    )
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
@@ -790,24 +1176,29 @@ def stop(
     if not config.home.is_dir():
         return False
     with _locked(config.home / ".broker.lock"):
-        pid = read_pid(config)
-        if pid is None:
+        pids = broker_pids(config)
+        if not pids:
             config.pid_file.unlink(missing_ok=True)
             return False
-        progress(f"stopping broker (pid {pid}, {config.bootstrap})")
+        shown = ", ".join(str(pid) for pid in pids)
+        progress(f"stopping broker (pid {shown}, {config.bootstrap})")
         started = time.monotonic()
-        _signal(pid, signal.SIGTERM)
-        if not _wait_gone(pid, config, timeout_s):
+        for pid in pids:
+            _signal(pid, signal.SIGTERM)
+        survivors = [pid for pid in pids if not _wait_gone(pid, config, timeout_s)]
+        for pid in survivors:
             progress(f"broker pid {pid} ignored SIGTERM for {timeout_s:.0f}s; sending SIGKILL")
             _signal(pid, signal.SIGKILL)
-            if not _wait_gone(pid, config, 10.0):
-                msg = f"broker pid {pid} is still alive after SIGKILL"
-                raise BrokerError(msg)
-        _CHILDREN.pop(pid, None)
+        alive = [pid for pid in survivors if not _wait_gone(pid, config, 10.0)]
+        if alive:
+            msg = f"broker pid {alive[0]} is still alive after SIGKILL"
+            raise BrokerError(msg)
+        for pid in pids:
+            _CHILDREN.pop(pid, None)
         config.pid_file.unlink(missing_ok=True)
         config.state_file.unlink(missing_ok=True)
         progress(f"broker stopped in {time.monotonic() - started:.1f}s")
-        log.info("kafka broker stopped pid=%d port=%d", pid, config.port)
+        log.info("kafka broker stopped pids=%s port=%d", shown, config.port)
         return True
 
 
@@ -815,6 +1206,7 @@ def status(config: BrokerConfig) -> BrokerStatus:
     """Report whether this data dir's broker runs, its pid, address, version and data dir."""
     pid = read_pid(config)
     version, port, controller_port = config.version, config.port, config.controller_port
+    sasl_ssl_port = config.sasl_ssl_port
     if pid is not None:
         # The running broker's own record wins over the (possibly different) requested config.
         try:
@@ -822,6 +1214,7 @@ def status(config: BrokerConfig) -> BrokerStatus:
             version = str(state.get("version", version))
             port = int(state.get("port", port))
             controller_port = int(state.get("controller_port", controller_port))
+            sasl_ssl_port = state.get("sasl_ssl_port")
         except (OSError, ValueError, TypeError):
             pass
     return BrokerStatus(
@@ -831,4 +1224,5 @@ def status(config: BrokerConfig) -> BrokerStatus:
         controller=f"{HOST}:{controller_port}",
         version=version,
         data_dir=str(config.home),
+        sasl_ssl=None if pid is None or sasl_ssl_port is None else f"{HOST}:{sasl_ssl_port}",
     )

@@ -51,6 +51,7 @@ from sessionfold.projections.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.ledger.model import DiffModel
 from sessionfold.streams import state_api
+from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity, faust_credentials
 from sessionfold.streams.kafka_store import Output
 from sessionfold.streams.metrics import FleetCollector, Metrics, create
 from sessionfold.streams.summarizer import ModelPort, OfflineSummarizer
@@ -122,6 +123,8 @@ class WorkerSettings(BaseModel):
     prune: PruneConfig = DEFAULT_CONFIG
     #: Fold the rule ledger too (its passes go through flush-requests to the summarizer).
     ledger: bool = True
+    #: How every Kafka client of the worker connects (Faust's and the state API's).
+    security: KafkaSecurity = PLAINTEXT
 
     @field_validator("store")
     @classmethod
@@ -201,6 +204,7 @@ def faust_options(settings: WorkerSettings) -> dict[str, Any]:
         "web_host": settings.advertised_host,
         "canonical_url": f"http://{settings.advertised_host}:{settings.web_port}",
         "worker_redirect_stdouts": False,
+        "broker_credentials": faust_credentials(settings.security),
     }
 
 
@@ -747,7 +751,14 @@ def _add_fold(
     )
     table.on_recover(on_recovered)
     state_api.register(
-        app, table, backend, settings.prune, topics, settings.bootstrap, settings.ledger_config
+        app,
+        table,
+        backend,
+        settings.prune,
+        topics,
+        settings.bootstrap,
+        settings.ledger_config,
+        settings.security,
     )
     return tracker
 

@@ -59,6 +59,7 @@ from sessionfold.events.envelope import (
     decode,
     encode,
 )
+from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity, kafka_python_options
 from sessionfold.streams.session_file import (
     ENTRY_TOO_LARGE,
     DeadLetter,
@@ -183,7 +184,9 @@ def default_checkpoint_path(bootstrap: str, topics: Topics) -> Path:
     return base / "sessionfold" / "publish" / f"{digest}.json"
 
 
-def make_producer(bootstrap: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> KafkaProducer:
+def make_producer(
+    bootstrap: str, timeout_s: float = DEFAULT_TIMEOUT_S, security: KafkaSecurity = PLAINTEXT
+) -> KafkaProducer:
     """An idempotent, acks=all producer, in order per partition, for records up to 17 MiB.
 
     Its own delivery timeout is longer than `timeout_s`, so it is publish's deadline that ends
@@ -194,6 +197,7 @@ def make_producer(bootstrap: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Kafka
     linger_ms = 5
     return KafkaProducer(
         bootstrap_servers=bootstrap,
+        **kafka_python_options(security),
         client_id="sessionfold-publish",
         acks="all",
         enable_idempotence=True,
@@ -262,14 +266,18 @@ def world_envelope(session_id: str, seq: int, facts: dict[str, Any]) -> WorldEnv
 class TopicLog:
     """Reads back what session-events and the dead-letter topic hold, without a group."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, security: KafkaSecurity = PLAINTEXT) -> None:
         self.bootstrap = bootstrap
+        self.security = security
         self._consumer: KafkaConsumer | None = None
 
     def _client(self) -> KafkaConsumer:
         if self._consumer is None:
             self._consumer = topic_consumer(
-                self.bootstrap, "sessionfold-publish-check", bootstrap_timeout_ms=10_000
+                self.bootstrap,
+                "sessionfold-publish-check",
+                self.security,
+                bootstrap_timeout_ms=10_000,
             )
         return self._consumer
 

@@ -44,6 +44,7 @@ from sessionfold.projections.context_base import log_entry
 from sessionfold.projections.context_chains import CompressionPoint
 from sessionfold.projections.context_view import LogEntry, compact_point
 from sessionfold.streams.embedded import TOPICS, EmbeddedRuntime
+from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.session_file import DeadLetter, read_session_file
 from sessionfold.streams.topic_reader import key_partition, topic_consumer
 from sessionfold.streams.topics import Topics
@@ -275,6 +276,7 @@ class TopicReader:
     poll_ms: int = 500
     on_size: Callable[[int], None] = lambda _total: None
     on_record: Callable[[], None] = lambda: None
+    security: KafkaSecurity = PLAINTEXT
 
     def records(
         self,
@@ -283,7 +285,7 @@ class TopicReader:
         stop: Callable[[], bool] = lambda: False,
     ) -> Iterator[Any]:
         """Yield records (only those with a key in `keys` when given) until the end or `stop`."""
-        consumer = topic_consumer(self.bootstrap, "sessionfold-replay")
+        consumer = topic_consumer(self.bootstrap, "sessionfold-replay", self.security)
         try:
             known = consumer.partitions_for_topic(self.topic)
             if known is None:
@@ -316,7 +318,7 @@ class TopicReader:
 
     def partitions(self) -> list[int]:
         """The topic's partitions; ReplayError when it does not exist."""
-        consumer = topic_consumer(self.bootstrap, "sessionfold-replay")
+        consumer = topic_consumer(self.bootstrap, "sessionfold-replay", self.security)
         try:
             known = consumer.partitions_for_topic(self.topic)
         finally:
@@ -345,13 +347,16 @@ def topic_envelopes(
     topics: Topics,
     on_size: Callable[[int], None] = lambda _total: None,
     on_record: Callable[[], None] = lambda: None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> Iterator[Any]:
     """The session-events envelopes `replayer` wants, read by partition assignment.
 
     Named sessions are read from the partitions their keys hash to; a named session not found
     there (a producer with another partitioner) is looked for in the other partitions.
     """
-    reader = TopicReader(bootstrap, topics.session_events, on_size=on_size, on_record=on_record)
+    reader = TopicReader(
+        bootstrap, topics.session_events, on_size=on_size, on_record=on_record, security=security
+    )
     if replayer.wanted is None:
         yield from _decoded(reader.records(stop=lambda: replayer.all_done))
         return
@@ -366,9 +371,11 @@ def topic_envelopes(
         yield from _decoded(reader.records(rest, keys, stop=lambda: replayer.all_done))
 
 
-def count_dead_letters(replayer: Replayer, bootstrap: str, topics: Topics) -> None:
+def count_dead_letters(
+    replayer: Replayer, bootstrap: str, topics: Topics, security: KafkaSecurity = PLAINTEXT
+) -> None:
     """Count the dead letters of the replayed sessions that lie before each one's point."""
-    reader = TopicReader(bootstrap, topics.dead_letters)
+    reader = TopicReader(bootstrap, topics.dead_letters, security=security)
     keys = None
     if replayer.wanted is not None:
         keys = {s.encode() for s in replayer.wanted}
@@ -403,15 +410,16 @@ def replay_topic(
     on_size: Callable[[int], None] = lambda _total: None,
     on_record: Callable[[], None] = lambda: None,
     on_folded: Callable[[Any], None] | None = None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> Replayer:
     """Replay session-events to `point` and count dead letters; `check()` was called on it."""
     replayer = Replayer(config, sessions, point, on_folded)
-    for envelope in topic_envelopes(replayer, bootstrap, topics, on_size, on_record):
+    for envelope in topic_envelopes(replayer, bootstrap, topics, on_size, on_record, security):
         replayer.feed(envelope)
         if replayer.all_done:
             break
     replayer.check()
-    count_dead_letters(replayer, bootstrap, topics)
+    count_dead_letters(replayer, bootstrap, topics, security)
     return replayer
 
 
@@ -421,6 +429,7 @@ def replay_files(
     sessions: Iterable[str] | None = None,
     point: Point = Point(),
     on_folded: Callable[[Any], None] | None = None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> Replayer:
     """Replay session files to `point` (the same replayer, fed from files); checked."""
     replayer = Replayer(config, sessions, point, on_folded)

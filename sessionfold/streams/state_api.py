@@ -33,6 +33,7 @@ from sessionfold.projections.config import PruneConfig
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.store import Store
 from sessionfold.streams.embedded import session_state
+from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.kafka_store import Backend, dead_letter_key, offset_key, read_view
 from sessionfold.streams.topic_reader import topic_consumer
 from sessionfold.streams.topics import Topics
@@ -105,9 +106,11 @@ def locate_ref(store: Store, session_id: str, ref: str) -> RefLocation | str:
     return RefLocation(session_id, ref, occurrence, record["seq"], position["p"], position["o"])
 
 
-def read_record(bootstrap: str, topic: str, partition: int, offset: int) -> bytes | None:
+def read_record(
+    bootstrap: str, topic: str, partition: int, offset: int, security: KafkaSecurity = PLAINTEXT
+) -> bytes | None:
     """The value of one record, read by position without joining a consumer group."""
-    consumer = topic_consumer(bootstrap, "sessionfold-state-api")
+    consumer = topic_consumer(bootstrap, "sessionfold-state-api", security)
     try:
         tp = TopicPartition(topic, partition)
         consumer.assign([tp])
@@ -161,6 +164,7 @@ def register(
     topics: Topics,
     bootstrap: str,
     ledger: LedgerConfig | None = DEFAULT_LEDGER,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> None:
     """Add the state views to a fold worker's web server (`table` routes, `state` answers)."""
 
@@ -188,7 +192,12 @@ def register(
             if isinstance(location, str):
                 return _json(self, {"error": location, "session_id": session_id, "ref": ref}, 404)
             value = await asyncio.to_thread(
-                read_record, bootstrap, topics.session_events, location.partition, location.offset
+                read_record,
+                bootstrap,
+                topics.session_events,
+                location.partition,
+                location.offset,
+                security,
             )
             document = ref_document(location, value, topics.session_events)
             if document is None:

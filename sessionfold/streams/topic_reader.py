@@ -14,6 +14,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.partitioner.default import murmur2
 
+from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity, kafka_python_options
 from sessionfold.streams.topics import MAX_MESSAGE_BYTES
 
 T = TypeVar("T")
@@ -22,10 +23,13 @@ T = TypeVar("T")
 BACK_STEP = 500
 
 
-def topic_consumer(bootstrap: str, client_id: str, **options: int) -> KafkaConsumer:
+def topic_consumer(
+    bootstrap: str, client_id: str, security: KafkaSecurity = PLAINTEXT, **options: int
+) -> KafkaConsumer:
     """A group-less consumer that can fetch the largest record a sessionfold topic holds."""
     return KafkaConsumer(
         bootstrap_servers=bootstrap,
+        **kafka_python_options(security),
         enable_auto_commit=False,
         group_id=None,
         client_id=client_id,
@@ -41,9 +45,11 @@ def key_partition(key: bytes, partitions: list[int]) -> int:
     return ordered[(murmur2(key) & 0x7FFFFFFF) % len(ordered)]
 
 
-def read_topic(bootstrap: str, topic: str, poll_ms: int = 500) -> Iterator[ConsumerRecord]:
+def read_topic(
+    bootstrap: str, topic: str, poll_ms: int = 500, security: KafkaSecurity = PLAINTEXT
+) -> Iterator[ConsumerRecord]:
     """Yield every record of `topic` up to the end offsets seen at the start, partition order."""
-    consumer = topic_consumer(bootstrap, "sessionfold-reader")
+    consumer = topic_consumer(bootstrap, "sessionfold-reader", security)
     try:
         partitions = consumer.partitions_for_topic(topic) or set()
         assigned = [TopicPartition(topic, p) for p in sorted(partitions)]

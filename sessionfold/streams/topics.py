@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
+from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity, kafka_python_options
 from sessionfold.streams.session_file import MAX_ENTRY_BYTES
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ def ensure_topics(
     partitions: int = DEFAULT_PARTITIONS,
     replication: int = 1,
     timeout_s: float = 30.0,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> list[str]:
     """Create the topics that do not exist yet; return the names created.
 
@@ -80,6 +82,7 @@ def ensure_topics(
         client_id="sessionfold-admin",
         bootstrap_timeout_ms=int(timeout_s * 1000),
         request_timeout_ms=int(timeout_s * 1000),
+        **kafka_python_options(security),
     )
     try:
         existing = set(admin.list_topics())

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -156,3 +158,115 @@ def test_cluster_id_never_starts_with_a_dash(
     assert not cluster_id.startswith("-")
     assert len(cluster_id) == 22
     assert config.cluster_id_file.read_text().strip() == cluster_id
+
+
+# A stand-in for the moment between fork and exec: the process exists, its command line is not the
+# broker's yet. It execs the real broker command only once the file named by argv[2] exists.
+_LATE_EXEC = (
+    "import json, os, sys, time\n"
+    "cmd = json.load(open(sys.argv[1]))\n"
+    "while not os.path.exists(sys.argv[2]):\n"
+    "    time.sleep(0.05)\n"
+    "os.execv(cmd[0], cmd)\n"
+)
+
+
+def _processes_naming(path: Path) -> list[int]:
+    """Pids of live processes whose command line names `path` (read from /proc by the test)."""
+    needle = str(path).encode()
+    pids: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if needle in cmdline and state not in {"Z", "X"}:
+            pids.append(int(entry.name))
+    return sorted(pids)
+
+
+def _kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_broker_caught_before_its_exec_is_owned_found_and_stopped(
+    port_pair: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`up` waits for a broker whose command line is not the JVM's yet; `status`/`down` find it.
+
+    The broker is spawned through a shim that holds off its exec until the first readiness probe,
+    so the first liveness check always sees a process whose /proc/PID/cmdline is not kafka.Kafka.
+    Then the pid file is deleted: `broker status` and `broker down`, run as other processes, still
+    find the JVM, and no process of that data dir is left.
+    """
+    data_dir = tmp_path / "kafka"
+    config = broker.BrokerConfig(port=port_pair, data_dir=data_dir)
+    go = tmp_path / "exec-now"
+    real_command = broker._broker_command
+    real_probe = broker.probe
+
+    def late_command(config: broker.BrokerConfig, java: str) -> list[str]:
+        command_file = tmp_path / "broker-command.json"
+        command_file.write_text(json.dumps(real_command(config, java)))
+        return [sys.executable, "-c", _LATE_EXEC, str(command_file), str(go)]
+
+    def probe_then_release(bootstrap: str, timeout_s: float = 5.0) -> bool:
+        go.touch()
+        return real_probe(bootstrap, timeout_s)
+
+    monkeypatch.setattr(broker, "_broker_command", late_command)
+    monkeypatch.setattr(broker, "probe", probe_then_release)
+    where = ["--port", str(port_pair), "--data-dir", str(data_dir)]
+    try:
+        result = broker.up(config, timeout_s=120)
+        assert _processes_naming(config.properties_file) == [result.pid]
+
+        config.pid_file.unlink()
+        config.state_file.unlink()
+        code, out, err = _cli("broker", "status", "--json", *where)
+        assert code == 0, err
+        assert json.loads(out)["pid"] == result.pid
+
+        code, _, err = _cli("broker", "down", *where)
+        assert code == 0, err
+        assert _processes_naming(data_dir) == []
+        code, out, _ = _cli("broker", "status", *where)
+        assert code == 1
+        assert out.startswith("stopped")
+    finally:
+        _kill_all(_processes_naming(tmp_path))  # never leave an orphan JVM or shim behind
+
+
+def test_a_stale_pid_file_never_names_an_unrelated_process(tmp_path: Path) -> None:
+    """A pid file naming a live process that is not the broker: not running, never signalled."""
+    config = broker.BrokerConfig(port=40000, data_dir=tmp_path)
+    bystander = subprocess.Popen(["sleep", "120"])
+    try:
+        config.pid_file.write_text(f"{bystander.pid}\n")
+        config.owner_file.touch()
+        assert broker.status(config).running is False
+        assert broker.stop(config, timeout_s=1.0) is False
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_a_broker_that_dies_before_answering_is_reported_at_once(
+    port_pair: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker process that exits before it answers fails `up` as "exited", not as a timeout."""
+    config = broker.BrokerConfig(port=port_pair, data_dir=tmp_path / "kafka")
+    monkeypatch.setattr(
+        broker, "_broker_command", lambda config, java: [sys.executable, "-c", "exit(3)"]
+    )
+    with pytest.raises(broker.BrokerError, match="exited before answering"):
+        broker.up(config, timeout_s=300)
+    assert not config.pid_file.exists()
+    assert broker.status(config).running is False

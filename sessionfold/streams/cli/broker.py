@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -65,16 +65,64 @@ VersionOpt = Annotated[
 ]
 
 
+SaslSslPortOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--sasl-ssl-port",
+        envvar=kafka_broker.ENV_SASL_SSL_PORT,
+        min=1,
+        max=65535,
+        help="Also open a SASL_SSL listener for clients on this 127.0.0.1 port (needs "
+        "--tls-certfile, --tls-keyfile and --sasl-users-file).",
+        show_default=False,
+    ),
+]
+TlsCertfileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-certfile",
+        dir_okay=False,
+        help="PEM certificate (chain) of the SASL_SSL listener; clients check it against "
+        "their --ssl-cafile.",
+        show_default=False,
+    ),
+]
+TlsKeyfileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-keyfile",
+        dir_okay=False,
+        help="PEM private key (PKCS#8, unencrypted) of --tls-certfile.",
+        show_default=False,
+    ),
+]
+SaslUsersFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--sasl-users-file",
+        dir_okay=False,
+        help="Users of the SASL_SSL listener, one name:password a line; each can log in with "
+        "PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512.",
+        show_default=False,
+    ),
+]
+
+
 def _config(
     port: int | None,
     controller_port: int | None,
     data_dir: Path | None,
     version: str | None,
+    **security: Any,
 ) -> kafka_broker.BrokerConfig:
     """Build the broker config; an invalid value is a usage error (exit 2)."""
     try:
         return kafka_broker.BrokerConfig.resolve(
-            version=version, port=port, controller_port=controller_port, data_dir=data_dir
+            version=version,
+            port=port,
+            controller_port=controller_port,
+            data_dir=data_dir,
+            **security,
         )
     except kafka_broker.BrokerConfigError as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -112,12 +160,26 @@ def register(app: typer.Typer) -> None:
             float,
             typer.Option("--timeout", min=1.0, help="Seconds to wait for the broker to answer."),
         ] = kafka_broker.DEFAULT_START_TIMEOUT_S,
+        sasl_ssl_port: SaslSslPortOpt = None,
+        tls_certfile: TlsCertfileOpt = None,
+        tls_keyfile: TlsKeyfileOpt = None,
+        sasl_users_file: SaslUsersFileOpt = None,
     ) -> None:
         """Fetch jars if needed, format storage once, start the broker and wait until it answers.
 
-        Prints the bootstrap address (HOST:PORT) on stdout. A no-op if it is already running.
+        Prints the bootstrap address (HOST:PORT) of the PLAINTEXT listener on stdout. A no-op if
+        it is already running. With --sasl-ssl-port it also opens a SASL_SSL listener.
         """
-        config = _config(port, controller_port, data_dir, kafka_version)
+        config = _config(
+            port,
+            controller_port,
+            data_dir,
+            kafka_version,
+            sasl_ssl_port=sasl_ssl_port,
+            tls_certfile=tls_certfile,
+            tls_keyfile=tls_keyfile,
+            sasl_users_file=sasl_users_file,
+        )
         try:
             kafka_broker.up(config, timeout_s=timeout, progress=_progress)
         except kafka_broker.BrokerError as exc:
@@ -163,8 +225,9 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(state.to_dict(), sort_keys=True))
         elif state.running:
+            sasl_ssl = f" sasl_ssl={state.sasl_ssl}" if state.sasl_ssl else ""
             typer.echo(
-                f"running pid={state.pid} bootstrap={state.bootstrap} "
+                f"running pid={state.pid} bootstrap={state.bootstrap}{sasl_ssl} "
                 f"version={state.version} data_dir={state.data_dir}"
             )
         else:

@@ -39,8 +39,10 @@ from sessionfold.streams.cli.options import (
     Settings,
     TopicPrefix,
     config_or_exit,
+    kafka_security_options,
 )
 from sessionfold.streams.cli.replay import Turn, run_replay
+from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.replay import Collector, Point, Replayer, ReplayError, replay_files
 from sessionfold.streams.session_file import header_of
 
@@ -148,6 +150,7 @@ def register(app: typer.Typer) -> None:
     """Attach the `context` command to the root app."""
 
     @app.command("context")
+    @kafka_security_options
     def context(
         path: Annotated[
             Path | None,
@@ -174,6 +177,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         config_file: ConfigFile = None,
         settings: Settings = None,
+        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         """Print the message list the model is given at a point, and its token count."""
         err = Console(stderr=True)
@@ -196,7 +200,9 @@ def register(app: typer.Typer) -> None:
                 err.print("[red]give a session FILE, or --session ID to read session-events[/]")
                 raise typer.Exit(2)
             collector = Collector(session)
-            replayer = run_replay(err, bootstrap, topic_prefix, config, [session], point, collector)
+            replayer = run_replay(
+                err, bootstrap, topic_prefix, config, [session], point, collector, security
+            )
         if refs:
             _print_originals(err, replayer, collector, refs, output)
             return

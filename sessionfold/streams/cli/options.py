@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 
 from sessionfold.projections.config import ConfigError, PruneConfig, load_config
+from sessionfold.streams import kafka_security as ks
 from sessionfold.streams.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX
 
 Bootstrap = Annotated[
@@ -65,6 +69,150 @@ Ledger = Annotated[
 ]
 
 
+# The Kafka security block: every command that talks to Kafka takes these through
+# `kafka_security_options`. There is no password option: the password comes from
+# SESSIONFOLD_SASL_PASSWORD or --sasl-password-file, never from a command line that `ps` shows.
+_SECURITY_HELP = "Kafka security (docs/security-kafka.md)"
+SecurityProtocol = Annotated[
+    str,
+    typer.Option(
+        "--security-protocol",
+        envvar=ks.ENV_PROTOCOL,
+        help="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.",
+        rich_help_panel=_SECURITY_HELP,
+    ),
+]
+SslCafile = Annotated[
+    Path | None,
+    typer.Option(
+        "--ssl-cafile",
+        envvar=ks.ENV_CAFILE,
+        help="PEM CA certificate(s) the brokers' certificates are checked against "
+        "(default: the system's).",
+        rich_help_panel=_SECURITY_HELP,
+    ),
+]
+SslCertfile = Annotated[
+    Path | None,
+    typer.Option(
+        "--ssl-certfile",
+        envvar=ks.ENV_CERTFILE,
+        help="PEM client certificate (chain), for brokers that require one.",
+        rich_help_panel=_SECURITY_HELP,
+    ),
+]
+SslKeyfile = Annotated[
+    Path | None,
+    typer.Option(
+        "--ssl-keyfile",
+        envvar=ks.ENV_KEYFILE,
+        help="PEM private key of --ssl-certfile (if not in that file).",
+        rich_help_panel=_SECURITY_HELP,
+    ),
+]
+SaslMechanism = Annotated[
+    str,
+    typer.Option(
+        "--sasl-mechanism",
+        envvar=ks.ENV_MECHANISM,
+        help="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.",
+        rich_help_panel=_SECURITY_HELP,
+    ),
+]
+SaslUsername = Annotated[
+    str | None,
+    typer.Option(
+        "--sasl-username",
+        envvar=ks.ENV_USERNAME,
+        help="SASL user name.",
+        rich_help_panel=_SECURITY_HELP,
+    ),
+]
+SaslPasswordFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--sasl-password-file",
+        envvar=ks.ENV_PASSWORD_FILE,
+        help=f"File whose first line is the SASL password (else env {ks.ENV_PASSWORD}).",
+        rich_help_panel=_SECURITY_HELP,
+    ),
+]
+
+_SECURITY_PARAMETERS: dict[str, tuple[Any, Any]] = {
+    "security_protocol": (SecurityProtocol, "PLAINTEXT"),
+    "ssl_cafile": (SslCafile, None),
+    "ssl_certfile": (SslCertfile, None),
+    "ssl_keyfile": (SslKeyfile, None),
+    "sasl_mechanism": (SaslMechanism, "PLAIN"),
+    "sasl_username": (SaslUsername, None),
+    "sasl_password_file": (SaslPasswordFile, None),
+}
+
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+def security_or_exit(err: Console, **values: Any) -> ks.KafkaSecurity:
+    """The Kafka security settings from the option values; exit 2 with the problem on a misfit."""
+    try:
+        return ks.load_security(
+            protocol=values["security_protocol"],
+            ssl_cafile=values["ssl_cafile"],
+            ssl_certfile=values["ssl_certfile"],
+            ssl_keyfile=values["ssl_keyfile"],
+            sasl_mechanism=values["sasl_mechanism"],
+            sasl_username=values["sasl_username"],
+            sasl_password_file=values["sasl_password_file"],
+        )
+    except ks.KafkaSecurityError as exc:
+        err.print(
+            f"[red]invalid Kafka security settings:[/] {exc}", highlight=False, soft_wrap=True
+        )
+        raise typer.Exit(2) from None
+
+
+def kafka_security_options(command: Command) -> Command:
+    """Give a command the Kafka security options; it receives them as one `security` argument.
+
+    The command declares a keyword parameter `security: KafkaSecurity`; typer sees the seven
+    options of the block in its place, and the wrapper folds their values into the settings
+    (exit 2 for settings that do not go together). Apply it below `@app.command`.
+    """
+    signature = inspect.signature(command, eval_str=True)
+    kept = [p for name, p in signature.parameters.items() if name != "security"]
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default)
+        for name, (kind, default) in _SECURITY_PARAMETERS.items()
+    ]
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        values = {name: kwargs.pop(name) for name in _SECURITY_PARAMETERS}
+        kwargs["security"] = security_or_exit(Console(stderr=True), **values)
+        return command(*args, **kwargs)
+
+    positional = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in kept]
+    wrapper.__signature__ = signature.replace(parameters=[*positional, *added])  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in [*positional, *added]}
+    return wrapper  # type: ignore[return-value]
+
+
+def access_or_exit(err: Console, bootstrap: str, security: ks.KafkaSecurity) -> None:
+    """Exit 1 with one line when the brokers refuse the credentials or the TLS handshake fails."""
+    try:
+        ks.check_access(bootstrap, security)
+    except ks.KafkaAccessError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+def kafka_failure(bootstrap: str, exc: BaseException) -> str:
+    """What to say when a Kafka client failed: the access problem, else the error class."""
+    return (
+        ks.access_problem(exc, bootstrap)
+        or f"cannot reach Kafka at {bootstrap}: {type(exc).__name__}"
+    )
+
+
 def config_or_exit(err: Console, path: Path | None, overrides: list[str]) -> PruneConfig:
     """The pruning config from a TOML file and overrides; exit 2 naming the bad key."""
     try:
@@ -85,7 +233,18 @@ __all__ = [
     "ConfigFile",
     "Ledger",
     "Partitions",
+    "SaslMechanism",
+    "SaslPasswordFile",
+    "SaslUsername",
+    "SecurityProtocol",
     "Settings",
+    "SslCafile",
+    "SslCertfile",
+    "SslKeyfile",
     "TopicPrefix",
+    "access_or_exit",
     "config_or_exit",
+    "kafka_failure",
+    "kafka_security_options",
+    "security_or_exit",
 ]

@@ -23,7 +23,11 @@ from sessionfold.streams.cli.options import (
     Bootstrap,
     Partitions,
     TopicPrefix,
+    access_or_exit,
+    kafka_failure,
+    kafka_security_options,
 )
+from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.publish import (
     DEFAULT_TIMEOUT_S,
     Checkpoints,
@@ -46,6 +50,7 @@ def register(app: typer.Typer) -> None:
     """Attach the `publish` command to the root app."""
 
     @app.command("publish")
+    @kafka_security_options
     def publish(
         paths: Annotated[
             list[Path],
@@ -87,6 +92,7 @@ def register(app: typer.Typer) -> None:
                 ),
             ),
         ] = True,
+        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         """Publish pi session files to the session-events topic.
 
@@ -102,15 +108,18 @@ def register(app: typer.Typer) -> None:
         checkpoints = Checkpoints.load(state_file or default_checkpoint_path(bootstrap, topics))
         stop = _Signals()
         stop.install()
+        access_or_exit(err, bootstrap, security)
         try:
-            ensure_topics(bootstrap, topics, partitions, timeout_s=timeout)
-            producer = make_producer(bootstrap, timeout)
+            ensure_topics(bootstrap, topics, partitions, timeout_s=timeout, security=security)
+            producer = make_producer(bootstrap, timeout, security)
         except KafkaError as exc:
-            err.print(f"[red]cannot reach Kafka at {bootstrap}:[/] {type(exc).__name__}")
+            err.print(
+                f"[red]error:[/] {kafka_failure(bootstrap, exc)}", highlight=False, soft_wrap=True
+            )
             raise typer.Exit(1) from None
         except _Interrupted:
             raise typer.Exit(stop.exit_code()) from None
-        topic_log = TopicLog(bootstrap)
+        topic_log = TopicLog(bootstrap, security)
         total = sum(p.stat().st_size for p in session_files(paths))
         progress = Progress(
             TextColumn("publish"),

@@ -37,9 +37,13 @@ from sessionfold.streams.cli.options import (
     ConfigFile,
     Settings,
     TopicPrefix,
+    access_or_exit,
     config_or_exit,
+    kafka_failure,
+    kafka_security_options,
 )
 from sessionfold.streams.cli.session_table import session_table
+from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.replay import Point, Replayer, ReplayError, replay_topic
 from sessionfold.streams.topics import Topics
 
@@ -89,8 +93,10 @@ def run_replay(
     sessions: list[str] | None,
     point: Point,
     on_folded: Callable[[Any], None] | None = None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> Replayer:
     """Replay with a progress bar; errors become a message on stderr and exit 1."""
+    access_or_exit(err, bootstrap, security)
     with progress_bar(err, "replay") as progress:
         task = progress.add_task("replay", total=0)
 
@@ -108,6 +114,7 @@ def run_replay(
                 on_size=sized,
                 on_record=lambda: progress.advance(task),
                 on_folded=on_folded,
+                security=security,
             )
         except ReplayError as exc:
             progress.stop()
@@ -119,7 +126,9 @@ def run_replay(
             raise typer.Exit(1) from None
         except KafkaError as exc:
             progress.stop()
-            err.print(f"[red]cannot read Kafka at {bootstrap}:[/] {type(exc).__name__}")
+            err.print(
+                f"[red]error:[/] {kafka_failure(bootstrap, exc)}", highlight=False, soft_wrap=True
+            )
             raise typer.Exit(1) from None
 
 
@@ -127,6 +136,7 @@ def register(app: typer.Typer) -> None:
     """Attach the `replay` command to the root app."""
 
     @app.command("replay")
+    @kafka_security_options
     def replay(
         bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
         topic_prefix: TopicPrefix = DEFAULT_PREFIX,
@@ -153,12 +163,15 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[
             bool, typer.Option("--json", help="Print the state as stable JSON (fold --json).")
         ] = False,
+        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         """Replay session-events to a point and print each session's state there."""
         err = Console(stderr=True)
         point = point_or_exit(err, until_seq, turn, span)
         config = config_or_exit(err, config_file, settings or [])
-        replayer = run_replay(err, bootstrap, topic_prefix, config, session, point)
+        replayer = run_replay(
+            err, bootstrap, topic_prefix, config, session, point, security=security
+        )
         result = replayer.result()
         if as_json:
             typer.echo(orjson.dumps(result, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2))

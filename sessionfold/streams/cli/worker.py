@@ -34,7 +34,15 @@ from sessionfold.streams.cli.options import (
     Partitions,
     Settings,
     TopicPrefix,
+    access_or_exit,
     config_or_exit,
+    kafka_failure,
+    kafka_security_options,
+)
+from sessionfold.streams.kafka_security import (
+    PLAINTEXT,
+    KafkaSecurity,
+    kafka_python_options,
 )
 from sessionfold.streams.summarizer import ModelPort, OfflineSummarizer
 from sessionfold.streams.topics import Topics, ensure_topics
@@ -53,6 +61,7 @@ def register(app: typer.Typer) -> None:
     """Attach the `worker` command to the root app."""
 
     @app.command("worker")
+    @kafka_security_options
     def worker(
         role: Annotated[
             str,
@@ -143,6 +152,7 @@ def register(app: typer.Typer) -> None:
                 "where sessions hold anything private.",
             ),
         ] = "info",
+        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         """Run a Kafka worker: fold session events, answer flush requests, serve state."""
         # Faust is imported here: the other subcommands should not pay for it.
@@ -156,11 +166,14 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2)
         config = config_or_exit(err, config_file, settings or [])
         topics = Topics(topic_prefix)
+        access_or_exit(err, bootstrap, security)
         try:
-            ensure_topics(bootstrap, topics, partitions)
-            counts = _partition_counts(bootstrap, topics)
+            ensure_topics(bootstrap, topics, partitions, security=security)
+            counts = _partition_counts(bootstrap, topics, security)
         except KafkaError as exc:
-            err.print(f"[red]cannot reach Kafka at {bootstrap}:[/] {type(exc).__name__}")
+            err.print(
+                f"[red]error:[/] {kafka_failure(bootstrap, exc)}", highlight=False, soft_wrap=True
+            )
             raise typer.Exit(1) from None
         if len(set(counts.values())) != 1:
             listing = ", ".join(f"{name} {n}" for name, n in counts.items())
@@ -184,6 +197,7 @@ def register(app: typer.Typer) -> None:
                 processing_guarantee=processing_guarantee,  # type: ignore[arg-type]
                 prune=config,
                 ledger=ledger,
+                security=security,
             )
         except ValidationError as exc:
             fields = ", ".join(str(e["loc"][0]) for e in exc.errors())
@@ -238,8 +252,12 @@ def fold_hook_for(spec: str | None) -> Callable[[SourceRecord], None] | None:
     return hook
 
 
-def _partition_counts(bootstrap: str, topics: Topics) -> dict[str, int]:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="sessionfold-worker-setup")
+def _partition_counts(bootstrap: str, topics: Topics, security: KafkaSecurity) -> dict[str, int]:
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        client_id="sessionfold-worker-setup",
+        **kafka_python_options(security),
+    )
     try:
         return {name: len(consumer.partitions_for_topic(name) or ()) for name in topics.all()}
     finally:
