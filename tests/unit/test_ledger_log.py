@@ -378,3 +378,29 @@ def test_report_without_a_log_says_so(tmp_path: Path, monkeypatch: pytest.Monkey
     assert result.exit_code == 1 and "cannot read the ledger log" in result.output
     empty = RUNNER.invoke(app, ["report", "--log", str(tmp_path / "none.jsonl"), "--json"])
     assert json.loads(empty.stdout)["records"] == []
+
+
+def test_report_names_the_log_it_read_and_filters_by_project(tmp_path: Path) -> None:
+    """Runs of two projects in one log: the digest counts both and says so, names the log on
+    stderr (home as ~), and `--cwd` keeps one project's records (its subdirectories too)."""
+    alpha, beta = tmp_path / "alpha", tmp_path / "beta"
+    (alpha / "sub").mkdir(parents=True)
+    beta.mkdir()
+    path = tmp_path / "ledger.jsonl"
+    log = LedgerLog(path)
+    for span, cwd in enumerate([alpha, beta, alpha / "sub", beta, beta]):
+        log.write({"event": "compaction", "span": span, "session": {"id": "s", "cwd": str(cwd)}})
+    everything = RUNNER.invoke(app, ["report", "--log", str(path), "--json"])
+    assert everything.exit_code == 0, everything.output
+    assert f"reading {path}" in everything.stderr
+    digest = json.loads(everything.stdout)
+    assert (digest["projects"], digest["project"], len(digest["records"])) == (3, None, 5)
+    for flag in ("--cwd", "--project"):
+        only = RUNNER.invoke(app, ["report", "--log", str(path), "--json", flag, str(alpha)])
+        assert only.exit_code == 0, only.output
+        filtered = json.loads(only.stdout)
+        assert [r["span"] for r in filtered["records"]] == [0, 2]
+        assert filtered["project"].startswith("/…#") and str(alpha) not in only.stdout
+    human = RUNNER.invoke(app, ["report", "--log", str(path)])
+    assert "several projects share this log" in human.stderr
+    assert "span 3" in human.stdout
