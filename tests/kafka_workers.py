@@ -3,12 +3,15 @@
 Not a test module: the Kafka runtime tests import it (`from kafka_workers import ...`), which
 works because pytest puts `tests/` on sys.path for its rootdir conftest. Each worker is
 `python -m sessionfold.streams.cli worker ...` on a free port, logging to a file in the test's
-tmp dir (its tail is shown when something fails).
+tmp dir (its tail is shown when something fails). Every worker runs with `API_TOKEN` (one per
+test run, so every fold worker of a test shares it and forwarded requests carry it) unless a
+test passes another or None; the helpers here send it.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -28,6 +31,14 @@ from sessionfold.streams.topics import Topics, ensure_topics
 
 #: Samples of one scrape: (name, sorted label pairs) -> value.
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+#: The state API token of the test run's workers.
+API_TOKEN = secrets.token_urlsafe(24)
+
+
+def auth(token: str | None = API_TOKEN) -> dict[str, str]:
+    """Headers carrying the API token (none for None)."""
+    return {} if token is None else {"Authorization": f"Bearer {token}"}
 
 
 def free_port() -> int:
@@ -68,6 +79,7 @@ class WorkerProcess:
         work_dir: Path,
         name: str | None = None,
         env: Mapping[str, str] | None = None,
+        api_token: str | None = API_TOKEN,
     ) -> None:
         self.bootstrap = bootstrap
         self.prefix = prefix
@@ -78,6 +90,9 @@ class WorkerProcess:
         self.work_dir = work_dir
         self.log_path = work_dir / f"{self.name}.log"
         self.env = dict(env or {})
+        self.api_token = api_token
+        if api_token is not None:
+            self.env.setdefault("SESSIONFOLD_API_TOKEN", api_token)
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -91,7 +106,7 @@ class WorkerProcess:
         command = [sys.executable, "-m", "sessionfold.streams.cli", "worker"]
         command += ["--role", self.role, "--bootstrap", self.bootstrap]
         command += ["--topic-prefix", self.prefix, "--partitions", str(self.partitions)]
-        command += ["--web-port", str(self.port), "--web-bind", "127.0.0.1"]
+        command += ["--web-port", str(self.port)]  # bound to 127.0.0.1 by default
         command += ["--data-dir", str(self.work_dir / "data")]
         environment = {**os.environ, **self.env, **(env or {})}
         self.starts += 1
@@ -104,12 +119,12 @@ class WorkerProcess:
         return self
 
     def wait_web(self, timeout: float = 60.0) -> None:
-        """Wait until its web server answers /metrics."""
+        """Wait until its web server answers /health."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self._check_alive()
             try:
-                if httpx.get(f"{self.url}/metrics", timeout=2).status_code == 200:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -200,9 +215,9 @@ def quiet(workers: Iterable[WorkerProcess], sessions: int) -> bool:
     return owned >= sessions and busy == 0 and lag == 0
 
 
-def fetch_state(url: str, session_id: str) -> tuple[int, Any]:
-    """GET /sessions/{id}: status and JSON body."""
-    response = httpx.get(f"{url}/sessions/{session_id}", timeout=60)
+def fetch_state(url: str, session_id: str, token: str | None = API_TOKEN) -> tuple[int, Any]:
+    """GET /sessions/{id} with the token: status and JSON body."""
+    response = httpx.get(f"{url}/sessions/{session_id}", timeout=60, headers=auth(token))
     return response.status_code, orjson.loads(response.content)
 
 

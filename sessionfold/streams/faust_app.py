@@ -13,7 +13,9 @@
 The `state` table is changelog-backed (keys `sid/...` as the folds write them, values orjson
 bytes: worker.py and kafka_store.py). Every agent runs with concurrency 1 (faust #606: with more,
 Faust can commit past an in-flight message). Every worker serves `/metrics` from a registry of
-its own (metrics.py). No app exists at import time: each call builds a new one.
+its own (metrics.py) and `/health`; every other route asks for the API token when one is set
+(web_auth.py), and the web server binds 127.0.0.1 unless told otherwise. No app exists at import
+time: each call builds a new one.
 
 The fold agent works in batches (`FoldBatcher`): records that arrive back to back are folded one
 after another and committed together, so a key many of them write goes to the changelog once
@@ -45,12 +47,12 @@ from typing import Any, Literal
 import faust
 from faust.web import Request, Response, View
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from sessionfold.projections.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.ledger.model import DiffModel
-from sessionfold.streams import state_api
+from sessionfold.streams import state_api, web_auth
 from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity, faust_credentials
 from sessionfold.streams.kafka_store import Output
 from sessionfold.streams.metrics import FleetCollector, Metrics, create
@@ -92,9 +94,12 @@ class WorkerSettings(BaseModel):
     #: Faust id: consumer group and prefix of the changelog topic. Default: `<prefix>worker`.
     app_id: str | None = None
     web_port: int = Field(6066, ge=0, le=65535)
-    web_bind: str = "0.0.0.0"
+    #: Loopback unless widened: the state API serves session content (web_auth.py).
+    web_bind: str = "127.0.0.1"
     #: Host other workers reach this one at (state requests are proxied to the owner).
     web_host: str | None = None
+    #: Bearer token every web route but /metrics and /health asks for; None: no token.
+    api_token: SecretStr | None = None
     store: str = "memory://"
     data_dir: Path | None = None
     processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once"
@@ -133,6 +138,19 @@ class WorkerSettings(BaseModel):
             msg = "store must be memory:// or rocksdb://"
             raise ValueError(msg)
         return value
+
+    @field_validator("api_token")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < web_auth.MIN_TOKEN_CHARS:
+            msg = f"api_token must have at least {web_auth.MIN_TOKEN_CHARS} characters"
+            raise ValueError(msg)
+        return value
+
+    @property
+    def token(self) -> str | None:
+        """The API token in clear, or None."""
+        return None if self.api_token is None else self.api_token.get_secret_value()
 
     @property
     def folds(self) -> bool:
@@ -203,6 +221,9 @@ def faust_options(settings: WorkerSettings) -> dict[str, Any]:
         "web_bind": settings.web_bind,
         "web_host": settings.advertised_host,
         "canonical_url": f"http://{settings.advertised_host}:{settings.web_port}",
+        "web_application_options": {"middlewares": [web_auth.token_middleware(settings.token)]},
+        # Faust's /table routes read raw state values; the state API is the way in.
+        "web_tables_enabled": False,
         "worker_redirect_stdouts": False,
         "broker_credentials": faust_credentials(settings.security),
     }
@@ -252,6 +273,8 @@ def make_app(
         )
     )
     _add_metrics_page(app, metrics)
+    _add_health_page(app)
+    web_auth.quiet_bad_requests()
     return app
 
 
@@ -808,6 +831,14 @@ def _add_metrics_page(app: faust.App, metrics: Metrics) -> None:
             return self.bytes(body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app.page("/metrics", name="metrics")(PrometheusMetrics)
+
+
+def _add_health_page(app: faust.App) -> None:
+    class Health(View):
+        async def get(self, request: Request) -> Response:
+            return self.json({"status": "ok"})
+
+    app.page("/health", name="health")(Health)
 
 
 def _active(app: faust.App, topics: Topics) -> set[int]:

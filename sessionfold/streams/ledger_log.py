@@ -7,11 +7,18 @@ the diff model), which is enough to identify a project, so `sessionfold report` 
 and ids before anything is pasted into an issue.
 
 The file is written safely or not at all:
-- `0600`, in a directory created `0700` (an existing directory is left as it is);
-- never through a symlink (`O_NOFOLLOW`; a symlinked directory is refused too) and never into
-  anything but a regular file (a FIFO, a device or a directory is refused without blocking);
+- `0600`, and every directory it creates `0700` (an existing directory is left as it is);
+- below its root (the state directory, `$XDG_STATE_HOME` or `~/.local/state`, for a log under
+  it; else the nearest existing directory above the log's own) every directory is opened one at
+  a time relative to the one before, without following a symlink (`O_NOFOLLOW|O_DIRECTORY`), so
+  a symlinked directory on the way is refused, and nothing is written outside the root;
+- never through a symlink (`O_NOFOLLOW`), never into anything but a regular file (a FIFO, a
+  device or a directory is refused without blocking), and never into a file with another hard
+  link (`st_nlink > 1`: the same bytes would show under a name someone else chose);
 - at 5 MB it rotates to one `.1` backup (a second rotation replaces it);
-- a failed write is counted and swallowed: it never affects a pass.
+- a failed or refused write is counted, warned about once with a reason code (`symlink`,
+  `hard-linked`, `not-a-directory`, `not-regular`, or the errno name), and swallowed: it never
+  affects a pass.
 
 The path is `SESSIONFOLD_LEDGER_LOG`, or an off value (`off`, `none`, `0`, `false`, `no`, or
 empty) to disable it; unset, `$XDG_STATE_HOME/sessionfold/ledger.jsonl` (default
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import stat
 import time
@@ -33,6 +41,8 @@ from typing import Any
 import orjson
 
 import sessionfold
+
+log = logging.getLogger(__name__)
 
 ENV_LOG = "SESSIONFOLD_LEDGER_LOG"
 #: Values of `SESSIONFOLD_LEDGER_LOG` that turn the log off (a path is anything else).
@@ -53,14 +63,44 @@ _OPEN_FLAGS = (
     | getattr(os, "O_NONBLOCK", 0)  # a FIFO without a reader fails instead of blocking
     | getattr(os, "O_CLOEXEC", 0)
 )
+_DIR_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_DIRECTORY", 0)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
+#: Reason codes of refused writes, by errno.
+_REASONS = {
+    errno.ELOOP: "symlink",
+    errno.EMLINK: "hard-linked",
+    errno.ENOTDIR: "not-a-directory",
+    errno.EPERM: "not-regular",
+}
+
+
+def state_root(env: Mapping[str, str] | None = None) -> Path:
+    """The per-user state directory: `$XDG_STATE_HOME`, else `~/.local/state`."""
+    env = os.environ if env is None else env
+    state = env.get("XDG_STATE_HOME", "").strip()
+    return Path(state) if state else Path.home() / ".local" / "state"
 
 
 def default_log_path(env: Mapping[str, str] | None = None) -> Path:
     """Where the log goes when `SESSIONFOLD_LEDGER_LOG` is unset."""
-    env = os.environ if env is None else env
-    state = env.get("XDG_STATE_HOME", "").strip()
-    base = Path(state) if state else Path.home() / ".local" / "state"
-    return base / "sessionfold" / "ledger.jsonl"
+    return state_root(env) / "sessionfold" / "ledger.jsonl"
+
+
+def trusted_root(path: Path, env: Mapping[str, str] | None = None) -> Path:
+    """The directory below which the log's directories must be real ones: the state root for a
+    log under it, else the nearest existing directory above the log's own."""
+    absolute = Path(os.path.abspath(path))
+    root = Path(os.path.abspath(state_root(env)))
+    if absolute.parent.is_relative_to(root):
+        return root
+    for ancestor in absolute.parent.parents:
+        if ancestor.is_dir():
+            return ancestor
+    return Path(absolute.anchor)
 
 
 def log_path(env: Mapping[str, str] | None = None) -> Path | None:
@@ -114,20 +154,23 @@ class LedgerLog:
         self,
         path: Path | None,
         *,
+        root: Path | None = None,
         rotate_bytes: int = ROTATE_BYTES,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.path = path
+        self.path = None if path is None else Path(os.path.abspath(path))
+        self.root = root if root is not None or path is None else trusted_root(path)
         self.rotate_bytes = rotate_bytes
         self.clock = clock
         self.written = 0
         self.failed = 0
-        self.last_error: str | None = None  # errno name of the last failure, for tests
+        self.last_error: str | None = None  # reason code of the last failure
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> LedgerLog:
         """The log `SESSIONFOLD_LEDGER_LOG` names (disabled by an off value)."""
-        return cls(log_path(env))
+        path = log_path(env)
+        return cls(path, root=None if path is None else trusted_root(path, env))
 
     @property
     def enabled(self) -> bool:
@@ -147,35 +190,43 @@ class LedgerLog:
             line = orjson.dumps(stamped, option=orjson.OPT_SORT_KEYS) + b"\n"
             self._append(self.path, line)
         except Exception as exc:  # a failed write never affects the pass
-            self.failed += 1
-            code = getattr(exc, "errno", None)
-            self.last_error = errno.errorcode.get(code, type(exc).__name__) if code else str(exc)
+            self._refused(exc)
             return False
         self.written += 1
         return True
 
+    def _refused(self, error: Exception) -> None:
+        self.failed += 1
+        code = getattr(error, "errno", None)
+        reason = _REASONS.get(code) if isinstance(code, int) else None
+        if reason is None:
+            reason = errno.errorcode.get(code, type(error).__name__) if code else "error"
+        if self.failed == 1:  # once per log: a refused log stays refused
+            log.warning("ledger log not written: %s", reason)
+        self.last_error = reason
+
     def _append(self, path: Path, line: bytes) -> None:
-        directory = path.parent
-        if not directory.exists():
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.chmod(directory, 0o700)  # mkdir's mode passes through the umask
-        if directory.is_symlink():
-            raise OSError(errno.ELOOP, "the log directory is a symlink")
+        directory = open_below(self.root or path.parent, path.parent)
         try:
-            before = os.lstat(path)
+            self._append_in(directory, path.name, line)
+        finally:
+            os.close(directory)
+
+    def _append_in(self, directory: int, name: str, line: bytes) -> None:
+        try:
+            before = os.stat(name, dir_fd=directory, follow_symlinks=False)
         except FileNotFoundError:
             before = None
         if before is not None:
-            if not stat.S_ISREG(before.st_mode):  # a symlink, a FIFO, a directory
-                raise OSError(errno.EPERM, "the log path is not a regular file")
+            _check_file(before)
             if before.st_size > 0 and before.st_size + len(line) > self.rotate_bytes:
                 # One backup: os.replace swaps a symlink at `.1` itself, never its target.
-                os.replace(path, path.with_name(path.name + ".1"))
-        fd = os.open(path, _OPEN_FLAGS, 0o600)
+                backup = name + ".1"
+                os.replace(name, backup, src_dir_fd=directory, dst_dir_fd=directory)
+        fd = os.open(name, _OPEN_FLAGS, 0o600, dir_fd=directory)
         try:
             opened = os.fstat(fd)
-            if not stat.S_ISREG(opened.st_mode):
-                raise OSError(errno.EPERM, "the log path is not a regular file")
+            _check_file(opened)  # again: the name may have changed since the stat
             if stat.S_IMODE(opened.st_mode) != 0o600:
                 with contextlib.suppress(OSError):  # not ours to change: write anyway
                     os.fchmod(fd, 0o600)
@@ -184,6 +235,59 @@ class LedgerLog:
                 view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
+
+
+def _check_file(info: os.stat_result) -> None:
+    """Refuse anything but a regular file with no other hard link."""
+    if not stat.S_ISREG(info.st_mode):  # a symlink, a FIFO, a directory
+        raise OSError(errno.EPERM, "the log path is not a regular file")
+    if info.st_nlink > 1:
+        raise OSError(errno.EMLINK, "the log file has another hard link")
+
+
+def open_below(root: Path, directory: Path) -> int:
+    """A descriptor of `directory`, reached from `root` one real directory at a time.
+
+    `root` is created (with any missing parent) `0700` if absent; each component below it is
+    opened relative to the one before without following a symlink, and created `0700` when
+    missing. A symlink on the way is `ELOOP`, a file `ENOTDIR`: nothing is opened outside.
+    """
+    root = Path(os.path.abspath(root))
+    parts = Path(os.path.abspath(directory)).relative_to(root).parts
+    _make_directories(root)
+    fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        for part in parts:
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                os.mkdir(part, 0o700, dir_fd=fd)
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                os.fchmod(child, 0o700)  # mkdir's mode passes through the umask
+            except NotADirectoryError:  # Linux says ENOTDIR for a symlink too: name it
+                if stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode):
+                    raise OSError(errno.ELOOP, "a directory of the log is a symlink") from None
+                raise
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _make_directories(path: Path) -> None:
+    """Create `path` and its missing parents, each `0700` whatever the umask."""
+    missing = []
+    while not path.is_dir():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o700)
+            os.chmod(directory, 0o700)
 
 
 # --- records ------------------------------------------------------------------------------------

@@ -9,8 +9,11 @@
   read back from session-events at the offset the fold recorded for that toolResult entry.
 
 Every view is routed by Faust's `table_route` on the session id, so any fold worker can be asked:
-the one that owns the session's partition answers (Faust proxies the request to it). An unknown
-session or ref is a 404 with a JSON `error`; a partition nobody owns yet (a rebalance) is a 503.
+the one that owns the session's partition answers (Faust proxies the request to it, with the
+caller's headers: the API token goes along). An unknown session or ref is a 404 with a JSON
+`error`; a session id or ref longer than `MAX_ID_CHARS` is a 400, refused before it is routed;
+a partition nobody owns yet (a rebalance) is a 503. Every view asks for the API token when the
+worker has one (web_auth.py).
 Reads see a session as of its last committed batch (an interrupted batch's journal is applied
 over the table for the read).
 """
@@ -40,6 +43,8 @@ from sessionfold.streams.topics import Topics
 
 #: How long a ref read waits for its record.
 READ_TIMEOUT_S = 10.0
+#: Longest session id or ref the API accepts (pi's session ids are 36-character UUIDs).
+MAX_ID_CHARS = 256
 
 
 def known(store: Store, session_id: str) -> bool:
@@ -156,6 +161,11 @@ def ref_document(location: RefLocation, value: bytes | None, topic: str) -> dict
     }
 
 
+def too_long(*ids: str) -> bool:
+    """Whether any of the ids is longer than the API accepts."""
+    return any(len(value) > MAX_ID_CHARS for value in ids)
+
+
 def register(
     app: faust.App,
     table: Any,
@@ -168,46 +178,65 @@ def register(
 ) -> None:
     """Add the state views to a fold worker's web server (`table` routes, `state` answers)."""
 
+    @app.table_route(table=table, match_info="session_id")
+    async def session(view: View, request: Request, session_id: str) -> Response:
+        document = session_document(read_view(state, session_id), session_id, config, ledger)
+        if document is None:
+            return _json(view, {"error": "unknown session", "session_id": session_id}, 404)
+        return _json(view, document)
+
+    @app.table_route(table=table, match_info="session_id")
+    async def flushes(view: View, request: Request, session_id: str) -> Response:
+        document = flushes_document(read_view(state, session_id), session_id)
+        if document is None:
+            return _json(view, {"error": "unknown session", "session_id": session_id}, 404)
+        return _json(view, document)
+
+    @app.table_route(table=table, match_info="session_id")
+    async def original(view: View, request: Request, session_id: str, ref: str) -> Response:
+        location = locate_ref(read_view(state, session_id), session_id, ref)
+        if isinstance(location, str):
+            return _json(view, {"error": location, "session_id": session_id, "ref": ref}, 404)
+        value = await asyncio.to_thread(
+            read_record,
+            bootstrap,
+            topics.session_events,
+            location.partition,
+            location.offset,
+            security,
+        )
+        document = ref_document(location, value, topics.session_events)
+        if document is None:
+            error = {"error": "original not in the log", "session_id": session_id, "ref": ref}
+            return _json(view, error, 404)
+        return _json(view, document)
+
+    # The length check runs before table_route: an id too long is refused where it arrives.
     class Session(View):
-        @app.table_route(table=table, match_info="session_id")
         async def get(self, request: Request, session_id: str) -> Response:
-            view = read_view(state, session_id)
-            document = session_document(view, session_id, config, ledger)
-            if document is None:
-                return _json(self, {"error": "unknown session", "session_id": session_id}, 404)
-            return _json(self, document)
+            if too_long(session_id):
+                return _too_long(self)
+            return await session(self, request, session_id)
 
     class Flushes(View):
-        @app.table_route(table=table, match_info="session_id")
         async def get(self, request: Request, session_id: str) -> Response:
-            document = flushes_document(read_view(state, session_id), session_id)
-            if document is None:
-                return _json(self, {"error": "unknown session", "session_id": session_id}, 404)
-            return _json(self, document)
+            if too_long(session_id):
+                return _too_long(self)
+            return await flushes(self, request, session_id)
 
     class Ref(View):
-        @app.table_route(table=table, match_info="session_id")
         async def get(self, request: Request, session_id: str, ref: str) -> Response:
-            location = locate_ref(read_view(state, session_id), session_id, ref)
-            if isinstance(location, str):
-                return _json(self, {"error": location, "session_id": session_id, "ref": ref}, 404)
-            value = await asyncio.to_thread(
-                read_record,
-                bootstrap,
-                topics.session_events,
-                location.partition,
-                location.offset,
-                security,
-            )
-            document = ref_document(location, value, topics.session_events)
-            if document is None:
-                error = {"error": "original not in the log", "session_id": session_id, "ref": ref}
-                return _json(self, error, 404)
-            return _json(self, document)
+            if too_long(session_id, ref):
+                return _too_long(self)
+            return await original(self, request, session_id, ref)
 
     app.page("/sessions/{session_id}", name="session")(Session)
     app.page("/sessions/{session_id}/flushes", name="session-flushes")(Flushes)
     app.page("/sessions/{session_id}/refs/{ref}", name="session-ref")(Ref)
+
+
+def _too_long(view: View) -> Response:
+    return _json(view, {"error": "id too long", "limit": MAX_ID_CHARS}, 400)
 
 
 def _json(view: View, body: Any, status: int = 200) -> Response:

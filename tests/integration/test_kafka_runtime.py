@@ -21,7 +21,9 @@ import pytest
 from conftest import unique_topic_prefix
 from kafka import KafkaProducer
 from kafka_workers import (
+    API_TOKEN,
     WorkerProcess,
+    auth,
     canonical,
     committed,
     metric,
@@ -221,32 +223,33 @@ def _check_refs_and_errors(url: str, embedded: Embedded) -> None:
     assert summarized
     session_id = summarized[0]
     original = _tool_result_of(embedded.runtime, session_id, "t1")
-    response = httpx.get(f"{url}/sessions/{session_id}/refs/t1", timeout=30)
+    response = httpx.get(f"{url}/sessions/{session_id}/refs/t1", timeout=30, headers=auth())
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["content"] == original["content"]
     assert body["tool_call_id"] == original["toolCallId"]
     assert body["location"]["topic"].endswith("session-events")
 
-    flushes = httpx.get(f"{url}/sessions/{session_id}/flushes", timeout=30).json()
+    flushes = httpx.get(f"{url}/sessions/{session_id}/flushes", timeout=30, headers=auth()).json()
     assert flushes["flush_attempts"] == embedded.states[session_id]["flush_attempts"]
     assert (flushes["outstanding"], flushes["held_events"]) == (None, 0)
 
-    missing = httpx.get(f"{url}/sessions/no-such-session", timeout=30)
+    missing = httpx.get(f"{url}/sessions/no-such-session", timeout=30, headers=auth())
     assert missing.status_code == 404
     assert missing.json()["error"] == "unknown session"
-    no_ref = httpx.get(f"{url}/sessions/{session_id}/refs/t999999", timeout=30)
+    no_ref = httpx.get(f"{url}/sessions/{session_id}/refs/t999999", timeout=30, headers=auth())
     assert (no_ref.status_code, no_ref.json()["error"]) == (404, "unknown ref")
 
 
 def _check_state_cli(url: str, embedded: Embedded) -> None:
     session_id = next(iter(embedded.states))
-    result = CliRunner().invoke(app, ["state", session_id, "--url", url, "--json"])
+    runner = CliRunner(env={"SESSIONFOLD_API_TOKEN": API_TOKEN})
+    result = runner.invoke(app, ["state", session_id, "--url", url, "--json"])
     assert result.exit_code == 0, result.output
     assert canonical(orjson.loads(result.stdout)) == canonical(embedded.states[session_id])
-    table = CliRunner().invoke(app, ["state", session_id, "--url", url])
+    table = runner.invoke(app, ["state", session_id, "--url", url])
     assert table.exit_code == 0 and "pending batches" in table.stdout
-    unknown = CliRunner().invoke(app, ["state", "no-such-session", "--url", url])
+    unknown = runner.invoke(app, ["state", "no-such-session", "--url", url])
     assert unknown.exit_code == 1
 
 

@@ -143,6 +143,68 @@ def test_a_symlinked_log_is_never_written_through(tmp_path: Path) -> None:
     assert list(real_dir.iterdir()) == []
 
 
+def test_a_symlinked_directory_below_the_state_root_is_never_followed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The state root's `sessionfold` directory as a symlink to a directory elsewhere, the log
+    one level deeper: refused with the reason `symlink`, warned about once, nothing created or
+    written outside the root."""
+    state = tmp_path / "state"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    state.mkdir()
+    (state / "sessionfold").symlink_to(outside, target_is_directory=True)
+    env = {
+        "XDG_STATE_HOME": str(state),
+        "SESSIONFOLD_LEDGER_LOG": str(state / "sessionfold" / "logs" / "ledger.jsonl"),
+    }
+    log = LedgerLog.from_env(env)
+    assert log.write({"event": "run"}) is False and log.write({"event": "run"}) is False
+    assert list(outside.iterdir()) == []
+    assert (log.last_error, log.failed, log.root) == ("symlink", 2, state)
+    warnings = [r.getMessage() for r in caplog.records if r.name.endswith("ledger_log")]
+    assert warnings == ["ledger log not written: symlink"]
+
+
+def test_a_symlinked_state_root_itself_is_trusted(tmp_path: Path) -> None:
+    """Above the root the user's own layout is trusted (a home or state dir may be a link)."""
+    real = tmp_path / "real-state"
+    real.mkdir()
+    (tmp_path / "state").symlink_to(real, target_is_directory=True)
+    log = LedgerLog.from_env({"XDG_STATE_HOME": str(tmp_path / "state")})
+    assert log.write({"event": "run"}), log.last_error
+    assert [r["event"] for r in lines(real / "sessionfold" / "ledger.jsonl")] == ["run"]
+
+
+def test_a_hard_linked_log_is_never_appended_to(tmp_path: Path) -> None:
+    """A log file with another name elsewhere (st_nlink 2) is refused, and not rotated."""
+    elsewhere = tmp_path / "someone-elses.txt"
+    elsewhere.write_text("keep\n")
+    path = tmp_path / "logs" / "ledger.jsonl"
+    path.parent.mkdir()
+    os.link(elsewhere, path)
+    log = LedgerLog(path, rotate_bytes=10)
+    assert log.write({"event": "run"}) is False and log.last_error == "hard-linked"
+    assert elsewhere.read_text() == "keep\n" and path.read_text() == "keep\n"
+    assert not path.with_name("ledger.jsonl.1").exists()
+
+
+def test_every_directory_the_log_creates_is_0700(tmp_path: Path) -> None:
+    """A missing state root and the directories below it are all created 0700 under a loose
+    umask; the file lands only below the root."""
+    state = tmp_path / "no" / "state"
+    old = os.umask(0o002)
+    try:
+        log = LedgerLog.from_env({"XDG_STATE_HOME": str(state)})
+        assert log.write({"event": "run"}), log.last_error
+    finally:
+        os.umask(old)
+    for directory in (tmp_path / "no", state, state / "sessionfold"):
+        assert mode(directory) == 0o700, directory
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert written == [state / "sessionfold" / "ledger.jsonl"]
+
+
 def test_a_non_regular_log_path_is_refused_without_blocking(tmp_path: Path) -> None:
     """A FIFO (with no reader) or a directory at the log path: refused, at once."""
     fifo = tmp_path / "fifo"
@@ -316,3 +378,29 @@ def test_report_without_a_log_says_so(tmp_path: Path, monkeypatch: pytest.Monkey
     assert result.exit_code == 1 and "cannot read the ledger log" in result.output
     empty = RUNNER.invoke(app, ["report", "--log", str(tmp_path / "none.jsonl"), "--json"])
     assert json.loads(empty.stdout)["records"] == []
+
+
+def test_report_names_the_log_it_read_and_filters_by_project(tmp_path: Path) -> None:
+    """Runs of two projects in one log: the digest counts both and says so, names the log on
+    stderr (home as ~), and `--cwd` keeps one project's records (its subdirectories too)."""
+    alpha, beta = tmp_path / "alpha", tmp_path / "beta"
+    (alpha / "sub").mkdir(parents=True)
+    beta.mkdir()
+    path = tmp_path / "ledger.jsonl"
+    log = LedgerLog(path)
+    for span, cwd in enumerate([alpha, beta, alpha / "sub", beta, beta]):
+        log.write({"event": "compaction", "span": span, "session": {"id": "s", "cwd": str(cwd)}})
+    everything = RUNNER.invoke(app, ["report", "--log", str(path), "--json"])
+    assert everything.exit_code == 0, everything.output
+    assert f"reading {path}" in everything.stderr
+    digest = json.loads(everything.stdout)
+    assert (digest["projects"], digest["project"], len(digest["records"])) == (3, None, 5)
+    for flag in ("--cwd", "--project"):
+        only = RUNNER.invoke(app, ["report", "--log", str(path), "--json", flag, str(alpha)])
+        assert only.exit_code == 0, only.output
+        filtered = json.loads(only.stdout)
+        assert [r["span"] for r in filtered["records"]] == [0, 2]
+        assert filtered["project"].startswith("/…#") and str(alpha) not in only.stdout
+    human = RUNNER.invoke(app, ["report", "--log", str(path)])
+    assert "several projects share this log" in human.stderr
+    assert "span 3" in human.stdout

@@ -14,6 +14,7 @@ from rich.console import Console
 from sessionfold.projections.config import ConfigError, PruneConfig, load_config
 from sessionfold.streams import kafka_security as ks
 from sessionfold.streams.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX
+from sessionfold.streams.web_auth import MIN_TOKEN_CHARS
 
 Bootstrap = Annotated[
     str,
@@ -213,6 +214,47 @@ def kafka_failure(bootstrap: str, exc: BaseException) -> str:
     )
 
 
+ApiToken = Annotated[
+    str | None,
+    typer.Option(
+        "--api-token",
+        envvar="SESSIONFOLD_API_TOKEN",
+        help="Bearer token of the state API (prefer the variable or --api-token-file: "
+        "a command-line value shows in the process list).",
+        show_default=False,
+    ),
+]
+
+ApiTokenFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--api-token-file",
+        envvar="SESSIONFOLD_API_TOKEN_FILE",
+        help="File holding the state API's bearer token (surrounding whitespace ignored).",
+    ),
+]
+
+
+def api_token_or_exit(err: Console, token: str | None, path: Path | None) -> str | None:
+    """The API token from a value or a file (not both), None for none; exit 2 if unusable."""
+    if token is not None and path is not None:
+        err.print("[red]--api-token and --api-token-file exclude each other[/]")
+        raise typer.Exit(2)
+    if path is not None:
+        try:
+            token = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            err.print(f"[red]cannot read the API token file:[/] {type(exc).__name__}")
+            raise typer.Exit(2) from None
+    if token is None:
+        return None
+    token = token.strip()
+    if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token):
+        err.print(f"[red]the API token must be at least {MIN_TOKEN_CHARS} characters, no spaces[/]")
+        raise typer.Exit(2)
+    return token
+
+
 def config_or_exit(err: Console, path: Path | None, overrides: list[str]) -> PruneConfig:
     """The pruning config from a TOML file and overrides; exit 2 naming the bad key."""
     try:
@@ -229,6 +271,8 @@ __all__ = [
     "DEFAULT_BOOTSTRAP",
     "DEFAULT_PARTITIONS",
     "DEFAULT_PREFIX",
+    "ApiToken",
+    "ApiTokenFile",
     "Bootstrap",
     "ConfigFile",
     "Ledger",
@@ -243,6 +287,7 @@ __all__ = [
     "SslKeyfile",
     "TopicPrefix",
     "access_or_exit",
+    "api_token_or_exit",
     "config_or_exit",
     "kafka_failure",
     "kafka_security_options",

@@ -7,6 +7,11 @@ knows, each as a number, a flag or a short code; ids and paths are replaced by a
 only whether it was under the home directory (`~/…#hash`), and an error message shows the
 home directory as `~` with every path in it hashed. A line that is not a record is counted and
 skipped. Nothing is read through a symlink or from anything but a regular file.
+
+The log is per user, so it mixes the runs of every project: the digest counts the projects
+(working directories) among the records it read, `--cwd PATH` (or `--project PATH`) keeps the
+records of sessions run in PATH or below it, and the path of the log read goes to stderr (home
+as `~`), out of what is pasted.
 """
 
 from __future__ import annotations
@@ -145,11 +150,22 @@ def _tail_lines(path: Path) -> list[bytes]:
     return [line for line in lines if line.strip()]
 
 
-def newest_records(path: Path, count: int = NEWEST) -> tuple[list[dict[str, Any]], int]:
-    """The newest `count` records of the log (its `.1` backup first), and lines skipped."""
-    lines = _tail_lines(path)
-    if len(lines) < count:
-        lines = _tail_lines(path.with_name(path.name + ".1")) + lines
+def project_roots(path: Path) -> tuple[str, ...]:
+    """The spellings of a project directory a record's cwd may use: as given and resolved."""
+    given = os.path.abspath(os.path.expanduser(str(path)))
+    return tuple(dict.fromkeys((given, os.path.realpath(given))))
+
+
+def in_project(record: dict[str, Any], roots: tuple[str, ...]) -> bool:
+    """Whether the record's session ran in one of `roots` or below it."""
+    session = record.get("session")
+    cwd = session.get("cwd") if isinstance(session, dict) else None
+    if not isinstance(cwd, str):
+        return False
+    return any(cwd == root or cwd.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def _records(lines: list[bytes]) -> tuple[list[dict[str, Any]], int]:
     records, skipped = [], 0
     for line in lines:
         try:
@@ -161,7 +177,31 @@ def newest_records(path: Path, count: int = NEWEST) -> tuple[list[dict[str, Any]
             records.append(value)
         else:
             skipped += 1
-    return records[-count:], skipped
+    return records, skipped
+
+
+def newest_records(
+    path: Path, count: int = NEWEST, roots: tuple[str, ...] | None = None
+) -> tuple[list[dict[str, Any]], int, int]:
+    """The newest `count` records of the log (its `.1` backup first), of the projects at
+    `roots` only when given; the lines skipped; and how many projects the records read span."""
+    records, skipped = _records(_tail_lines(path))
+    wanted = [r for r in records if roots is None or in_project(r, roots)]
+    if len(wanted) < count:
+        older, skipped_older = _records(_tail_lines(path.with_name(path.name + ".1")))
+        records, skipped = older + records, skipped + skipped_older
+        wanted = [r for r in records if roots is None or in_project(r, roots)]
+    return wanted[-count:], skipped, len(_projects(records))
+
+
+def _projects(records: list[dict[str, Any]]) -> set[str]:
+    """The distinct working directories the records' sessions ran in."""
+    found = set()
+    for record in records:
+        session = record.get("session")
+        if isinstance(session, dict) and isinstance(session.get("cwd"), str):
+            found.add(session["cwd"])
+    return found
 
 
 def _human(record: dict[str, Any]) -> str:
@@ -210,27 +250,47 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON (stable).")] = False,
+        cwd: Annotated[
+            Path | None,
+            typer.Option(
+                "--cwd",
+                "--project",
+                help="Only records of sessions run in this directory or below it.",
+            ),
+        ] = None,
     ) -> None:
         """A digest of the ledger log's newest eight records, safe to paste into an issue."""
         path = log if log is not None else log_path()
         if path is None:
             typer.echo("the ledger log is off (SESSIONFOLD_LEDGER_LOG); pass --log PATH", err=True)
             raise typer.Exit(1)
+        home = _home()
+        typer.echo(f"reading {scrub_home(str(path), home)}", err=True)
+        roots = None if cwd is None else project_roots(cwd)
         try:
-            raw, skipped = newest_records(path)
+            raw, skipped, projects = newest_records(path, roots=roots)
         except OSError as exc:
             name = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
             typer.echo(f"cannot read the ledger log: {name}", err=True)
             raise typer.Exit(1) from None
-        home = _home()
         records = [digest_record(record, home) for record in raw]
         if as_json:
-            typer.echo(safe_json({"records": records, "skipped": skipped, "newest": NEWEST}))
+            document = {
+                "records": records,
+                "skipped": skipped,
+                "newest": NEWEST,
+                "projects": projects,
+                "project": None if roots is None else hashed_path(roots[0], home),
+            }
+            typer.echo(safe_json(document))
             return
+        scope = "" if roots is None else f" of project {hashed_path(roots[0], home)}"
         typer.echo(
-            f"sessionfold ledger log: the {len(records)} newest records "
-            f"(ids and paths hashed, home as ~)"
-            + (f"; {skipped} unreadable lines skipped" if skipped else "")
+            f"sessionfold ledger log: the {len(records)} newest records{scope} "
+            f"(ids and paths hashed, home as ~); the records read span {projects} "
+            "working directories" + (f"; {skipped} unreadable lines skipped" if skipped else "")
         )
+        if roots is None and projects > 1:
+            typer.echo("several projects share this log: --cwd PATH shows one", err=True)
         for record in records:
             typer.echo(_human(record))

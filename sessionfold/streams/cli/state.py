@@ -3,8 +3,10 @@
 Any fold worker of the app can be asked (`--url`, env `SESSIONFOLD_STATE_URL`): the one owning
 the session's partition answers. `--json` prints the API's document with sorted keys: the same
 shape as one session of `sessionfold fold --json`. `--flushes` shows the flush attempts,
-`--ref tN` the original tool output a summary ref stands for. Exit 1 for an unknown session or
-ref, or a worker that cannot answer; 2 for a usage error.
+`--ref tN` the original tool output a summary ref stands for. The API token (`--api-token`,
+env `SESSIONFOLD_API_TOKEN`, or `--api-token-file`) is sent as `Authorization: Bearer`. Exit 1
+for an unknown session or ref, a refused token, or a worker that cannot answer; 2 for a usage
+error.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from sessionfold.streams.cli.options import ApiToken, ApiTokenFile, api_token_or_exit
 from sessionfold.streams.cli.session_table import session_table
 
 DEFAULT_URL = "http://127.0.0.1:6066"
@@ -48,18 +51,21 @@ def register(app: typer.Typer) -> None:
         timeout: Annotated[
             float, typer.Option("--timeout", min=0.1, help="Seconds to wait for the worker.")
         ] = 30.0,
+        api_token: ApiToken = None,
+        api_token_file: ApiTokenFile = None,
     ) -> None:
         """Print one session's projections (or flushes, or a ref's original) from a worker."""
         err = Console(stderr=True)
         if flushes and ref is not None:
             err.print("[red]--flushes and --ref exclude each other[/]")
             raise typer.Exit(2)
+        token = api_token_or_exit(err, api_token, api_token_file)
         path = f"/sessions/{quote(session, safe='')}"
         if flushes:
             path += "/flushes"
         elif ref is not None:
             path += f"/refs/{quote(ref, safe='')}"
-        document = _fetch(err, url.rstrip("/") + path, timeout)
+        document = _fetch(err, url.rstrip("/") + path, timeout, token)
         if as_json:
             typer.echo(orjson.dumps(document, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2))
             return
@@ -72,9 +78,14 @@ def register(app: typer.Typer) -> None:
             out.print(session_table(session, document))
 
 
-def _fetch(err: Console, url: str, timeout: float) -> dict[str, Any]:
+def auth_headers(token: str | None) -> dict[str, str]:
+    """The request headers that carry the API token (none without one)."""
+    return {} if token is None else {"Authorization": f"Bearer {token}"}
+
+
+def _fetch(err: Console, url: str, timeout: float, token: str | None) -> dict[str, Any]:
     try:
-        response = httpx.get(url, timeout=timeout)
+        response = httpx.get(url, timeout=timeout, headers=auth_headers(token))
     except httpx.HTTPError as exc:
         err.print(f"[red]cannot reach the worker:[/] {type(exc).__name__}", highlight=False)
         raise typer.Exit(1) from None
@@ -85,6 +96,9 @@ def _fetch(err: Console, url: str, timeout: float) -> dict[str, Any]:
     if response.status_code != 200:
         reason = body.get("error", response.reason_phrase) if isinstance(body, dict) else ""
         err.print(f"[red]{response.status_code}:[/] {reason}", highlight=False)
+        if response.status_code == 401:
+            hint = "a wrong token" if token else "no token: set SESSIONFOLD_API_TOKEN"
+            err.print(f"the worker asks for an API token ({hint})", highlight=False)
         raise typer.Exit(1)
     return body
 

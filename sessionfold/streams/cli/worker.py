@@ -4,7 +4,9 @@ It creates the topics if they are missing, checks that they are co-partitioned, 
 app (`faust_app.make_app`) and runs it with Faust's worker (logging, signals, graceful leave).
 Each role scales by starting more workers with the same topic prefix and app id; give each its
 own `--web-port`. `--config`/`--set` are the pruning settings, as for `sessionfold fold`; every
-fold worker of one app must run with the same ones.
+fold worker of one app must run with the same ones, and with the same API token (requests are
+proxied between them with the caller's token). The web server binds 127.0.0.1 unless
+`--web-bind` widens it; a wider bind without a token is warned about (docs/security.md).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from sessionfold.streams.cli.options import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_PARTITIONS,
     DEFAULT_PREFIX,
+    ApiToken,
+    ApiTokenFile,
     Bootstrap,
     ConfigFile,
     Ledger,
@@ -35,6 +39,7 @@ from sessionfold.streams.cli.options import (
     Settings,
     TopicPrefix,
     access_or_exit,
+    api_token_or_exit,
     config_or_exit,
     kafka_failure,
     kafka_security_options,
@@ -46,6 +51,7 @@ from sessionfold.streams.kafka_security import (
 )
 from sessionfold.streams.summarizer import ModelPort, OfflineSummarizer
 from sessionfold.streams.topics import Topics, ensure_topics
+from sessionfold.streams.web_auth import exposure_warning
 
 if TYPE_CHECKING:
     from sessionfold.streams.worker import SourceRecord
@@ -86,8 +92,12 @@ def register(app: typer.Typer) -> None:
         ] = 6066,
         web_bind: Annotated[
             str,
-            typer.Option("--web-bind", envvar="SESSIONFOLD_WEB_BIND", help="Address to listen on."),
-        ] = "0.0.0.0",
+            typer.Option(
+                "--web-bind",
+                envvar="SESSIONFOLD_WEB_BIND",
+                help="Address to listen on (0.0.0.0: every address; set an API token then).",
+            ),
+        ] = "127.0.0.1",
         web_host: Annotated[
             str | None,
             typer.Option(
@@ -97,6 +107,8 @@ def register(app: typer.Typer) -> None:
                 "host name when binding all addresses).",
             ),
         ] = None,
+        api_token: ApiToken = None,
+        api_token_file: ApiTokenFile = None,
         app_id: Annotated[
             str | None,
             typer.Option(
@@ -165,6 +177,7 @@ def register(app: typer.Typer) -> None:
             err.print("[red]--role must be fold, summarize or all[/]")
             raise typer.Exit(2)
         config = config_or_exit(err, config_file, settings or [])
+        token = api_token_or_exit(err, api_token, api_token_file)
         topics = Topics(topic_prefix)
         access_or_exit(err, bootstrap, security)
         try:
@@ -192,6 +205,7 @@ def register(app: typer.Typer) -> None:
                 web_port=web_port,
                 web_bind=web_bind,
                 web_host=web_host,
+                api_token=token,
                 store=store,
                 data_dir=data_dir,
                 processing_guarantee=processing_guarantee,  # type: ignore[arg-type]
@@ -208,6 +222,9 @@ def register(app: typer.Typer) -> None:
         except ValueError as exc:
             err.print(f"[red]cannot use the ledger model:[/] {exc}", highlight=False)
             raise typer.Exit(2) from None
+        warning = exposure_warning(web_bind, token)
+        if warning is not None:
+            err.print(f"[yellow]warning:[/] {warning}", highlight=False)
         faust_app = make_app(
             worker_settings,
             model_port=model_port_for(config),
