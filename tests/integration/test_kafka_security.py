@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
-from kafka_workers import WorkerProcess, canonical, wait_converged
+from kafka_workers import WorkerProcess, auth, canonical, wait_converged
 from tls_certs import TlsFiles, make_tls_files
 
 from sessionfold.streams import broker
@@ -184,7 +184,7 @@ def test_publish_fold_and_replay_over_sasl_ssl(
         # The state API reads the original behind a ref from session-events: a client of its own.
         state = expected[SESSION_ID]
         assert isinstance(state, dict) and state["stats"]["summaries"] > 0
-        ref = httpx.get(f"{worker.url}/sessions/{SESSION_ID}/refs/t1", timeout=60)
+        ref = httpx.get(f"{worker.url}/sessions/{SESSION_ID}/refs/t1", timeout=60, headers=auth())
         assert ref.status_code == 200, ref.text
         assert ref.json()["location"]["topic"] == f"{prefix}session-events"
     finally:
