@@ -6,7 +6,9 @@ Three agents, each a loop over its records:
   records that arrive back to back into one `Batch` and commits the batch's writes (each key
   once) and its outputs (flush requests, ledger pass requests, flush-metrics) through the
   journal (kafka_store.py), so a crash at any point is repaired by redelivery; it also records
-  where each toolResult entry sits in the log.
+  where each toolResult entry sits in the log, and keeps each outstanding request as sent
+  (`keep_requests`), which a recovered worker sends again while its session still waits on it
+  (`FoldRuntime.resend_outstanding`).
 - dead-letter count (dead-letters): `count_dead_letter` keeps each session's count, once per
   record, for the state API (the embedded runtime counts the same dead letters).
 - summarize (flush-requests): `SummarizeRuntime` answers a request in a thread (a real model
