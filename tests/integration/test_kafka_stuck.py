@@ -24,7 +24,7 @@ from sessionfold.streams.embedded import fold_files
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
-def _changelog(bootstrap: str, prefix: str) -> str:
+def _changelog(prefix: str) -> str:
     """The state table's changelog topic (Faust: `<app id>-<table>-changelog`)."""
     return f"{prefix}worker-state-changelog"
 
@@ -86,7 +86,7 @@ def test_a_restart_frees_a_session_whose_changelog_waits_on_consumed_answers(
     path = shared_sessions / "before-compaction.jsonl"
     expected: dict[str, Any] = fold_files([path])["sessions"]
     prefix = unique_topic_prefix()
-    changelog = _changelog(kafka_bootstrap, prefix)
+    changelog = _changelog(prefix)
     publish_tree(kafka_bootstrap, prefix, 1, [path], tmp_path / "publish.json")
     fold = WorkerProcess(kafka_bootstrap, prefix, "fold", 1, tmp_path)
     summarize = WorkerProcess(kafka_bootstrap, prefix, "summarize", 1, tmp_path)
