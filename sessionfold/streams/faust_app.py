@@ -767,6 +767,9 @@ def _add_fold(
 
     async def on_recovered() -> None:
         tracker.rebuild()
+        # After every recovery (a start, any assignment): a session whose recovered state waits
+        # on an answer already consumed is freed by asking again (worker.py, keep_requests).
+        await runtime.resend_outstanding(settings.partitions, _active(app, topics))
 
     app.agent(inputs, name="fold", concurrency=1)(fold)
     app.agent(_topic(app, topics.dead_letters), name="dead-letters", concurrency=1)(

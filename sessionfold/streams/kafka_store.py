@@ -14,7 +14,9 @@ awaited until acknowledged; then the journal is deleted. A journal still there w
 record of its session arrives (a crash came between) is replayed: its writes are absolute values
 and its outputs are answered idempotently downstream, so doing it twice is harmless; the batch's
 records, not acknowledged yet, are redelivered and ignored by sequence number (a compaction by
-its request id). Runtime rows other than the journal live under `sid/rt/` too.
+its request id). Runtime rows other than the journal live under `sid/rt/` too: log positions
+(`o/<seq>`), the dead-letter count (`dl`) and each outstanding request as sent (`rq/<fold>`, so a
+recovered worker can send it again: worker.py, `outstanding_requests`).
 
 A `Backend` returns an acknowledgement for every write; the runtime acknowledges a batch's source
 records to Faust only when all of them (and its outputs) are acknowledged, so an offset is never
@@ -82,6 +84,11 @@ def journal_key(session_id: str) -> str:
 def offset_key(session_id: str, seq: int) -> str:
     """Where the log position of a session's toolResult entry `seq` is recorded."""
     return key(session_id, "rt", "o", seq)
+
+
+def request_key(session_id: str, fold: str) -> str:
+    """Where the request a session's `fold` (`pr` or `ledger`) waits on is kept, while it waits."""
+    return key(session_id, "rt", "rq", fold)
 
 
 def dead_letter_key(session_id: str) -> str:

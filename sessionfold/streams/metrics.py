@@ -42,6 +42,7 @@ class Metrics:
     flush_attempts: Counter
     compactions: Counter
     journal_replays: Counter
+    requests_resent: Counter
     dead_letters: Counter
     summarizer_requests: Counter
     summarizer_batches: Counter
@@ -97,6 +98,13 @@ def create(registry: CollectorRegistry) -> Metrics:
         journal_replays=Counter(
             name("journal_replays"),
             "Batch journals a crashed worker left behind and this one completed.",
+            registry=registry,
+        ),
+        requests_resent=Counter(
+            name("requests_resent"),
+            "Outstanding requests a recovered fold worker sent again, by kind: pruning (a "
+            "flush), ledger (a pass).",
+            ["kind"],
             registry=registry,
         ),
         dead_letters=Counter(

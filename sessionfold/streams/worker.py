@@ -6,7 +6,9 @@ Three agents, each a loop over its records:
   records that arrive back to back into one `Batch` and commits the batch's writes (each key
   once) and its outputs (flush requests, ledger pass requests, flush-metrics) through the
   journal (kafka_store.py), so a crash at any point is repaired by redelivery; it also records
-  where each toolResult entry sits in the log.
+  where each toolResult entry sits in the log, and keeps each outstanding request as sent
+  (`keep_requests`), which a recovered worker sends again while its session still waits on it
+  (`FoldRuntime.resend_outstanding`).
 - dead-letter count (dead-letters): `count_dead_letter` keeps each session's count, once per
   record, for the state API (the embedded runtime counts the same dead letters).
 - summarize (flush-requests): `SummarizeRuntime` answers a request in a thread (a real model
@@ -42,6 +44,7 @@ from sessionfold.events.envelope import (
     SchemaVersionError,
     decode,
     encode,
+    from_dict,
 )
 from sessionfold.events.flush import (
     CompactionPayload,
@@ -72,6 +75,7 @@ from sessionfold.streams.kafka_store import (
     offset_key,
     open_journal,
     read_view,
+    request_key,
     write_keys,
 )
 from sessionfold.streams.metrics import FleetSnapshot, Metrics
@@ -146,6 +150,8 @@ def fold_record(
     if isinstance(envelope, CompactionEnvelope):
         outcome = _compaction_outcome(store, envelope)
         outputs = apply_folds(store, envelope, config, ledger)
+        forget_answered(store, envelope.session_id)
+        keep_requests(store, envelope.session_id, outputs)
         return FoldResult(kind="compaction", compaction=outcome, outputs=outputs)
     if envelope.kind not in SESSION_EVENT_KINDS:
         return FoldResult(fault=Fault("unexpected-kind", f"{envelope.kind.value} is not folded"))
@@ -159,7 +165,88 @@ def fold_record(
         position = {"p": record.partition, "o": record.offset}
         store.put(offset_key(session_id, envelope.seq), position)
     outputs = apply_folds(store, envelope, config, ledger)
+    keep_requests(store, session_id, outputs)
     return FoldResult(kind=envelope.kind.value, fresh=fresh, outputs=outputs)
+
+
+# --- outstanding requests, kept so a recovered worker can send them again ---------------------
+
+#: The folds that raise requests, by the tag of the row their outstanding request is kept in.
+PRUNING_FOLD, LEDGER_FOLD = "pr", "ledger"
+
+
+def request_fold(envelope: FlushRequestEnvelope) -> str:
+    """Which fold raised a request: the ledger (a pass) or pruning (a flush)."""
+    return LEDGER_FOLD if is_ledger_request(envelope) else PRUNING_FOLD
+
+
+def request_id_of(envelope: FlushRequestEnvelope) -> str | None:
+    """The id a request's answer must name."""
+    if is_ledger_request(envelope):
+        return read_ledger_request(envelope).get("request")
+    return getattr(envelope.payload, "request_id", None)
+
+
+def awaited_request(store: Store, session_id: str, fold: str) -> str | None:
+    """The id of the request the session's `fold` waits on (its barrier is up), or None."""
+    if fold == PRUNING_FOLD:
+        return pruning.load_head(store, session_id)["out"]
+    head = load_ledger_head(store, session_id)
+    return None if head is None else head.get("pending")
+
+
+def keep_requests(store: Store, session_id: str, outputs: list[Any]) -> None:
+    """Keep each request a step raised, as sent, in the session's runtime rows.
+
+    It is written in the same batch (journal) as the state that waits on it, so whatever
+    changelog state says a request is outstanding also holds the request: if that state comes
+    back after its answer was consumed (an older value the changelog ends with), a recovered
+    worker sends it again (`outstanding_requests`). One row per fold and session, overwritten
+    by the fold's next request; Kafka only (the embedded runtime never loses an answer).
+    """
+    for envelope in outputs:
+        if isinstance(envelope, FlushRequestEnvelope):
+            kept = request_key(session_id, request_fold(envelope))
+            store.put(kept, envelope.model_dump(mode="json"))
+
+
+def forget_answered(store: Store, session_id: str) -> None:
+    """Drop the kept request of each fold whose barrier an answer took down."""
+    for fold in (PRUNING_FOLD, LEDGER_FOLD):
+        kept = request_key(session_id, fold)
+        if store.get(kept) is not None and awaited_request(store, session_id, fold) is None:
+            store.delete(kept)
+
+
+#: How a kept request's row key ends, by fold.
+_KEPT_SUFFIXES = {fold: request_key("", fold) for fold in (PRUNING_FOLD, LEDGER_FOLD)}
+
+
+def outstanding_requests(table: Backend, partitions: int, active: set[int]) -> list[Any]:
+    """The kept requests of the sessions on `active` partitions whose folds still wait on them.
+
+    Only keys are scanned (the recovery's session scan reads them all anyway); a value is read
+    for each kept request, one per fold and session at most. A request whose answer was applied
+    after all, or that another request replaced, is left out.
+    """
+    found = []
+    for table_key in list(table.keys()):
+        for fold, suffix in _KEPT_SUFFIXES.items():
+            if not table_key.endswith(suffix):
+                continue
+            session_id = table_key[: -len(suffix)]
+            if partition_of(session_id, partitions) not in active:
+                continue
+            view = read_view(table, session_id)
+            try:
+                envelope = from_dict(view.get(table_key))
+            except EnvelopeError:
+                log.warning("kept request unreadable", extra={"session": session_id})
+                continue
+            awaited = awaited_request(view, session_id, fold)
+            if isinstance(envelope, FlushRequestEnvelope) and awaited == request_id_of(envelope):
+                found.append(envelope)
+    return found
 
 
 def _compaction_outcome(store: Store, envelope: CompactionEnvelope) -> str:
@@ -599,6 +686,28 @@ class FoldRuntime:
             if session_id is not None and result.kind is not None:
                 self.tracker.touch(session_id, partition)
         return asyncio.gather(*acks)
+
+    async def resend_outstanding(self, partitions: int, active: set[int]) -> int:
+        """Send again every request the sessions on `active` partitions wait on; how many.
+
+        Called once a recovery has rebuilt the table: a session whose changelog state waits on a
+        request whose answer was consumed earlier (an older state written back after the answer,
+        see `keep_requests`) would otherwise wait for ever. The request goes out with the same
+        id and body; the summarizer answers it again, and the fold applies whichever answer
+        comes first while the request is outstanding and ignores the rest, so a request that
+        was waiting for its first answer anyway costs one more model call and changes nothing.
+        """
+        envelopes = outstanding_requests(self.table, partitions, active)
+        sent = []
+        for envelope in envelopes:
+            key = envelope.session_id.encode()
+            sent.append(await self.send(Output(self.topics.flush_requests, key, encode(envelope))))
+            kind = "ledger" if request_fold(envelope) == LEDGER_FOLD else "pruning"
+            self.metrics.requests_resent.labels(kind=kind).inc()
+        await asyncio.gather(*sent)
+        if envelopes:
+            log.warning("outstanding requests sent again", extra={"requests": len(envelopes)})
+        return len(envelopes)
 
     async def handle_dead_letter(self, record: SourceRecord) -> Awaitable[Any]:
         """Count one dead-letter record into its session's state (one key: atomic)."""

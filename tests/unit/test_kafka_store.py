@@ -46,6 +46,7 @@ from sessionfold.streams.worker import (
     SessionTracker,
     SourceRecord,
     SummarizeRuntime,
+    awaited_request,
     count_dead_letter,
     fold_record,
     read_envelope,
@@ -597,3 +598,103 @@ def test_lost_changelog_writes_change_nothing(
     assert cluster.crashes > 10
     assert all(state["ledger"]["span"] == 2 for state in expected.values())
     _assert_embedded_states(cluster.lagging.durable, expected)
+
+
+class RestartingCluster(Cluster):
+    """Consumers whose committed positions survive a restart of the fold, and a summarizer that
+    can be kept down; each record is committed once folded (or answered)."""
+
+    def __init__(self) -> None:
+        super().__init__(CrashingTable())
+        names = (TOPICS.session_events, TOPICS.compaction_events, TOPICS.flush_requests)
+        self.committed = dict.fromkeys(names, 0)
+
+    async def drain(self, answer: bool = True) -> None:
+        """Fold (and, with `answer`, answer requests) until nothing is left to read."""
+        fold_inputs = (TOPICS.session_events, TOPICS.compaction_events)
+        progressed = True
+        while progressed:
+            progressed = False
+            for topic in fold_inputs:
+                position = self.committed[topic]
+                if position < len(self.logs[topic]):
+                    output = self.logs[topic][position]
+                    record = SourceRecord(topic, 0, position, output.key, output.value)
+                    await (await self.fold.handle(record))
+                    self.committed[topic] += 1
+                    progressed = True
+            requests = self.committed[TOPICS.flush_requests]
+            if answer and requests < len(self.logs[TOPICS.flush_requests]):
+                assert await self.answer(requests)
+                self.committed[TOPICS.flush_requests] += 1
+                progressed = True
+
+    async def restart(self) -> int:
+        """A new fold worker over the recovered table, as the recovery callback runs it."""
+        self.fold = self.new_fold()
+        return await self.fold.resend_outstanding(1, {0})
+
+    def waiting(self, session_id: str) -> dict[str, Any]:
+        """The ids the session's pruning and ledger folds wait on."""
+        view = read_view(MemoryBackend(self.table), session_id)
+        return {fold: awaited_request(view, session_id, fold) for fold in ("pr", "ledger")}
+
+
+def _answers_by_request(cluster: Cluster) -> Counter[str]:
+    answers: Counter[str] = Counter()
+    for output in cluster.logs[TOPICS.compaction_events]:
+        payload = orjson.loads(output.value)["payload"]
+        answers[payload.get("request_id") or payload.get("request")] += 1
+    return answers
+
+
+class TestStuckRequests:
+    def test_a_session_whose_changelog_went_back_to_a_consumed_request_is_freed(
+        self, shared_sessions: Path
+    ) -> None:
+        """The changelog ends with the session waiting on requests whose answers were consumed
+        and committed (an older state written back after them): after a restart the requests
+        go out again with their ids, and the session ends as the embedded runtime folds it."""
+        paths = [shared_sessions / "before-compaction.jsonl"]
+        expected = fold_files(paths)["sessions"]
+        (session_id,) = expected
+        cluster = RestartingCluster()
+        _publish(cluster, paths)
+        asyncio.run(cluster.drain(answer=False))  # the summarizer is down: the barriers stay up
+        waiting = cluster.waiting(session_id)
+        assert all(waiting.values()), waiting
+        stuck = dict(cluster.table)
+        asyncio.run(cluster.drain())
+        _assert_embedded_states(cluster.table, expected)
+        answered = _answers_by_request(cluster)
+        assert all(answered[rid] == 1 for rid in waiting.values())
+        # Every key back to its value at the stuck point, as a late batch's writes would leave it.
+        dict.clear(cluster.table)
+        dict.update(cluster.table, stuck)
+        resent = asyncio.run(cluster.restart())
+        asyncio.run(cluster.drain())
+        states = _assert_embedded_states(cluster.table, expected)
+        assert resent == 2  # the pruning flush and the ledger pass
+        assert cluster.waiting(session_id) == {"pr": None, "ledger": None}
+        assert all(_answers_by_request(cluster)[rid] == 2 for rid in waiting.values())
+        recorded = Counter(a["request_id"] for a in states[session_id]["flush_attempts"])
+        assert max(recorded.values()) == 1
+        assert not any("/rt/rq/" in k for k in cluster.table)
+
+    def test_a_request_sent_again_while_its_answer_is_due_changes_nothing(
+        self, fleet: tuple[list[Path], Any]
+    ) -> None:
+        """A restart while requests wait for their first answer sends them again: both answers
+        arrive, the first applied is the one that counts, and every session ends as embedded
+        with each request applied once."""
+        paths, expected = fleet
+        cluster = RestartingCluster()
+        _publish(cluster, paths)
+        asyncio.run(cluster.drain(answer=False))
+        resent = asyncio.run(cluster.restart())
+        assert resent >= len(expected)
+        asyncio.run(cluster.drain())
+        states = _assert_embedded_states(cluster.table, expected)
+        _assert_requests_applied_once(cluster, states)
+        assert max(_answers_by_request(cluster).values()) == 2
+        assert asyncio.run(cluster.restart()) == 0
