@@ -288,6 +288,58 @@ def deep_field(rng: random.Random, corpus: Corpus) -> Case:
     return _dead_line(corpus, i, deep, readable_id=False)
 
 
+_CUT = "@@lone-surrogate@@"
+
+
+def _texts(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Paths of the `text` strings in an entry (pi's text and thinking blocks)."""
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return []
+    found = []
+    for key, item in items:
+        if key == "text" and isinstance(item, str):
+            found.append((*path, key))
+        found += _texts(item, (*path, key))
+    return found
+
+
+def _with_text_end(obj: Entry, path: tuple[Any, ...], end: str) -> Entry:
+    """A copy of `obj` with `end` added to the string at `path`."""
+    copy = json.loads(json.dumps(obj))
+    holder = copy
+    for key in path[:-1]:
+        holder = holder[key]
+    holder[path[-1]] += end
+    return copy  # type: ignore[no-any-return]
+
+
+def lone_surrogate(rng: random.Random, corpus: Corpus) -> Case:
+    """A text cut inside a surrogate pair, as JavaScript writes it (`\\ud83d`): read as U+FFFD."""
+    lines = corpus.lines()
+    candidates = [(i, p) for i in range(1, len(lines)) for p in _texts(corpus.objects[i])]
+    if not candidates:
+        return Case(lines, lines, "state")
+    i, path = rng.choice(candidates)
+    cut = dumps_entry(_with_text_end(corpus.objects[i], path, _CUT)).encode()
+    damaged = cut.replace(_CUT.encode(), b"\\ud83d")
+    fixed = dumps_entry(_with_text_end(corpus.objects[i], path, "\ufffd")).encode()
+    return Case(
+        [*lines[:i], damaged, *lines[i + 1 :]], [*lines[:i], fixed, *lines[i + 1 :]], "state"
+    )
+
+
+def non_finite(rng: random.Random, corpus: Corpus) -> Case:
+    """A number JSON has no text for (`NaN`, `Infinity`, past a double): a dead line."""
+    i = _line_index(rng, corpus)
+    line = corpus.lines()[i]
+    number = rng.choice([b"NaN", b"Infinity", b"-Infinity", b"1e400"])
+    return _dead_line(corpus, i, line[:-1] + b',"x-n":' + number + b"}", readable_id=False)
+
+
 MUTATIONS: dict[str, Callable[[random.Random, Corpus], Case]] = {
     f.__name__: f
     for f in (
@@ -308,6 +360,8 @@ MUTATIONS: dict[str, Callable[[random.Random, Corpus], Case]] = {
         bom,
         deep_array,
         deep_field,
+        lone_surrogate,
+        non_finite,
     )
 }
 

@@ -25,6 +25,8 @@ Oracles (what the damaged file must fold to, dead-letter counts aside):
 - a duplicate id: the file without the duplicate line;
 - an unknown type: the neutral node; two objects on a line, CRLF, blank lines, a huge valid
   line: the intact file;
+- a lone surrogate escape in a text: the file with U+FFFD there; a non-finite number (`NaN`,
+  `Infinity`, `1e400`): a dead line, like any line that is not JSON;
 - parent cycles: no oracle but no crash, no hang and the counts.
 """
 
