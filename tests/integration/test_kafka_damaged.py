@@ -1,6 +1,7 @@
 """Damaged session files through the real Kafka path: `sessionfold publish` (a subprocess), one
-`--role all` worker, the state API, `sessionfold replay` from the topics, and the dead-letter
-topic, each equal to what the embedded runtime makes of the same files.
+`--role all` worker, the state API, `sessionfold replay` from the topics (to the end, and to
+points at dead lines), and the dead-letter topic, each equal to what the embedded runtime makes
+of the same files.
 
 The fleet is one damaged file per mutation of the fuzz suite (tests/damaged_sessions.py), over
 generated v3, v2 and v1 sessions and windows of the two real (v1) sessions, plus a few damages
@@ -38,10 +39,11 @@ from typer.testing import CliRunner
 from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope
 from sessionfold.streams.cli import app
 from sessionfold.streams.embedded import fold_files
-from sessionfold.streams.replay import replay_files
+from sessionfold.streams.replay import Point, replay_files, replay_topic
 from sessionfold.streams.session_file import MAX_LINE_ENV, DeadLetter, read_session_file
 from sessionfold.streams.synthetic import dumps_entry
 from sessionfold.streams.topic_reader import read_topic
+from sessionfold.streams.topics import Topics
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -223,3 +225,19 @@ def test_damaged_fleet_on_kafka_equals_embedded(
     assert replayed.exit_code == 0, replayed.output
     assert canonical(orjson.loads(replayed.stdout)) == canonical(expected.replay)
     assert canonical(expected.replay) == canonical(expected.fold)
+    _check_points_at_dead_lines(kafka_bootstrap, prefix, expected)
+
+
+def _check_points_at_dead_lines(bootstrap: str, prefix: str, expected: Expected) -> None:
+    """--until-seq at each session's first placeholder and just before it: the topics' replay
+    counts the same dead letters as the files' (the letter's line decides, not its order)."""
+    firsts: dict[str, int] = {}
+    for record in expected.records:
+        if isinstance(record, PlaceholderEnvelope):
+            firsts.setdefault(record.session_id, record.seq)
+    assert len(firsts) >= 10
+    for session_id, seq in firsts.items():
+        for point in (Point("seq", seq), Point("seq", seq - 1)):
+            files = replay_files(expected.paths, sessions=[session_id], point=point)
+            topics = replay_topic(bootstrap, Topics(prefix), sessions=[session_id], point=point)
+            assert canonical(topics.result()) == canonical(files.result()), (session_id, point)
