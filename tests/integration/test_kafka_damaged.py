@@ -68,6 +68,11 @@ def _invalid_without_parent(rng: random.Random, corpus: Corpus) -> Case:
     return Case([dumps_entry(o).encode() for o in objects])
 
 
+def _before_header(rng: random.Random, corpus: Corpus) -> Case:
+    """Lines before the session header: dead letters of no session (keyed by the file)."""
+    return Case([b"not a header", b'{"type":"message"}', *corpus.lines()])
+
+
 #: (corpus, mutation) pairs of the fleet: every damage the reader knows, v1, v2 and v3.
 FLEET: list[tuple[str, str]] = [
     ("gen-v3", "truncated"),
@@ -99,6 +104,7 @@ FLEET: list[tuple[str, str]] = [
 EXTRA: dict[str, Callable[[random.Random, Corpus], Case]] = {
     "without_parent": _without_parent,
     "invalid_without_parent": _invalid_without_parent,
+    "before_header": _before_header,
 }
 FLEET += [("gen-v3", name) for name in EXTRA]
 
@@ -179,6 +185,7 @@ def test_damaged_fleet_on_kafka_equals_embedded(
     sessions = expected.fold["sessions"]
     assert len(sessions) == len(FLEET)  # one session per file: the corpora's ids are distinct
     letters = expected.letters()
+    assert expected.fold["dead_letters"] == 2  # before the header
     errors = Counter(letter.error for letter in letters)
     for error in ("JSONDecodeError", "UnicodeDecodeError", "EntryError", "DuplicateId"):
         assert errors[error] >= 1, errors
