@@ -7,17 +7,25 @@ reported by its size and cause so the caller can dead-letter it. Nothing here lo
 A value nested deeper than `MAX_DEPTH` arrays and objects is refused too ("nested too deep"):
 orjson writes at most 254 levels and the envelope around an entry adds two, and the folds walk
 values recursively, so a deeper one would fail far from where it came in.
+
+Every value returned is one the wire carries unchanged (orjson writes it and reads it back
+equal), so every runtime folds the same values: a line orjson refuses goes to the pure-Python
+decoder, which is held to orjson's rules. `NaN`, `Infinity` and a number past a double's range
+are not JSON (JavaScript's JSON.parse refuses the first two too); an integer past 64 bits is a
+float, as orjson reads it; and a lone UTF-16 surrogate escape (`\\ud83d` with no partner, which
+JavaScript's JSON.stringify writes for a string cut inside a surrogate pair) becomes U+FFFD, the
+replacement character, since UTF-8 cannot carry it.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
-
-_DECODER = json.JSONDecoder()
 
 #: The deepest nesting of arrays and objects a value may have; real pi entries stay below 20.
 MAX_DEPTH = 128
@@ -27,6 +35,39 @@ ENVELOPE_DEPTH = MAX_DEPTH + 2
 
 DEPTH_ERROR = "DepthError"
 DEPTH_REASON = "nested too deep"
+
+
+#: The integers orjson reads as integers; it reads any other as a float.
+_INT_RANGE = range(-(2**63), 2**64)
+#: A UTF-16 surrogate left in a decoded string: Python pairs matched escapes, so it is lone.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+#: The escape of a surrogate in JSON text: a line without one decodes to no surrogate.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class _NotJson(ValueError):
+    """A value the pure-Python decoder reads but orjson (and the wire) does not."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotJson(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _NotJson("number out of range")
+    return value
+
+
+def _orjson_int(text: str) -> int | float:
+    value = int(text)
+    return value if value in _INT_RANGE else _finite_float(text)
+
+
+_DECODER = json.JSONDecoder(
+    parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_orjson_int
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +126,7 @@ def split_line(line: bytes) -> tuple[list[Any], Remainder | None]:
     position = 0
     end = len(text)
     deep = may_be_too_deep(line)
+    surrogates = _SURROGATE_ESCAPE.search(line) is not None
     while True:
         while position < end and text[position] in " \t\r\n":
             position += 1
@@ -96,9 +138,25 @@ def split_line(line: bytes) -> tuple[list[Any], Remainder | None]:
         except json.JSONDecodeError as exc:
             reason = "truncated JSON" if exc.pos >= end else "not JSON"
             return values, Remainder(start, len(line) - start, "JSONDecodeError", reason)
+        except _NotJson:
+            return values, Remainder(start, len(line) - start, "JSONDecodeError", "not JSON")
         except RecursionError:
             # The pure-JSON decoder recurses per level: past orjson's 1024 it runs out of stack.
             return values, Remainder(start, len(line) - start, DEPTH_ERROR, DEPTH_REASON)
         if deep and too_deep(value):
             return values, Remainder(start, len(line) - start, DEPTH_ERROR, DEPTH_REASON)
-        values.append(value)
+        values.append(without_lone_surrogates(value) if surrogates else value)
+
+
+def without_lone_surrogates(value: Any) -> Any:
+    """`value` with every lone UTF-16 surrogate in its strings (keys too) replaced by U+FFFD.
+
+    Recursive: it is only given values within `MAX_DEPTH`.
+    """
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [without_lone_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {without_lone_surrogates(k): without_lone_surrogates(v) for k, v in value.items()}
+    return value

@@ -35,6 +35,7 @@ from sessionfold.events.envelope import (
     CompactRequestEnvelope,
     EntryEnvelope,
     EnvelopeError,
+    PlaceholderEnvelope,
     SchemaVersionError,
     decode,
 )
@@ -97,7 +98,7 @@ class SessionProgress:
 
     seen: int = 0  # session events folded
     last_seq: int = 0
-    last_line: int | None = None
+    last_line: int | None = None  # file line of the last entry or placeholder folded
     spans: int = 0
     done: bool = False
     reached: bool = False
@@ -143,7 +144,8 @@ class Replayer:
         self.point = point
         self.on_folded = on_folded
         self.progress: dict[str, SessionProgress] = {}
-        self.dead: dict[str | None, int] = {}
+        #: The file lines of each session's dead letters (None: before any session header).
+        self.letters: dict[str | None, list[Any]] = {}
 
     @property
     def all_done(self) -> bool:
@@ -156,11 +158,30 @@ class Replayer:
         """Whether envelopes of this session are replayed at all."""
         return self.wanted is None or session_id in self.wanted
 
+    def note_dead_letter(self, session_id: str | None, line: Any) -> None:
+        """Remember one dead letter of a session; `result` counts those before its point."""
+        if self.wants(session_id):
+            self.letters.setdefault(session_id, []).append(line)
+
+    def dead_letters(self, session_id: str | None) -> int:
+        """The session's dead letters that lie before its point: on a line at or before the
+        last one folded when it stopped at a point, every one when it ran to its end.
+
+        By line, not by when a letter arrived, so a replay of the files (a letter comes just
+        before the placeholder that keeps its place) and one from the topics (the letters are
+        read after the events) count the same.
+        """
+        progress = self.progress.get(session_id) if session_id is not None else None
+        lines = self.letters.get(session_id, [])
+        if progress is None or not progress.done or progress.last_line is None:
+            return len(lines)
+        last = progress.last_line
+        return sum(not isinstance(line, int) or line <= last for line in lines)
+
     def feed(self, record: Any) -> None:
-        """Fold one envelope (or count one dead letter) unless its session is past its point."""
+        """Fold one envelope (or note one dead letter) unless its session is past its point."""
         if isinstance(record, DeadLetter):
-            if self.wants(record.session_id) and not self._finished(record.session_id):
-                self.dead[record.session_id] = self.dead.get(record.session_id, 0) + 1
+            self.note_dead_letter(record.session_id, record.line)
             return
         session_id = record.session_id
         if not self.wants(session_id):
@@ -178,15 +199,14 @@ class Replayer:
         self.runtime.publish(record)
         state.seen += 1
         state.last_seq = max(state.last_seq, record.seq)
-        if isinstance(record, EntryEnvelope) and record.payload.line is not None:
+        if (
+            isinstance(record, EntryEnvelope | PlaceholderEnvelope)
+            and record.payload.line is not None
+        ):
             state.last_line = record.payload.line
         if self.on_folded is not None:
             self.on_folded(record)
         self._check_point(session_id, record, state)
-
-    def _finished(self, session_id: str | None) -> bool:
-        state = self.progress.get(session_id) if session_id is not None else None
-        return state is not None and state.done
 
     def _check_point(self, session_id: str, record: Any, state: SessionProgress) -> None:
         kind, value = self.point.kind, self.point.value
@@ -237,11 +257,11 @@ class Replayer:
         sessions = {}
         for session_id in self.progress:
             state = self.runtime.session_state(session_id)
-            state["dead_letters"] = self.dead.get(session_id, 0)
+            state["dead_letters"] = self.dead_letters(session_id)
             sessions[session_id] = state
         result: dict[str, Any] = {"sessions": sessions}
-        if self.dead.get(None):
-            result["dead_letters"] = self.dead[None]  # lines before any session header
+        if self.letters.get(None):
+            result["dead_letters"] = len(self.letters[None])  # lines before any session header
         return result
 
 
@@ -374,7 +394,8 @@ def topic_envelopes(
 def count_dead_letters(
     replayer: Replayer, bootstrap: str, topics: Topics, security: KafkaSecurity = PLAINTEXT
 ) -> None:
-    """Count the dead letters of the replayed sessions that lie before each one's point."""
+    """Note the dead letters of the replayed sessions (`Replayer.dead_letters` counts those
+    before each one's point)."""
     reader = TopicReader(bootstrap, topics.dead_letters, security=security)
     keys = None
     if replayer.wanted is not None:
@@ -389,16 +410,9 @@ def count_dead_letters(
         except orjson.JSONDecodeError:
             continue
         session_id = body.get("session_id")
-        if not replayer.wants(session_id):
-            continue
-        progress = replayer.progress.get(session_id) if session_id is not None else None
-        if session_id is not None and progress is None:
+        if session_id is not None and session_id not in replayer.progress:
             continue  # a session with nothing but dead letters is not replayed
-        if progress is not None and progress.done and progress.last_line is not None:
-            line = body.get("line")
-            if isinstance(line, int) and line > progress.last_line:
-                continue  # past the point
-        replayer.dead[session_id] = replayer.dead.get(session_id, 0) + 1
+        replayer.note_dead_letter(session_id, body.get("line"))
 
 
 def replay_topic(

@@ -203,6 +203,52 @@ def test_split_line_survives_a_deep_fallback_parse() -> None:
     assert rest is not None and rest.reason == DEPTH_REASON and rest.start == 2
 
 
+# --- values the wire carries ----------------------------------------------------------------
+
+
+def test_lone_surrogate_becomes_the_replacement_character(tmp_path: Path) -> None:
+    """JavaScript writes a string cut inside a surrogate pair as a lone escape: the entry is
+    read (a matched pair stays one character) and its envelope goes on the wire and back."""
+    path = tmp_path / "s.jsonl"
+    entry = orjson.dumps(_entry(1, data="MARK"))
+    lone = entry.replace(b"MARK", b"cut \\ud83d|\\ude00 \\ud83d\\ude00")
+    keyed = orjson.dumps(_entry(2)).replace(b'"type"', b'"\\udc00":1,"type"')
+    path.write_bytes(_lines(HEADER) + lone + b"\n" + keyed + orjson.dumps(_entry(3)) + b"\n")
+    records = _records(path)
+    assert [type(r) for r in records] == [EntryEnvelope] * 4
+    assert records[1].payload.entry["data"] == "cut \ufffd|\ufffd \U0001f600"
+    assert records[2].payload.entry["\ufffd"] == 1
+    for record in records:
+        assert decode(encode(record)) == record  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "number",
+    [b"18446744073709551615", b"18446744073709551616", b"-9223372036854775809", b"1.5e308", b"-0"],
+)
+def test_fallback_decoder_reads_numbers_as_orjson_does(number: bytes) -> None:
+    """Two objects on a line take the pure-Python decoder: it gives what orjson gives one."""
+    line = b'{"n":' + number + b"}"
+    values, rest = split_line(line + line)
+    assert rest is None
+    assert values == [orjson.loads(line)] * 2
+    assert [orjson.loads(orjson.dumps(v)) for v in values] == values
+
+
+@pytest.mark.parametrize("value", [b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-1" + b"0" * 400])
+def test_numbers_the_wire_cannot_carry_are_not_json(tmp_path: Path, value: bytes) -> None:
+    """Not JSON alone or after another object: a dead letter that keeps its place."""
+    bad = orjson.dumps(_entry(2))[:-1] + b',"n":' + value + b"}"
+    for line in (bad, orjson.dumps(_entry(2)) + bad):
+        assert split_line(line)[1] is not None
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(_lines(HEADER, _entry(1)) + bad + b"\n")
+    records = list(read_session_file(path))
+    letter = records[2]
+    assert isinstance(letter, DeadLetter) and letter.reason == "not JSON"
+    assert isinstance(records[3], PlaceholderEnvelope)
+
+
 # --- line cap ------------------------------------------------------------------------------
 
 

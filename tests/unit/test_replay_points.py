@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from sessionfold.events.envelope import PlaceholderEnvelope
 from sessionfold.streams.embedded import fold_files
-from sessionfold.streams.replay import Point, ReplayError, replay_files
+from sessionfold.streams.replay import Point, Replayer, ReplayError, file_envelopes, replay_files
+from sessionfold.streams.session_file import DeadLetter
 from sessionfold.streams.synthetic import generate_session, write_session
 
 
@@ -87,3 +89,40 @@ def test_span_boundaries_of_the_real_session(
     replayer = replay_files([source], point=Point("span", span))
     cut = _head(source, tmp_path / source.name, line)
     assert _canonical(replayer.result()) == _canonical(fold_files([cut]))
+
+
+def _damaged(source: Path, target: Path, line: int) -> Path:
+    """`source` with line `line` (1-based) cut short: a dead letter and its placeholder."""
+    lines = source.read_bytes().splitlines(keepends=True)
+    lines[line - 1] = lines[line - 1][:20] + b"\n"
+    target.write_bytes(b"".join(lines))
+    return target
+
+
+def _topic_order(paths: list[Path], point: Point) -> dict[str, object]:
+    """A replay fed as `replay_topic` is: every envelope first, the dead letters after."""
+    records = list(file_envelopes(paths))
+    replayer = Replayer(point=point)
+    for record in records:
+        if not isinstance(record, DeadLetter):
+            replayer.feed(record)
+    for record in records:
+        if isinstance(record, DeadLetter):
+            replayer.note_dead_letter(record.session_id, record.line)
+    return replayer.result()
+
+
+@pytest.mark.parametrize("before", [1, 0])
+def test_seq_point_at_a_dead_line_counts_its_letter_by_line(
+    session_file: Path, tmp_path: Path, before: int
+) -> None:
+    """--until-seq at a dead line's placeholder counts its dead letter, one before does not:
+    the fold of the lines up to there, whichever order letters and envelopes come in."""
+    line = 30
+    damaged = _damaged(session_file, tmp_path / "damaged.jsonl", line)
+    place = next(r for r in file_envelopes([damaged]) if isinstance(r, PlaceholderEnvelope))
+    point = Point("seq", place.seq - before)
+    expected = fold_files([_head(damaged, tmp_path / "head.jsonl", line - before)])
+    assert next(iter(expected["sessions"].values()))["dead_letters"] == 1 - before
+    assert _canonical(replay_files([damaged], point=point).result()) == _canonical(expected)
+    assert _canonical(_topic_order([damaged], point)) == _canonical(expected)
