@@ -415,24 +415,28 @@ class ContiguousOffsets:
                     extra={"topic": tp.topic, "partition": tp.partition, "offset": expected},
                 )
                 await self._seek(tp, expected)
+            self._release(message)
             return False
         self._rewound.pop(tp, None)
         self._next[tp] = offset + 1
         return True
 
     def reread(self, events: list[Any]) -> None:
-        """Treat these records (delivered, never processed) as missing: they are read again.
-
-        They leave Faust's set of records awaiting an ack (unacked, so nothing past them is
-        committed): a revocation waits for that set to empty (`stream_wait_empty`) and would
-        otherwise wait for ever on records nobody will ack.
-        """
-        unacked = getattr(self.app.consumer, "unacked", set())
+        """Treat these records (delivered, never processed) as missing: they are read again,
+        and they leave Faust's unacked set (`_release`)."""
         for event in events:
-            unacked.discard(event.message)
+            self._release(event.message)
             tp, offset = event.message.tp, event.message.offset
             if tp in self._next:
                 self._next[tp] = min(self._next[tp], offset)
+
+    def _release(self, message: Any) -> None:
+        """Take a record nobody will ack out of Faust's unacked set (it is read again later).
+
+        A revocation waits for that set to empty (`wait_empty`); a refused or given-back record
+        left in it would hold the rebalance for ever. It stays unacked, so no commit passes it.
+        """
+        getattr(self.app.consumer, "unacked", set()).discard(message)
 
     async def retry(self) -> None:
         """Seek again for every partition whose missing record has not come for 2 s."""

@@ -365,6 +365,20 @@ class TestFoldBatcher:
         offsets.reread([type("E", (), {"message": given_back})()])
         assert consumer.unacked == {kept}  # type: ignore[attr-defined]
 
+    def test_refused_records_no_longer_hold_a_revocation(self) -> None:
+        """A record refused after a hole leaves Faust's unacked set, unacked: the rebalance that
+        follows a hole must not wait for it (the frozen-worker test hung there for ever)."""
+        consumer = FakeConsumer({TP0: 19})
+        first, after_hole = Message(TP0, 19), Message(TP0, 23)
+        consumer.unacked = {first, after_hole}  # type: ignore[attr-defined]
+        offsets = ContiguousOffsets(FakeApp(consumer))  # type: ignore[arg-type]
+
+        async def run() -> list[bool]:
+            return [await offsets.admit(first), await offsets.admit(after_hole)]
+
+        assert asyncio.run(run()) == [True, False]
+        assert consumer.unacked == {first}  # type: ignore[attr-defined]
+
 
 class Clock:
     def __init__(self) -> None:
