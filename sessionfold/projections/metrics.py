@@ -123,13 +123,16 @@ class _GlobMachine:
     State k waits for piece k; the last state accepts. A literal or `?` moves on (`shift`),
     `*` and `**` stay on a character they take (`loop`) and may be passed by (`skip1`),
     and `**/` has two states: at a directory's start (it may be passed by: `skip2`) and
-    inside one, which a "/" ends (`back`, to the first).
+    inside one, which a "/" ends (`back`, to the first). Each step from a set of states on a
+    kind of character is worked out once and kept (`steps`), so a long path costs a lookup
+    or two per character.
     """
 
     masks: dict[str, tuple[int, int, int]]  # char -> (shift, loop, back); "" for any other
     skip1: int
     skip2: int
     accept: int
+    steps: dict[int, dict[str, int]] = field(default_factory=dict)
 
     def _closed(self, states: int) -> int:
         while True:
@@ -138,16 +141,24 @@ class _GlobMachine:
                 return states
             states = more
 
+    def _step(self, states: int, kind: str) -> int:
+        shift, loop, back = self.masks[kind]
+        return self._closed(((states & shift) << 1) | (states & loop) | ((states & back) >> 1))
+
     def matches(self, path: str) -> bool:
-        masks, other = self.masks, self.masks[""]
+        masks, steps = self.masks, self.steps
         states = self._closed(1)
+        row = steps.setdefault(states, {})
         for char in path:
-            shift, loop, back = masks.get(char, other)
-            states = self._closed(
-                ((states & shift) << 1) | (states & loop) | ((states & back) >> 1)
-            )
-            if not states:
-                return False
+            kind = char if char in masks else ""
+            after = row.get(kind)
+            if after is None:
+                after = row[kind] = self._step(states, kind)
+            if after != states:
+                if not after:
+                    return False
+                states = after
+                row = steps.setdefault(states, {})
         return bool(states & self.accept)
 
 

@@ -34,12 +34,20 @@ def _is_bash_result(entry: dict[str, Any]) -> bool:
     )
 
 
-def huge_output_session(path: Path, *, lines: bool = False) -> Path:
+def _huge(unit: str) -> str:
+    return (unit * (HUGE_CHARS // len(unit) + 1))[:HUGE_CHARS]
+
+
+def huge_output_session(path: Path, *, lines: bool = False, everything: bool = False) -> Path:
     """A generated session whose third bash output is `HUGE_CHARS` long (on one line, or the
-    same text split into lines), followed a few entries later by a pi compaction."""
+    same text split into lines), followed a few entries later by a pi compaction.
+
+    With `everything`, two user messages and one file tool's path are that long too, each
+    made of what the rule reading and the protected-path globs used to read again and again.
+    """
     entries = generate_session(seed=3, turns=60)
     index = [i for i, entry in enumerate(entries) if _is_bash_result(entry)][2]
-    text = (UNIT * (HUGE_CHARS // len(UNIT) + 1))[:HUGE_CHARS]
+    text = _huge(UNIT)
     if lines:
         text = text.replace("  ", "\n")
     entries[index]["message"]["content"] = [{"type": "text", "text": text}]
@@ -58,8 +66,27 @@ def huge_output_session(path: Path, *, lines: bool = False) -> Path:
         },
     )
     entries[at + 1]["parentId"] = COMPACTION_ID
+    if everything:
+        messages = [e["message"] for e in entries if e.get("type") == "message"]
+        users = [m for m in messages if m["role"] == "user"]
+        for user, unit in zip(users[1:3], EVIL_USER_UNITS, strict=True):
+            user["content"] = [{"type": "text", "text": _huge(unit)}]
+        call = next(
+            block
+            for m in messages
+            if m["role"] == "assistant"
+            for block in m["content"]
+            if block.get("type") == "toolCall" and "path" in (block.get("arguments") or {})
+        )
+        call["arguments"]["path"] = _huge("skills/") + "x.txt"
     path.write_bytes(session_bytes(entries))
     return path
+
+
+EVIL_USER_UNITS = (
+    "never the only don't forget the “ « <goal ` I don't think ok, ,  ",
+    "a thing that never ",
+)
 
 
 @pytest.mark.timeout(60)
@@ -79,3 +106,14 @@ def test_a_megabyte_tool_output_folds_in_seconds(tmp_path: Path, lines: bool) ->
     assert len(huge["excerpt"]) <= 2 * DEFAULT_LEDGER.excerpt_chars + len(CUT_MARK)
     assert ["12ms", "timing"] in huge["values"]
     assert ["port 8080", "port"] in huge["values"]
+
+
+@pytest.mark.timeout(60)
+def test_megabyte_user_messages_and_paths_fold_in_seconds(tmp_path: Path) -> None:
+    """Two megabyte user messages (rule words, quotes and tags left open) and a megabyte
+    path of `skills/` directories fold as fast as the rest: the ledger keeps each message's
+    head and reads rules from it, the protected-path globs read the path once."""
+    path = huge_output_session(tmp_path / "huge.jsonl", everything=True)
+    result = fold_files([path], ledger=DEFAULT_LEDGER)
+    (state,) = result["sessions"].values()
+    assert [s["trigger"] for s in state["ledger"]["spans"]] == ["compaction"]

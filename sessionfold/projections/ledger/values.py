@@ -46,9 +46,10 @@ _TESTS = re.compile(r"\b\d+ (?:passed|failed|skipped|errors?|tests?)\b")
 def without_cut(text: str) -> str:
     """`text` without the line that holds its first " … " (the newline either side kept).
 
-    What `re.sub(r"[^\n]* … [^\n]*", "", text, count=1)` returns, found with one `find` and
-    no backtracking: that pattern retries every start of a long line that holds no cut, so it
-    took seconds on a 64 K single-line output and minutes on a megabyte.
+    What the pattern it replaces (any run of non-newlines, " … ", any run of non-newlines;
+    first match deleted) returned, found with one `find` and no backtracking: that pattern
+    retried every start of a long line that holds no cut, so it took seconds on a 64 K
+    single-line output and minutes on a megabyte.
     """
     at = text.find(CUT_MARK)
     if at < 0:
