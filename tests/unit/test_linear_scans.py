@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessionfold.projections import metrics
-from sessionfold.projections.ledger import heuristics, rules, text, values
+from sessionfold.projections.ledger import facts, heuristics, rules, text, values
 from sessionfold.projections.ledger.facts import values_in
 
 BIG = 200_000
@@ -289,8 +289,6 @@ def test_goal_tag_names_compare_as_a_back_reference_does() -> None:
 def test_fact_values_are_the_old_patterns_values(sample: str) -> None:
     """`facts.values_in` finds the values the old path pattern (and the others) found."""
     expected: set[str] = set()
-    from sessionfold.projections.ledger import facts
-
     for pattern in (OLD_FACT_PATH, *facts._PATTERNS[1:]):
         for match in pattern.finditer(sample):
             value = match.group(0).rstrip(".:,")
