@@ -1,14 +1,20 @@
-"""Embedded fold throughput against the raw parse ceiling, and incremental metrics against a
-per-turn full recompute (what pi-condense does), measured side by side in one run.
+"""Embedded fold throughput against the raw parse ceiling, incremental metrics against a
+per-turn full recompute (what pi-condense does), and a session with one huge single-line tool
+output against the same session with that output split into lines, measured side by side in
+one run.
 
     .venv/bin/python bench/fold_throughput.py [--repeat 3]
 
-Prints ratios, not absolute targets: the machine's speed cancels out of each ratio.
+Prints ratios, not absolute targets: the machine's speed cancels out of each ratio. The one
+ratio with a target is the huge output's: a fold is linear in an entry's size, so one 1 MB
+line folds within 3x the time of the same megabyte in lines.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -125,6 +131,50 @@ def metrics_scaling(repeat: int) -> None:
         print(f"{times:>6}x {len(entries):8d} {inc:14.3f} {full:12.2f} {full / inc:8.1f}")
 
 
+HUGE_CHARS = 1_000_000
+HUGE_UNIT = 'GET /api/v1/items?id=42 200 took 12ms on port 8080 `ok` "done" a.b/c/d.ts:1:2 error; '
+#: The one line folds within this many times the time of the same text in lines.
+HUGE_TARGET = 3.0
+
+
+def with_huge_output(source: Path, out: Path, *, lines: bool) -> Path:
+    """`source` with its first bash output after its fifth replaced by `HUGE_CHARS` of log
+    text: one line, or the same text split into lines. In before-compaction.jsonl that output
+    lies in the span pi's first compaction closes, so the ledger's pass runs over it too."""
+    text = (HUGE_UNIT * (HUGE_CHARS // len(HUGE_UNIT) + 1))[:HUGE_CHARS]
+    if lines:
+        text = text.replace("; ", ";\n")
+    bash_results = 0
+    with source.open(encoding="utf-8") as read, out.open("w", encoding="utf-8") as write:
+        for line in read:
+            entry = json.loads(line) if line.strip() else None
+            message = (entry or {}).get("message")
+            if isinstance(message, dict) and message.get("toolName") == "bash":
+                bash_results += message.get("role") == "toolResult"
+                if bash_results == 5 and message.get("role") == "toolResult":
+                    message["content"] = [{"type": "text", "text": text}]
+                    line = json.dumps(entry, ensure_ascii=False) + "\n"
+            write.write(line)
+    return out
+
+
+def huge_output(repeat: int) -> None:
+    """One session folded with a 1 MB single-line tool output, and with it split into lines."""
+    source = SESSIONS / "before-compaction.jsonl"
+    print(f"\none {HUGE_CHARS // 1000} K-char tool output ({source.name}, pruning and ledger)")
+    print(f"{'output':>18} {'fold s':>8}")
+    with tempfile.TemporaryDirectory() as tmp:
+        one = with_huge_output(source, Path(tmp) / "one-line.jsonl", lines=False)
+        split = with_huge_output(source, Path(tmp) / "lines.jsonl", lines=True)
+        one_s = best_of(repeat, lambda: fold_file(one))
+        split_s = best_of(repeat, lambda: fold_file(split))
+    ratio = one_s / split_s
+    print(f"{'one line':>18} {one_s:8.2f}")
+    print(f"{'split into lines':>18} {split_s:8.2f}")
+    verdict = "met" if ratio <= HUGE_TARGET else "NOT met"
+    print(f"ratio {ratio:.2f}x (target <= {HUGE_TARGET:g}x): {verdict}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per figure (best kept)")
@@ -133,6 +183,7 @@ def main() -> None:
         raise SystemExit(f"real sessions not found at {SESSIONS}")
     throughput(args.repeat)
     metrics_scaling(args.repeat)
+    huge_output(args.repeat)
 
 
 if __name__ == "__main__":

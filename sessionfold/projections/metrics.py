@@ -58,7 +58,7 @@ class Protection:
             return True
         if path is None or not self.protected_paths:
             return False
-        return _globs(self.protected_paths).fullmatch(path.replace("\\", "/")) is not None
+        return glob_match(self.protected_paths, path.replace("\\", "/"))
 
     def to_json(self) -> dict[str, list[str]]:
         """The config as stored in the head record."""
@@ -68,27 +68,134 @@ class Protection:
 DEFAULT_PROTECTION = Protection()
 
 
+#: Paths up to this long are matched by the globs' regex (fast, and its backtracking over
+#: several `**/` stays small); longer ones by the glob machines, linear in the path.
+GLOB_REGEX_CHARS = 256
+
+
+def glob_match(globs: tuple[str, ...], path: str) -> bool:
+    """True when `path` matches one of the globs whole (§5.1), in time linear in the path.
+
+    The regex a glob becomes backtracks over every way its `**/` can split the directories:
+    quadratic in a path with many matching directories (`skills/skills/...`), worse with
+    more `**/`. A short path takes the regex; a long one runs each glob's state machine
+    (`_GlobMachine`), which reads every character once and says the same.
+    """
+    if len(path) <= GLOB_REGEX_CHARS:
+        return _globs(globs).fullmatch(path) is not None
+    return any(_machine(glob).matches(path) for glob in globs)
+
+
 @lru_cache(maxsize=64)
 def _globs(globs: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{_glob_regex(g)})" for g in globs), re.DOTALL)
 
 
-def _glob_regex(glob: str) -> str:
-    """§5.1: `*`/`?` within a segment, `**/` zero or more directories, bare `**` anything."""
-    out = []
+def _glob_tokens(glob: str) -> list[str]:
+    """A glob's pieces: `**/`, `**`, `*`, `?`, or one literal character."""
+    tokens = []
     i = 0
     while i < len(glob):
         if glob.startswith("**/", i):
-            out.append("(?:[^/]*/)*")
+            tokens.append("**/")
             i += 3
         elif glob.startswith("**", i):
-            out.append(".*")
+            tokens.append("**")
             i += 2
         else:
-            char = glob[i]
-            out.append("[^/]*" if char == "*" else "[^/]" if char == "?" else re.escape(char))
+            tokens.append(glob[i])
             i += 1
-    return "".join(out)
+    return tokens
+
+
+_TOKEN_REGEX = {"**/": "(?:[^/]*/)*", "**": ".*", "*": "[^/]*", "?": "[^/]"}
+
+
+def _glob_regex(glob: str) -> str:
+    """§5.1: `*`/`?` within a segment, `**/` zero or more directories, bare `**` anything."""
+    return "".join(_TOKEN_REGEX.get(t) or re.escape(t) for t in _glob_tokens(glob))
+
+
+@dataclass(frozen=True, slots=True)
+class _GlobMachine:
+    """A glob as a set of states, one bit each, advanced one path character at a time.
+
+    State k waits for piece k; the last state accepts. A literal or `?` moves on (`shift`),
+    `*` and `**` stay on a character they take (`loop`) and may be passed by (`skip1`),
+    and `**/` has two states: at a directory's start (it may be passed by: `skip2`) and
+    inside one, which a "/" ends (`back`, to the first). Each step from a set of states on a
+    kind of character is worked out once and kept (`steps`), so a long path costs a lookup
+    or two per character.
+    """
+
+    masks: dict[str, tuple[int, int, int]]  # char -> (shift, loop, back); "" for any other
+    skip1: int
+    skip2: int
+    accept: int
+    steps: dict[int, dict[str, int]] = field(default_factory=dict)
+
+    def _closed(self, states: int) -> int:
+        while True:
+            more = states | ((states & self.skip1) << 1) | ((states & self.skip2) << 2)
+            if more == states:
+                return states
+            states = more
+
+    def _step(self, states: int, kind: str) -> int:
+        shift, loop, back = self.masks[kind]
+        return self._closed(((states & shift) << 1) | (states & loop) | ((states & back) >> 1))
+
+    def matches(self, path: str) -> bool:
+        masks, steps = self.masks, self.steps
+        states = self._closed(1)
+        row = steps.setdefault(states, {})
+        for char in path:
+            kind = char if char in masks else ""
+            after = row.get(kind)
+            if after is None:
+                after = row[kind] = self._step(states, kind)
+            if after != states:
+                if not after:
+                    return False
+                states = after
+                row = steps.setdefault(states, {})
+        return bool(states & self.accept)
+
+
+@lru_cache(maxsize=64)
+def _machine(glob: str) -> _GlobMachine:
+    literal: dict[str, int] = {}  # char -> the states of literal pieces of that char
+    single = star = anything = start = inside = skip1 = skip2 = 0
+    state = 0
+    for token in _glob_tokens(glob):
+        bit = 1 << state
+        if token == "**/":
+            start |= bit
+            inside |= bit << 1
+            skip2 |= bit
+            state += 2
+            continue
+        if token == "?":
+            single |= bit
+        elif token == "*":
+            star |= bit
+            skip1 |= bit
+        elif token == "**":
+            anything |= bit
+            skip1 |= bit
+        else:
+            literal[token] = literal.get(token, 0) | bit
+        state += 1
+
+    def masks(char: str) -> tuple[int, int, int]:
+        if char == "/":
+            return literal.get("/", 0), anything | start, inside
+        return literal.get(char, 0) | single | start, star | anything | inside, 0
+
+    table = {char: masks(char) for char in literal}
+    table["/"] = masks("/")
+    table[""] = masks("")
+    return _GlobMachine(table, skip1, skip2, 1 << state)
 
 
 def _protection_of(mx: dict[str, Any]) -> Protection:

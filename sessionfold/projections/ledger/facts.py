@@ -11,18 +11,25 @@ payloads are handed in.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from sessionfold.projections.ledger.text import message_text
 
+# paths: absolute, home- or dot-relative, or relative with a file extension (`path_matches`)
+_PATH = re.compile(
+    r"(?<![\w.@/-])(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]+"
+    r"|\b[\w.@-]+(?:/[\w.@-]+)+\.\w+\b"
+)
+# Where an absolute or dot-relative path may start, and the runs of path characters joined by
+# single slashes in which a relative one stands.
+_ROOTED_START = re.compile(r"(?<![\w.@/-])[~./]")
+_CHAIN = re.compile(r"(?<![\w.@-])[\w.@-]++(?:/[\w.@-]++)+")
+_EXTENSION = re.compile(r"(?<=[\w.@-])\.\w")
+_WORD_CHAR = re.compile(r"\w")
 _PATTERNS = (
-    # paths: absolute, home- or dot-relative, or relative with a file extension
-    re.compile(
-        r"(?<![\w.@/-])(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]+"
-        r"|\b[\w.@-]+(?:/[\w.@-]+)+\.\w+\b"
-    ),
+    _PATH,
     # hashes: 7 to 64 hex digits with both a letter and a digit
     re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,64}\b"),
     # ports after a host or a colon
@@ -36,11 +43,53 @@ _PATTERNS = (
 _MIN_CHARS = 3
 
 
+def _path_starts(text: str) -> list[int]:
+    """Every position `_PATH` can match at that a left-to-right scan reaches.
+
+    A relative path (the second branch) is a run of path characters, then segments after
+    single slashes, the last holding an extension. From any word boundary of one run the
+    pattern reads the same segments, so it matches from the run's first boundary or from
+    none; it matches when a later segment of the chain holds a "." after its first
+    character and before a word character. `_PATH.finditer` tried every boundary of every
+    run and read the rest of the chain again from each: quadratic in one long chain.
+    """
+    starts = [m.start() for m in _ROOTED_START.finditer(text)]
+    for chain in _CHAIN.finditer(text):
+        runs: list[tuple[int, int]] = []
+        offset = chain.start()
+        for run in chain.group(0).split("/"):
+            runs.append((offset, offset + len(run)))
+            offset += len(run) + 1
+        extension_after = False  # does a segment after the run hold an extension?
+        for index in range(len(runs) - 1, 0, -1):
+            start, end = runs[index]
+            extension_after = extension_after or _EXTENSION.search(text, start, end) is not None
+            first_start, first_end = runs[index - 1]
+            word = _WORD_CHAR.search(text, first_start, first_end)
+            if extension_after and word is not None:
+                starts.append(word.start())
+    return sorted(starts)
+
+
+def path_matches(text: str) -> Iterator[re.Match[str]]:
+    """`_PATH.finditer(text)`, in time linear in the text: the pattern is tried only where a
+    scan can reach a match (`_path_starts`), once each."""
+    position = 0
+    for start in _path_starts(text):
+        if start < position:
+            continue
+        match = _PATH.match(text, start)
+        if match is not None:
+            yield match
+            position = match.end()
+
+
 def values_in(text: str) -> set[str]:
     """Every value the patterns find in a text."""
     found: set[str] = set()
     for pattern in _PATTERNS:
-        for match in pattern.finditer(text):
+        matches = path_matches(text) if pattern is _PATH else pattern.finditer(text)
+        for match in matches:
             value = match.group(0).rstrip(".:,")
             if len(value) >= _MIN_CHARS and value not in ("/", "./", "../"):
                 found.add(value)

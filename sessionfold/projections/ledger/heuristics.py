@@ -13,8 +13,10 @@ to label every message and no word list decides for it.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
+from itertools import accumulate
 
-from sessionfold.projections.ledger.rules import removed_spans
+from sessionfold.projections.ledger.rules import ends_in_word, negated_before, removed_spans
 from sessionfold.projections.ledger.text import Region, quotable_regions
 
 #: A message up to this long is recorded whole, even when words were given.
@@ -26,7 +28,6 @@ _RULE_WORD = re.compile(r"\b(?:never|always|don['’]?t|do\s+not|must|stop|only)
 _FROM_NOW = re.compile(r"\b(?:from\s+now\s+on|from\s+here\s+on|going\s+forward)\b", re.I)
 _FOR_NOW = re.compile(r"\b(?:yet|for\s+now|this\s+time)\b", re.I)
 _FORGET_IT = re.compile(r"\bforget\s+(?:it|that|about\s+it|about\s+that)\b", re.I)
-_NEGATED_BEFORE = re.compile(r"\b(?:don['’]?t|do\s+not|never)\s+$", re.I)
 _NEVER_MIND = re.compile(r"\bnever\s?mind\b", re.I)
 # Withdrawals that stop a "from now on" sentence from reading as a rule; "instead of" does not:
 # "two-space indentation instead of tabs from now on" is a rule that replaces another.
@@ -39,7 +40,10 @@ _WITHDRAWS = re.compile(
 _DESCRIBING = re.compile(
     r"\b(?:a|an|the|one|some|any)\s+(?:[\w-]+\s+){0,2}?(?:that|which|whose)\b", re.I
 )
-_NOT_RULE_ONLY = re.compile(r"\b(?:the|not|if|my|our|your|an?|there['’]?s|is|are)\s+$", re.I)
+# "the only", "not only", "if only", "there's only": the word before "only", read back from
+# it by `rules.ends_in_word` (each word's length is listed).
+_NOT_RULE_ONLY = re.compile(r"the|not|if|my|our|your|an?|there['’]?s|is|are", re.I)
+_NOT_RULE_ONLY_LENGTHS = (1, 2, 3, 4, 6, 7)
 # "only one file left" counts something; it rules nothing.
 _ONLY_COUNTING = re.compile(r"\s+(?:one|two|three|a\s+few|a\s+couple|\d+)\b", re.I)
 # "I don't think ..." states an opinion about the work, not a rule over it.
@@ -48,11 +52,15 @@ _OPINION = re.compile(
     r"|care|mind|believe|suppose|need|want\s+to\s+know)\b",
     re.I,
 )
-# A closing "ok?" asks nothing; "..., right?" does ask.
+# A closing "ok?" asks nothing; "..., right?" does ask. The lookbehinds start a run of commas
+# and spaces only at its first character (a match can start nowhere else), so a long run is
+# not read again from each of its characters.
 _TAG_QUESTION = re.compile(
-    r"[,\s]*\b(?:ok|okay|alright|all\s+right|got\s+it|understood|capisce)\s*\?+\s*$", re.I
+    r"(?<![,\s])[,\s]*\b(?:ok|okay|alright|all\s+right|got\s+it|understood|capisce)"
+    r"\s*\?+\s*$",
+    re.I,
 )
-_CLAUSE_BREAK = re.compile(r"[,;:()]\s*|\s+[-–—]+\s+|\s+but\s+", re.I)
+_CLAUSE_BREAK = re.compile(r"[,;:()]\s*|(?<!\s)\s+[-–—]+\s+|(?<!\s)\s+but\s+", re.I)
 _TERMINATORS = ".!?…"
 _CLOSERS = "\"'”’)]»"
 
@@ -108,21 +116,37 @@ def withdraws_itself(text: str) -> bool:
     "lifted", "no longer", "doesn't apply"."""
     if _NEVER_MIND.search(text) or _WITHDRAWS.search(text):
         return True
-    return any(not _NEGATED_BEFORE.search(text[: m.start()]) for m in _FORGET_IT.finditer(text))
+    return any(not negated_before(text, m.start()) for m in _FORGET_IT.finditer(text))
 
 
 def _rule_clause(clause: str) -> bool:
+    """True when a rule word of the clause rules: not describing a thing, not "the only"
+    or "only one", not inside an opinion ("I don't think").
+
+    Each rule word is judged by the clause before it, read once for all of them: a thing
+    described before one rule word is described before every later one, and the first match
+    of `_DESCRIBING` ends before every other, so a rule word from its end on describes.
+    """
     if _FOR_NOW.search(clause) or withdraws_itself(clause):
         return False
+    describing = _DESCRIBING.search(clause)
+    described_from = describing.end() if describing else len(clause) + 1
+    opinions: list[tuple[int, int]] | None = None
+    at = 0  # the first opinion that does not end before the rule word
     for match in _RULE_WORD.finditer(clause):
-        before = clause[: match.start()]
-        if _DESCRIBING.search(before):
-            continue
+        start = match.start()
+        if start >= described_from:
+            break
         if match.group(0).lower() == "only" and (
-            _NOT_RULE_ONLY.search(before) or _ONLY_COUNTING.match(clause, match.end())
+            ends_in_word(clause, start, _NOT_RULE_ONLY, _NOT_RULE_ONLY_LENGTHS)
+            or _ONLY_COUNTING.match(clause, match.end())
         ):
             continue
-        if any(o.start() <= match.start() < o.end() for o in _OPINION.finditer(clause)):
+        if opinions is None:
+            opinions = [(o.start(), o.end()) for o in _OPINION.finditer(clause)]
+        while at < len(opinions) and opinions[at][1] <= start:
+            at += 1
+        if at < len(opinions) and opinions[at][0] <= start:
             continue
         return True
     return False
@@ -156,9 +180,13 @@ def standing_sentences(text: str) -> list[Region]:
     found: list[Region] = []
     for start, end in quotable_regions(text):
         region = text[start:end]
-        removed = removed_spans(region)
+        removed = removed_spans(region)  # sorted by start
+        starts = [r0 for r0, _ in removed]
+        reach = list(accumulate((r1 for _, r1 in removed), max))  # furthest end so far
         for a, b in rule_sentences(region):
-            if any(r0 < b and a < r1 for r0, r1 in removed):
+            # A removed span overlaps [a, b) when it starts before b and ends after a.
+            before = bisect_left(starts, b)
+            if before and reach[before - 1] > a:
                 continue
             found.append((start + a, start + b))
     return found

@@ -11,11 +11,23 @@ withdraws nothing.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Iterable
 
 _FENCE = re.compile(r"^[ \t]*(```|~~~)[^\n]*\n.*?(?:^[ \t]*\1[^\n]*$|\Z)", re.S | re.M)
-# A quoted passage may run over lines (a pasted error), never over a blank line.
-_QUOTED = re.compile(r'"(?:[^"\n]|\n(?![ \t]*\n))*"|“[^”]*”|„[^“”]*[“”]|«[^»]*»|»[^«]*«|`[^`\n]+`')
+# A quoted passage may run over lines (a pasted error), never over a blank line: what
+# `"(?:[^"\n]|\n(?![ \t]*\n))*"|“[^”]*”|„[^“”]*[“”]|«[^»]*»|»[^«]*«|`[^`\n]+`` finds, read by
+# `quoted_passages` without that pattern's retry of every opening mark left unclosed.
+_OPENING = re.compile('["“„«»`]')
+_CLOSING = {
+    '"': re.compile('"'),
+    "“": re.compile("”"),
+    "„": re.compile("[“”]"),
+    "«": re.compile("»"),
+    "»": re.compile("«"),
+    "`": re.compile("[`\n]"),
+}
+_BLANK_LINE = re.compile(r"\n(?=[ \t]*\n)")
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_'’.:/@#+-]*")
 _WITHDRAWAL = re.compile(
     r"\b(?:lifted|lift(?:ing)?\s+(?:the|that|this|my|rule|r\d+|u\d+)\b|no\s+longer"
@@ -25,7 +37,10 @@ _WITHDRAWAL = re.compile(
     r"(?:rule|instruction)|(?:not|isn['’]?t)\s+(?:needed|required|necessary)\s+any\s?more)",
     re.I,
 )
-_NEGATED_BEFORE = re.compile(r"\b(?:don['’]?t|do\s+not|never)\s+$", re.I)
+# "don't", "do not" or "never" just before a word, read back from the word (`negated_before`).
+_NEGATION = re.compile(r"don['’]?t|never", re.I)
+_NOT = re.compile(r"not", re.I)
+_DO = re.compile(r"do", re.I)
 _STOPWORDS = frozenset(
     """the and for you your that this with from now then have has had are was were will would
     should could can not don't dont never always must only stop rule rules lift lifted lifts
@@ -39,6 +54,55 @@ _STOPWORDS = frozenset(
 _MIN_QUOTED_WORDS = 6
 
 
+def _space_before(text: str, end: int) -> int:
+    """Where the run of whitespace that ends at `end` starts (`end` when there is none)."""
+    start = end
+    while start > 0 and text[start - 1].isspace():
+        start -= 1
+    return start
+
+
+def _word_at(text: str, words: re.Pattern[str], lengths: Iterable[int], end: int) -> int:
+    """The start of a word of `words` (each of one of `lengths`) that ends at `end` after a
+    word boundary, or -1. Each word starts with a letter, so the boundary is a non-word
+    character before it (or the start of the text)."""
+    for length in lengths:
+        start = end - length
+        if (
+            start >= 0
+            and words.fullmatch(text, start, end)
+            and (start == 0 or not (text[start - 1].isalnum() or text[start - 1] == "_"))
+        ):
+            return start
+    return -1
+
+
+def ends_in_word(text: str, end: int, words: re.Pattern[str], lengths: Iterable[int]) -> bool:
+    """True when text[:end] ends in a word of `words`, then whitespace.
+
+    What searching text[:end] for a word boundary, one of the words, whitespace and the end
+    finds, read back from `end` alone: a loop that asks it once per match of a longer text
+    stays linear in that text (a search of the whole prefix each time was quadratic).
+    """
+    stop = _space_before(text, end)
+    return stop < end and _word_at(text, words, lengths, stop) >= 0
+
+
+def negated_before(text: str, end: int) -> bool:
+    """True when text[:end] ends in "don't" (any apostrophe, or none), "do not" or "never",
+    then whitespace, in any case: `ends_in_word` for these words."""
+    stop = _space_before(text, end)
+    if stop == end:
+        return False
+    if _word_at(text, _NEGATION, (5, 4), stop) >= 0:
+        return True
+    if _word_at(text, _NOT, (3,), stop) < 0:
+        return False
+    # "do", whitespace, "not": "not" needs no boundary of its own after whitespace.
+    gap = _space_before(text, stop - 3)
+    return gap < stop - 3 and _word_at(text, _DO, (2,), gap) >= 0
+
+
 def removed_spans(text: str) -> list[tuple[int, int]]:
     """(start, end) of what is not the user's own words: code fences, blockquoted lines and
     quoted passages of six words or more."""
@@ -49,11 +113,50 @@ def removed_spans(text: str) -> list[tuple[int, int]]:
             spans.append((offset, offset + len(line)))
         offset += len(line)
     spans += [
-        (m.start(), m.end())
-        for m in _QUOTED.finditer(text)
-        if len(_WORD.findall(m.group(0))) >= _MIN_QUOTED_WORDS
+        (start, end)
+        for start, end in quoted_passages(text)
+        if len(_WORD.findall(text[start:end])) >= _MIN_QUOTED_WORDS
     ]
     return sorted(spans)
+
+
+def quoted_passages(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each quoted passage, left to right and not overlapping: straight or
+    curly double quotes, German quotes, guillemets either way round, inline code.
+
+    Each opening mark closes at the first closing mark after it (a straight quote only when
+    no blank line comes first; inline code only on its line, with something inside). An
+    opening mark whose closing mark never comes is skipped, and so is every later one of its
+    kind, so every character is read a bounded number of times.
+    """
+    found: list[tuple[int, int]] = []
+    unclosed: set[str] = set()  # marks with no closing mark after the last one tried
+    blank_lines: list[int] | None = None
+    position = 0
+    while (opening := _OPENING.search(text, position)) is not None:
+        start = opening.start()
+        mark = text[start]
+        end = -1
+        closing = None if mark in unclosed else _CLOSING[mark].search(text, start + 1)
+        if closing is None:
+            unclosed.add(mark)
+        elif mark == "`":
+            if text[closing.start()] == "`" and closing.start() > start + 1:
+                end = closing.end()
+        elif mark == '"':
+            if blank_lines is None:
+                blank_lines = [m.start() for m in _BLANK_LINE.finditer(text)]
+            after = bisect_right(blank_lines, start)
+            if after == len(blank_lines) or blank_lines[after] >= closing.start():
+                end = closing.end()
+        else:
+            end = closing.end()
+        if end >= 0:
+            found.append((start, end))
+            position = end
+        else:
+            position = start + 1
+    return found
 
 
 def judged_text(text: str) -> str:
@@ -72,9 +175,7 @@ def judged_text(text: str) -> str:
 def withdraws(text: str) -> bool:
     """True when `text` (already judged) says it withdraws something."""
     for match in _WITHDRAWAL.finditer(text):
-        if match.group(0).lower().startswith("forget") and _NEGATED_BEFORE.search(
-            text[: match.start()]
-        ):
+        if match.group(0).lower().startswith("forget") and negated_before(text, match.start()):
             continue  # "don't forget the tests" withdraws nothing
         return True
     return False

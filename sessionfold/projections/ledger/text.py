@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from typing import Any
 
 # C0 controls but tab and newline, DEL, C1 controls, bidi overrides and isolates, and the
@@ -10,7 +11,11 @@ from typing import Any
 _UNSAFE = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
 )
-_GOAL_TAG = re.compile(r"<(goal|objective)\b[^>]*>(.*?)</\1\s*>", re.S | re.I)
+# pi-goal's tags, `<goal ...>objective</goal>` (or `objective`), read by `goal_objectives`.
+_GOAL_OPEN = re.compile(r"<(goal|objective)\b", re.I)
+_GOAL_CLOSE = re.compile(r"</(goal|objective)\s*>", re.I)
+# Two tag names alike as a case-blind back reference compares them ("<Goal>" ... "</goal>").
+_SAME_NAME = re.compile(r"([^\0]*)\0\1\Z", re.I)
 _GOAL_COMMAND = re.compile(r"\A\s*/goal\b[ \t]*")
 
 Region = tuple[int, int]
@@ -41,6 +46,43 @@ def _trimmed(text: str, start: int, end: int) -> Region | None:
     return (start, end) if end > start else None
 
 
+def goal_objectives(text: str) -> list[Region]:
+    """(start, end) of the text inside each pair of goal tags, left to right.
+
+    What `<(goal|objective)\\b[^>]*>(.*?)</\\1\\s*>` (dot-all, any case) finds as its second
+    group, without that pattern's read to the end of the text from every tag left open: a tag
+    runs to the first ">" after its name and closes at the first closing tag of its name
+    after that; a name that finds no closing tag is not looked for again.
+    """
+    found: list[Region] = []
+    closings: list[tuple[int, int, str]] | None = None
+    closing_starts: list[int] = []
+    unclosed: set[str] = set()
+    bracket = -2  # the first ">" at or after the last tag name read (-1: none)
+    position = 0
+    while (opening := _GOAL_OPEN.search(text, position)) is not None:
+        if bracket != -1 and bracket < opening.end():
+            bracket = text.find(">", opening.end())
+        if bracket == -1:
+            break  # no ">" after this name, so after no later one either
+        name = opening.group(1)
+        position = opening.start() + 1
+        if name in unclosed:
+            continue
+        if closings is None:
+            closings = [(m.start(), m.end(), m.group(1)) for m in _GOAL_CLOSE.finditer(text)]
+            closing_starts = [start for start, _, _ in closings]
+        index = bisect_left(closing_starts, bracket + 1)
+        while index < len(closings) and not _SAME_NAME.match(f"{name}\0{closings[index][2]}"):
+            index += 1
+        if index == len(closings):
+            unclosed.add(name)
+            continue
+        found.append((bracket + 1, closings[index][0]))
+        position = closings[index][1]
+    return found
+
+
 def quotable_regions(text: str) -> list[Region]:
     """Where in a message the user's own words stand, as (start, end) offsets.
 
@@ -50,8 +92,8 @@ def quotable_regions(text: str) -> list[Region]:
     """
     tagged = [
         region
-        for match in _GOAL_TAG.finditer(text)
-        if (region := _trimmed(text, match.start(2), match.end(2))) is not None
+        for start, end in goal_objectives(text)
+        if (region := _trimmed(text, start, end)) is not None
     ]
     if tagged:
         return tagged
@@ -63,7 +105,7 @@ def quotable_regions(text: str) -> list[Region]:
 
 def is_goal_message(text: str) -> bool:
     """True for a pi-goal `/goal` message (goal tags or a leading /goal command)."""
-    return bool(_GOAL_TAG.search(text) or _GOAL_COMMAND.match(text))
+    return bool(goal_objectives(text) or _GOAL_COMMAND.match(text))
 
 
 def quotable_text(text: str) -> str:

@@ -19,7 +19,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_WC_LINE = re.compile(r"^\s*(\d+\s+\S.*?)\s*$")
+# The group ends at the line's last non-space character; a lazy `.*?` before `\s*$` found that
+# end by reading the rest of the line again at each character (quadratic in a long line).
+_WC_LINE = re.compile(r"^\s*(\d+\s+\S(?:.*\S)?)\s*$")
 _ERROR_LOCATION = re.compile(
     r"(?<![\w./@-])(?P<loc>[\w./@-]+\.\w+(?:\(\d+,\d+\)|:\d+:\d+))\s*[-:]?\s*(?:error|warning)\b",
     re.I,
@@ -37,18 +39,36 @@ _TIMING = re.compile(
 )
 # The ledger keeps an output's head and tail joined by " … ": the lines either side of the
 # cut are partial, and a value read there could be a fragment ("h.ts(8,49)").
-_CUT = re.compile(r"[^\n]* … [^\n]*")
+CUT_MARK = " … "
 _TESTS = re.compile(r"\b\d+ (?:passed|failed|skipped|errors?|tests?)\b")
+
+
+def without_cut(text: str) -> str:
+    """`text` without the line that holds its first " … " (the newline either side kept).
+
+    What the pattern it replaces (any run of non-newlines, " … ", any run of non-newlines;
+    first match deleted) returned, found with one `find` and no backtracking: that pattern
+    retried every start of a long line that holds no cut, so it took seconds on a 64 K
+    single-line output and minutes on a megabyte.
+    """
+    at = text.find(CUT_MARK)
+    if at < 0:
+        return text
+    start = text.rfind("\n", 0, at) + 1
+    end = text.find("\n", at + len(CUT_MARK))
+    return text[:start] + (text[end:] if end >= 0 else "")
 
 
 def command_values(command: str, output: str) -> list[tuple[str, str]]:
     """(value, what) pairs a command's output shows, in output order, without repeats."""
     found: list[tuple[str, str]] = []
-    output = _CUT.sub("", output, count=1)
+    seen: set[str] = set()
+    output = without_cut(output)
 
     def add(value: str, what: str) -> None:
         value = value.strip()
-        if value and all(value != v for v, _ in found):
+        if value and value not in seen:
+            seen.add(value)
             found.append((value, what))
 
     if re.search(r"(?:^|[\s;&|])wc\s+-l\b", command):
@@ -181,7 +201,7 @@ def value_signals(
             if value:
                 shown(value, position, turn, str(kind))
                 found[value][0].add("read")
-        output = _CUT.sub("", str(command.get("output") or ""), count=1)
+        output = without_cut(str(command.get("output") or ""))
         for value in shapes(output):
             shown(value, position, turn)
         defined.update(match.group("name") for match in _DEFINES.finditer(output))
