@@ -61,7 +61,10 @@ def _finite_float(text: str) -> float:
 
 
 def _orjson_int(text: str) -> int | float:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:  # past Python's int_max_str_digits (4300): a float, or out of range
+        return _finite_float(text)
     return value if value in _INT_RANGE else _finite_float(text)
 
 

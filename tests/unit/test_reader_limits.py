@@ -196,6 +196,15 @@ def test_deep_envelope_is_refused_by_name() -> None:
             decode(data)
 
 
+def test_split_line_survives_an_integer_too_long_for_python() -> None:
+    """An integer of 8,000 digits on a line orjson refuses reaches the pure-Python parser,
+    whose int() refuses it: the rest of the line is dead-lettered, never a ValueError."""
+    for line in (b"{}" + b"1" * 8000, b'{"a":1}{"n":' + b"9" * 8000 + b"}"):
+        values, rest = split_line(line)
+        assert values in ([{}], [{"a": 1}])
+        assert rest is not None and rest.reason == "not JSON"
+
+
 def test_split_line_survives_a_deep_fallback_parse() -> None:
     """Garbage first sends the line to the recursive parser; depth there is caught too."""
     values, rest = split_line(b"{}" + b"[" * 50_000 + b"]" * 50_000)
