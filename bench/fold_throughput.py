@@ -3,7 +3,11 @@ per-turn full recompute (what pi-condense does), and a session with one huge sin
 output against the same session with that output split into lines, measured side by side in
 one run.
 
-    .venv/bin/python bench/fold_throughput.py [--repeat 3]
+    .venv/bin/python bench/fold_throughput.py [--repeat 3] [--baseline FILE=EV_S ...]
+
+`--baseline before-compaction.jsonl=5094` prints the fold's events/s as a multiple of a figure
+recorded earlier (on the same machine, under the same load: the multiple is only as honest as
+that).
 
 Prints ratios, not absolute targets: the machine's speed cancels out of each ratio. The one
 ratio with a target is the huge output's: a fold is linear in an entry's size, so one 1 MB
@@ -56,12 +60,14 @@ def fold_file(path: Path) -> None:
         runtime.publish(record)
 
 
-def throughput(repeat: int) -> None:
-    """Events/s and MB/s of the embedded fold next to the orjson parse ceiling."""
+def throughput(repeat: int, baseline: dict[str, float] | None = None) -> None:
+    """Events/s and MB/s of the embedded fold next to the orjson parse ceiling, and (for the
+    files `baseline` has a recorded events/s of) the fold's events/s as a multiple of it."""
+    baseline = baseline or {}
     print("embedded fold vs raw parse ceiling (orjson over the same lines)")
     print(
         f"{'file':28} {'events':>7} {'MB':>6} {'fold ev/s':>10} {'fold MB/s':>10} "
-        f"{'parse MB/s':>11} {'ratio':>6}"
+        f"{'parse MB/s':>11} {'ratio':>6} {'vs base':>8}"
     )
     for name in REAL:
         path = SESSIONS / name
@@ -69,9 +75,10 @@ def throughput(repeat: int) -> None:
         events = sum(1 for r in read_session_file(path) if not isinstance(r, DeadLetter))
         fold_s = best_of(repeat, lambda p=path: fold_file(p))
         parse_s = best_of(repeat, lambda p=path: parse_only(p))
+        versus = f"{events / fold_s / baseline[name]:7.2f}x" if name in baseline else ""
         print(
             f"{name:28} {events:7d} {size:6.2f} {events / fold_s:10.0f} {size / fold_s:10.1f} "
-            f"{size / parse_s:11.1f} {parse_s / fold_s:6.3f}"
+            f"{size / parse_s:11.1f} {parse_s / fold_s:6.3f} {versus:>8}"
         )
 
 
@@ -175,13 +182,33 @@ def huge_output(repeat: int) -> None:
     print(f"ratio {ratio:.2f}x (target <= {HUGE_TARGET:g}x): {verdict}")
 
 
+def baseline_figure(text: str) -> tuple[str, float]:
+    """One `--baseline FILE=EV_S` argument as (file name, events/s)."""
+    name, sep, figure = text.partition("=")
+    try:
+        value = float(figure)
+    except ValueError:
+        value = 0.0
+    if not sep or name not in REAL or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(REAL)}=EVENTS_PER_S")
+    return name, value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per figure (best kept)")
+    parser.add_argument(
+        "--baseline",
+        type=baseline_figure,
+        action="append",
+        default=[],
+        metavar="FILE=EV_S",
+        help="a recorded fold events/s of one real session, to print today's as a multiple of",
+    )
     args = parser.parse_args()
     if not SESSIONS.is_dir():
         raise SystemExit(f"real sessions not found at {SESSIONS}")
-    throughput(args.repeat)
+    throughput(args.repeat, dict(args.baseline))
     metrics_scaling(args.repeat)
     huge_output(args.repeat)
 

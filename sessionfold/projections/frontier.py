@@ -22,7 +22,8 @@ def trim_batch(
     if not calls:
         return None
     if frontier is None or batch.turn_index > frontier.last_attempted_turn_index:
-        return replace(batch, calls=calls)
+        # A batch is frozen: when no call went, the batch itself is the copy `replace` made.
+        return batch if len(calls) == len(batch.calls) else replace(batch, calls=calls)
     if batch.turn_index < frontier.last_attempted_turn_index:
         return None
     ids = [call.tool_call_id for call in calls]

@@ -243,6 +243,26 @@ class ReadPosition:
     session_id: str | None = None
     version: int = 0  # 0 until the header is read
 
+    # The reader moves its position several times per line: these build the next one directly,
+    # about a third of what `dataclasses.replace` costs.
+    def past_line(self, length: int, line: int) -> ReadPosition:
+        """This position past one more line, `length` bytes long and numbered `line`."""
+        return ReadPosition(
+            self.offset + length, line, self.next_seq, self.entries, self.session_id, self.version
+        )
+
+    def past_entry(self) -> ReadPosition:
+        """This position past one more JSON object."""
+        return ReadPosition(
+            self.offset, self.line, self.next_seq, self.entries + 1, self.session_id, self.version
+        )
+
+    def past_seq(self) -> ReadPosition:
+        """This position with its next sequence number taken."""
+        return ReadPosition(
+            self.offset, self.line, self.next_seq + 1, self.entries, self.session_id, self.version
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form, for the publish checkpoint file."""
         return asdict(self)
@@ -328,9 +348,7 @@ class SessionFileReader:
                     records = [letter, *self._placeholder(None, letter)]
                 else:
                     records = list(self._line_records(line.data, line_no))
-                self.position = replace(
-                    self.position, offset=self.position.offset + line.length, line=line_no
-                )
+                self.position = self.position.past_line(line.length, line_no)
                 yield records
 
     def _line_records(self, line: bytes, line_no: int) -> Iterator[Record]:
@@ -358,7 +376,7 @@ class SessionFileReader:
                 return
             position = replace(position, session_id=value["id"], version=file_version(value))
         index = position.entries
-        self.position = replace(position, entries=index + 1)
+        self.position = position.past_entry()
         assert position.session_id is not None
         entry = value
         if value.get("type") != "session":
@@ -388,7 +406,7 @@ class SessionFileReader:
 
     def _take_seq(self) -> int:
         seq = self.position.next_seq
-        self.position = replace(self.position, next_seq=seq + 1)
+        self.position = self.position.past_seq()
         return seq
 
     def _placeholder(

@@ -188,7 +188,11 @@ def _argument_gist(call: FlushCall) -> str:
 def _evidence(call: FlushCall) -> str:
     """The first error line it printed, else (for tools not named by path) a path it printed."""
     lines = [line.strip() for line in call.head.splitlines() if line.strip()]
-    error = next((line for line in lines if _ERROR_LINE.search(line)), None)
+    # No match of the pattern spans a line break, so a head it misses whole has no error line
+    # and the search per line is skipped.
+    error = None
+    if _ERROR_LINE.search(call.head):
+        error = next((line for line in lines if _ERROR_LINE.search(line)), None)
     if error is None and call.is_error and lines:
         error = lines[0]
     if error is not None:

@@ -10,6 +10,7 @@ import pytest
 from test_ledger_verify import Session
 
 from sessionfold.events.envelope import EntryEnvelope
+from sessionfold.projections.ledger import values as ledger_values
 from sessionfold.projections.ledger.driver import fold_records
 from sessionfold.projections.ledger.facts import facts
 from sessionfold.projections.ledger.model import OfflineModel
@@ -192,3 +193,29 @@ def test_a_value_in_the_middle_of_a_long_output_is_kept() -> None:
     assert middle not in command["excerpt"]
     assert command["values"] == [["src/x.ts(1110,8)", "error location"]]
     assert [v["value"] for v in session.state()["values"]] == ["src/x.ts(1110,8)"]
+
+
+_VALUE_TEXTS = (
+    "src/a.ts:12:5 - ERROR TS2304: nope\nWarning: b.py:3:1 warning x",
+    "[main 1a2b3c4] msg\nlistening on LOCALHOST:8080 and http://127.0.0.1:3000, PORT 5432",
+    "Took 3.2s\nDURATION: 1.4 s\nDone in 12s\nFinished in 3m\n3 passed, 1 failed, 2 errors",
+    "Elapsed: 7ms time: 9s 4 tests 1 test 2 skipped",
+    "nothing here at all",
+    "ſrc/a.ts:1:2 warnıng and 5 passed",  # not ASCII: always scanned
+)
+
+
+@pytest.mark.parametrize("text", _VALUE_TEXTS)
+def test_skipping_outputs_without_a_patterns_words_finds_what_a_full_scan_finds(
+    text: str,
+) -> None:
+    """The word check before each output pattern never hides a match the pattern has."""
+    lowered = text.lower() if text.isascii() else None
+    for pattern in ledger_values._NEEDS:
+        scanned = [m.group(0) for m in ledger_values._scanned(pattern, text, lowered)]
+        assert scanned == [m.group(0) for m in pattern.finditer(text)]
+        for line in text.splitlines():  # each line alone, so most patterns miss some
+            low = line.lower() if line.isascii() else None
+            assert [m.group(0) for m in ledger_values._scanned(pattern, line, low)] == [
+                m.group(0) for m in pattern.finditer(line)
+            ]

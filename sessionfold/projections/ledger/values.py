@@ -59,6 +59,28 @@ def without_cut(text: str) -> str:
     return text[:start] + (text[end:] if end >= 0 else "")
 
 
+# Words each output pattern cannot match without (in ASCII text, lower-cased): an output
+# that holds none of them is not scanned by that pattern, whose per-character cost is what
+# the fold spends most on. Text that is not ASCII is always scanned (re.I equates a few
+# non-ASCII letters with ASCII ones, which lower() does not).
+_NEEDS: dict[re.Pattern[str], tuple[str, ...]] = {
+    _ERROR_LOCATION: ("error", "warning"),
+    _COMMIT_MADE: ("[",),
+    _ADDRESS: ("localhost", "127.0.0.1", "0.0.0.0", "[::"),
+    _PORT: ("port",),
+    _TIMING: ("took", "duration", "elapsed", "time:", "done in", "finished in", "completed in"),
+    _TESTS: ("passed", "failed", "skipped", "error", "test"),
+}
+
+
+def _scanned(pattern: re.Pattern[str], output: str, lowered: str | None) -> list[re.Match[str]]:
+    """`pattern`'s matches in `output`; none, unscanned, when `lowered` (the ASCII output in
+    lower case) holds none of the words it needs."""
+    if lowered is not None and not any(word in lowered for word in _NEEDS[pattern]):
+        return []
+    return list(pattern.finditer(output))
+
+
 def command_values(command: str, output: str) -> list[tuple[str, str]]:
     """(value, what) pairs a command's output shows, in output order, without repeats."""
     found: list[tuple[str, str]] = []
@@ -76,22 +98,23 @@ def command_values(command: str, output: str) -> list[tuple[str, str]]:
             match = _WC_LINE.match(line)
             if match:
                 add(match.group(1), "lines, wc -l")
-    for match in _ERROR_LOCATION.finditer(output):
+    lowered = output.lower() if output.isascii() else None
+    for match in _scanned(_ERROR_LOCATION, output, lowered):
         add(match.group("loc"), "error location")
-    for match in _COMMIT_MADE.finditer(output):
+    for match in _scanned(_COMMIT_MADE, output, lowered):
         add(match.group("hash"), "commit made")
     if _GIT_LOG.search(command):
         for line in output.splitlines()[:1]:
             match = _LOG_LINE.match(line.strip())
             if match:
                 add(match.group("hash"), "newest commit logged")
-    for match in _ADDRESS.finditer(output):
+    for match in _scanned(_ADDRESS, output, lowered):
         add(match.group(0), "address")
-    for match in _PORT.finditer(output):
+    for match in _scanned(_PORT, output, lowered):
         add(match.group(0), "port")
-    for match in _TIMING.finditer(output):
+    for match in _scanned(_TIMING, output, lowered):
         add(match.group("t"), "timing")
-    for match in _TESTS.finditer(output):
+    for match in _scanned(_TESTS, output, lowered):
         add(match.group(0), "test total")
     return found
 
@@ -205,7 +228,9 @@ def value_signals(
         for value in shapes(output):
             shown(value, position, turn)
         defined.update(match.group("name") for match in _DEFINES.finditer(output))
-        for line in output.splitlines():
+        # No match of the pattern spans a line break: an output it misses whole has no error
+        # line, and the search per line is skipped.
+        for line in output.splitlines() if _ERROR_LINE.search(output) else ():
             if _ERROR_LINE.search(line):
                 on_error.update(shapes(line))
         for value in shapes(_unclipped(str(command.get("command") or ""))):
