@@ -619,6 +619,7 @@ def recover(
     log(f"recovery: fold worker killed, another started; {records:,} changelog records")
     deadline = began + timeout_s
     sentinels = one_per_partition(fleet.sessions, partitions)
+    asked_first = set(sentinels)
     first_s = partitions_s = served_s = None
     pending = list(sentinels)
     with httpx.Client() as client:
@@ -636,7 +637,7 @@ def recover(
             return pending, None if pending else time.perf_counter() - began
 
         pending, partitions_s = drain(pending)
-        rest = [s for s in fleet.sessions if s not in set(sentinels)]
+        rest = [s for s in fleet.sessions if s not in asked_first]
         pending, served_s = drain(pending + rest)
         checked = time.perf_counter()
         unserved(client, fresh, fleet.sessions, fleet.expected)
