@@ -1,6 +1,7 @@
 """The Kafka runtime measured end to end, side by side in one run on one broker.
 
     .venv/bin/python bench/kafka_pipeline.py [--sessions 16] [--turns 80] [--partitions 4]
+        [--fleet-sessions 1000 [--fleet-turns 8]] [--recovery]
 
 - Fold throughput through Faust: events/s from the first publish of a generated fleet until
   every event is folded and no flush barrier is up (the workers' own /metrics: events folded,
@@ -11,6 +12,20 @@
   with a timestamp, the state API polled until the session's message count reflects it.
 - One fold worker against two, on the same fleet over `--partitions` partitions.
 - The state the workers hold is compared with the embedded fold's, session by session.
+- State per session: the embedded fold's rows (canonical JSON) for the fleet at `--turns` and at
+  4x as many, per session and per branch message; the fold worker's changelog topic read back,
+  every write and the last value of each key, per session.
+- The fold worker's RSS (VmRSS) assigned and idle, and once the fleet is folded.
+- `--fleet-sessions N`: a second fleet of N sessions of `--fleet-turns` turns, folded by one and
+  by two fold workers against the embedded fold of the same files; the changelog and RSS figures
+  are then taken on it.
+- `--recovery`: once the fleet (the `--fleet-sessions` one if given) is folded, the fold worker
+  is SIGKILLed and another started with the same app id; the seconds until the state API serves
+  every session as the embedded fold has it, and the changelog records it replays.
+
+Each figure with a target in issue #13 is printed next to it, met or NOT met: one fold worker
+>= 0.8 of the embedded fold, two >= 1.8x one, recovery <= 10 s, state per message flat as
+sessions grow (4x the turns: <= 1.25x the bytes per message).
 
 Uses the broker at SESSIONFOLD_BOOTSTRAP when it answers (with the Kafka security settings of
 the SESSIONFOLD_SECURITY_PROTOCOL, SESSIONFOLD_SSL_* and SESSIONFOLD_SASL_* variables, which the
@@ -33,6 +48,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +61,14 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
+from sizing import (
+    ChangelogSizes,
+    SessionSizes,
+    changelog_sizes,
+    embedded_sizes,
+    rss_bytes,
+    topic_records,
+)
 
 from sessionfold.events.envelope import decode, encode
 from sessionfold.projections.config import load_config
@@ -61,6 +85,7 @@ from sessionfold.streams.kafka_security import (
 from sessionfold.streams.publish import make_producer
 from sessionfold.streams.session_file import DeadLetter, read_session_file
 from sessionfold.streams.synthetic import generate_session, write_fleet, write_session
+from sessionfold.streams.topic_reader import key_partition
 from sessionfold.streams.topics import Topics, ensure_topics
 
 #: Seconds a worker may take to join its group and get its partitions.
@@ -74,6 +99,14 @@ LATENCY_POLL_S = 0.002
 LATENCY_EVENT_TIMEOUT_S = 15.0
 #: Pruning off: no flush requests, so no flush barrier; what is left is the fold and its state.
 PRUNING_OFF = ("enabled=false",)
+#: Issue #13's targets: a Kafka fold worker against the embedded fold, two workers against one,
+#: a restarted fold worker serving again, and state per message as sessions grow 4x longer.
+PER_WORKER_TARGET = 0.8
+SCALING_TARGET = 1.8
+RECOVERY_TARGET_S = 10.0
+GROWTH_TARGET = 1.25
+#: State API poll interval while a restarted worker recovers.
+RECOVERY_POLL_S = 0.05
 
 
 def log(message: str) -> None:
@@ -344,6 +377,10 @@ class FoldRun:
     topics: Topics
     folds: list[Worker]
     summarizer: Worker
+    app_id: str
+    settings: tuple[str, ...]
+    rss_ready: list[int]  # bytes per fold worker, assigned and idle
+    rss_done: list[int]  # bytes per fold worker, the fleet folded
 
     @property
     def rate(self) -> float:
@@ -381,7 +418,8 @@ def fold_run(
         log(f"{fold_workers} fold worker(s){note} + 1 summarizer, {partitions} partitions")
         wait_assigned(client, folds, summarizer, partitions)
         time.sleep(1.0)  # let the last "Worker ready" (table recovery) finish after assignment
-        producer = make_producer(bootstrap, security)
+        rss_ready = [rss_bytes(w.process.pid) for w in folds]
+        producer = make_producer(bootstrap, security=security)
         try:
             log(f"publishing {len(fleet.records)} events")
             began = time.perf_counter()
@@ -399,6 +437,7 @@ def fold_run(
                 break
             time.sleep(PROGRESS_POLL_S)
         seconds = time.perf_counter() - began
+    rss_done = [rss_bytes(w.process.pid) for w in folds]
     complete = state.done(len(fleet.records))
     events = len(fleet.records) if complete else int(state.folded - state.held)
     log(
@@ -415,7 +454,16 @@ def fold_run(
         topics,
         folds,
         summarizer,
+        app_id,
+        tuple(settings),
+        rss_ready,
+        rss_done,
     )
+
+
+def changelog_topic(app_id: str) -> str:
+    """The fold's state table changelog: Faust names it `<app id>-<table>-changelog`."""
+    return f"{app_id}-state-changelog"
 
 
 def raw_consume(
@@ -479,6 +527,160 @@ def compare_state(run: FoldRun, fleet: Fleet) -> int:
             else:
                 log(f"session {session_id} differs from the embedded fold")
     return same
+
+
+@dataclass
+class Recovery:
+    """A fold worker SIGKILLed after folding the fleet, and the one started in its place.
+
+    Seconds are counted from the new process's start; None where it never got there.
+    """
+
+    sessions: int
+    partitions: int
+    changelog_records: int  # what a memory:// worker replays: the whole changelog
+    ready_s: float | None  # "Worker ready" in its log: the state table recovered
+    first_s: float | None  # the first session served as the embedded fold has it
+    partitions_s: float | None  # one session of every partition served so
+    served_s: float | None  # every session served so
+    pass_s: float  # one more pass over every session once served: what the check costs
+    served: int
+    rss: int  # bytes, once every session was served (or at the deadline)
+
+
+class LogWatch(threading.Thread):
+    """The seconds from `began` until `text` shows in a log file, polled on a thread of its
+    own so that a long state check does not delay the reading."""
+
+    def __init__(self, path: Path, text: str, began: float) -> None:
+        super().__init__(daemon=True)
+        self.path, self.text, self.began = path, text, began
+        self.seconds: float | None = None
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            if self.text in self.path.read_text(errors="replace"):
+                self.seconds = time.perf_counter() - self.began
+                return
+            self.halt.wait(RECOVERY_POLL_S)
+
+
+def unserved(
+    client: httpx.Client, worker: Worker, pending: Sequence[str], expected: dict[str, Any]
+) -> list[str]:
+    """The sessions of `pending` not yet served as expected, in order.
+
+    A session not yet served means its partition is still recovering: the round stops there
+    rather than asking about every later session, so the poll costs the worker little.
+    """
+    for i, session_id in enumerate(pending):
+        if get_json(client, f"{worker.url}/sessions/{session_id}") != expected[session_id]:
+            return list(pending[i:])
+    return []
+
+
+def one_per_partition(sessions: Sequence[str], partitions: int) -> list[str]:
+    """The first session of each partition that has any, by Kafka's key partitioner."""
+    first: dict[int, str] = {}
+    for session_id in sessions:
+        first.setdefault(key_partition(session_id.encode(), list(range(partitions))), session_id)
+    return list(first.values())
+
+
+def recover(
+    bootstrap: str,
+    run: FoldRun,
+    fleet: Fleet,
+    partitions: int,
+    work: Path,
+    timeout_s: float,
+    started: list[Worker],
+    security: KafkaSecurity = PLAINTEXT,
+) -> Recovery:
+    """SIGKILL the run's only fold worker, start another with the same app id, and time it
+    until the state API answers for one session of every partition, then for every session,
+    as the embedded fold does.
+
+    The killed worker does not leave its group, so the time includes the group noticing it
+    gone (the session timeout) before the partitions move to the new worker. Sessions are
+    asked about one at a time, so the last figure includes serving every state document once.
+    """
+    records = topic_records(bootstrap, changelog_topic(run.app_id), security)
+    victim = run.folds[0]
+    victim.process.kill()
+    victim.process.wait(10)
+    fresh = start_worker(bootstrap, run.topics, run.app_id, "fold", partitions, work, run.settings)
+    began = time.perf_counter()
+    started.append(fresh)
+    run.folds[0] = fresh  # so that the caller stops the new one
+    watch = LogWatch(fresh.log_path, "Worker ready", began)
+    watch.start()
+    log(f"recovery: fold worker killed, another started; {records:,} changelog records")
+    deadline = began + timeout_s
+    sentinels = one_per_partition(fleet.sessions, partitions)
+    asked_first = set(sentinels)
+    first_s = partitions_s = served_s = None
+    pending = list(sentinels)
+    with httpx.Client() as client:
+
+        def drain(pending: list[str]) -> tuple[list[str], float | None]:
+            nonlocal first_s
+            while pending and time.perf_counter() < deadline:
+                fresh.check_alive()
+                before = len(pending)
+                pending = unserved(client, fresh, pending, fleet.expected)
+                if first_s is None and len(pending) < before:
+                    first_s = time.perf_counter() - began
+                if pending:
+                    time.sleep(RECOVERY_POLL_S)
+            return pending, None if pending else time.perf_counter() - began
+
+        pending, partitions_s = drain(pending)
+        rest = [s for s in fleet.sessions if s not in asked_first]
+        pending, served_s = drain(pending + rest)
+        checked = time.perf_counter()
+        unserved(client, fresh, fleet.sessions, fleet.expected)
+        pass_s = time.perf_counter() - checked
+    watch.halt.set()
+    watch.join(5)
+    log(f"recovery: {'served' if served_s is not None else 'NOT served'} after restart")
+    return Recovery(
+        sessions=len(fleet.sessions),
+        partitions=len(sentinels),
+        changelog_records=records,
+        ready_s=watch.seconds,
+        first_s=first_s,
+        partitions_s=partitions_s,
+        served_s=served_s,
+        pass_s=pass_s,
+        served=len(fleet.sessions) - len(pending),
+        rss=rss_bytes(fresh.process.pid),
+    )
+
+
+@dataclass
+class FleetCase:
+    """One fleet folded by one fold worker and by two, with what the state costs."""
+
+    fleet: Fleet
+    turns: int
+    one: FoldRun
+    two: FoldRun
+    same_one: int
+    same_two: int
+    changelog: ChangelogSizes
+    recovery: Recovery | None
+
+
+def fleet_changelog(
+    bootstrap: str, run: FoldRun, fleet: Fleet, security: KafkaSecurity = PLAINTEXT
+) -> ChangelogSizes:
+    """The sizes of the run's changelog, per session of the fleet."""
+    messages = {
+        sid: sum(state["counts"]["messages"].values()) for sid, state in fleet.expected.items()
+    }
+    return changelog_sizes(bootstrap, changelog_topic(run.app_id), messages, security)
 
 
 @dataclass
@@ -584,42 +786,56 @@ class Results:
     bootstrap: str
     origin: str
     partitions: int
-    turns: int
-    fleet: Fleet
-    one: FoldRun
-    two: FoldRun
+    main: FleetCase
     off: FoldRun
     raw: float
     raw_decoded: float
-    same_one: int
-    same_two: int
     latency: Latency
+    case: FleetCase | None  # --fleet-sessions
+    sizes: SessionSizes  # embedded state of the main fleet's sessions
+    sizes_longer: SessionSizes  # the same sessions at 4x the turns
+
+    @property
+    def cases(self) -> list[FleetCase]:
+        """The main fleet, and the --fleet-sessions one if run."""
+        return [self.main] if self.case is None else [self.main, self.case]
+
+    @property
+    def recovery(self) -> Recovery | None:
+        """The recovery phase, whichever fleet it ran on."""
+        return next((c.recovery for c in self.cases if c.recovery is not None), None)
 
     @property
     def ok(self) -> bool:
-        """Every run complete, every session identical, some latency measured."""
-        sessions = len(self.fleet.sessions)
-        return (
-            self.one.complete
-            and self.two.complete
-            and self.off.complete
-            and self.same_one == self.same_two == sessions
-            and bool(self.latency.samples)
+        """Every run complete, every session identical, some latency measured, and a recovery
+        that served every session if one was asked for."""
+        folded = all(
+            c.one.complete
+            and c.two.complete
+            and c.same_one == c.same_two == len(c.fleet.sessions)
+            and (c.recovery is None or c.recovery.served_s is not None)
+            for c in self.cases
         )
+        return folded and self.off.complete and bool(self.latency.samples)
 
 
 def run(args: argparse.Namespace, work: Path) -> Results:
     """Every phase, in order; the workers of each phase are stopped before the next starts."""
     workers: list[Worker] = []
+    extras: dict[str, Any] = {}
     try:
         with kafka_broker(work) as (bootstrap, origin, security):
             log(f"generating {args.sessions} sessions x {args.turns} turns")
-            fleet = make_fleet(work, args.sessions, args.turns, args.seed)
+            fleet = make_fleet(work / "main", args.sessions, args.turns, args.seed)
+            log(f"state sizes, embedded: {args.turns} and {4 * args.turns} turns")
+            sizes = embedded_sizes(fleet.paths)
+            longer = write_fleet(work / "longer", args.sessions, 4 * args.turns, args.seed)
+            sizes_longer = embedded_sizes(w.path for w in longer)
 
-            def fold(count: int, settings: Sequence[str] = ()) -> FoldRun:
+            def fold(target: Fleet, count: int, settings: Sequence[str] = ()) -> FoldRun:
                 return fold_run(
                     bootstrap,
-                    fleet,
+                    target,
                     count,
                     args.partitions,
                     work,
@@ -629,53 +845,82 @@ def run(args: argparse.Namespace, work: Path) -> Results:
                     security,
                 )
 
-            one = fold(1)
-            log("raw aiokafka consume of the same topic")
-            source = one.topics.session_events
-            raw = raw_consume(
-                bootstrap, source, args.partitions, decode_values=False, security=security
+            def case(
+                target: Fleet,
+                turns: int,
+                with_recovery: bool,
+                on_one: Callable[[FoldRun], None] = lambda _run: None,
+            ) -> FleetCase:
+                one = fold(target, 1)
+                on_one(one)
+                same_one = compare_state(one, target)
+                changelog = fleet_changelog(bootstrap, one, target, security)
+                recovery = None
+                if with_recovery:
+                    recovery = recover(
+                        bootstrap,
+                        one,
+                        target,
+                        args.partitions,
+                        work,
+                        args.timeout,
+                        workers,
+                        security,
+                    )
+                stop_workers(workers)
+                workers.clear()
+                two = fold(target, 2)
+                same_two = compare_state(two, target)  # any worker answers: routed by key
+                stop_workers(workers)
+                workers.clear()
+                return FleetCase(target, turns, one, two, same_one, same_two, changelog, recovery)
+
+            def raw_and_latency(one: FoldRun) -> None:
+                log("raw aiokafka consume of the same topic")
+                source = one.topics.session_events
+                for decoded in (False, True):
+                    extras[f"raw{decoded}"] = raw_consume(
+                        bootstrap, source, args.partitions, decoded, security=security
+                    )
+                log("latency: single events, state API polled")
+                extras["latency"] = latency(
+                    bootstrap,
+                    one,
+                    work,
+                    args.turns,
+                    args.latency_samples,
+                    args.latency_seconds,
+                    security,
+                )
+
+            main = case(
+                fleet, args.turns, args.recovery and not args.fleet_sessions, raw_and_latency
             )
-            raw_decoded = raw_consume(
-                bootstrap, source, args.partitions, decode_values=True, security=security
-            )
-            same_one = compare_state(one, fleet)
-            log("latency: single events, state API polled")
-            lat = latency(
-                bootstrap,
-                one,
-                work,
-                args.turns,
-                args.latency_samples,
-                args.latency_seconds,
-                security,
-            )
+            off = fold(fleet, 1, PRUNING_OFF)
             stop_workers(workers)
             workers.clear()
 
-            two = fold(2)
-            same_two = compare_state(two, fleet)  # any worker answers: the API routes by key
-            stop_workers(workers)
-            workers.clear()
-
-            off = fold(1, PRUNING_OFF)
-            stop_workers(workers)
-            workers.clear()
+            extra = None
+            if args.fleet_sessions:
+                log(f"fleet case: {args.fleet_sessions} sessions x {args.fleet_turns} turns")
+                target = make_fleet(
+                    work / "case", args.fleet_sessions, args.fleet_turns, args.seed + 1
+                )
+                extra = case(target, args.fleet_turns, args.recovery)
     finally:
         stop_workers(workers)
     return Results(
         bootstrap,
         origin,
         args.partitions,
-        args.turns,
-        fleet,
-        one,
-        two,
+        main,
         off,
-        raw,
-        raw_decoded,
-        same_one,
-        same_two,
-        lat,
+        extras["rawFalse"],
+        extras["rawTrue"],
+        extras["latency"],
+        extra,
+        sizes,
+        sizes_longer,
     )
 
 
@@ -684,14 +929,174 @@ def _fold_note(run: FoldRun, events: int) -> str:
     return note if run.complete else f"{note} (INCOMPLETE: {run.events}/{events} events)"
 
 
+def verdict(met: bool) -> str:
+    """How a figure stands against its target."""
+    return "met" if met else "NOT met"
+
+
+def megabytes(count: float) -> str:
+    """Bytes as MB, one decimal."""
+    return f"{count / 1e6:,.1f} MB"
+
+
+def per_worker_row(run: FoldRun, embedded: float) -> tuple[str, str, str]:
+    """Issue #13 item 1: what one fold worker of `run` folds against the embedded fold."""
+    ratio = run.rate / run.fold_workers / embedded if embedded else 0.0
+    what = "  / embedded fold" if run.fold_workers == 1 else "  per worker / embedded fold"
+    target = f"target >= {PER_WORKER_TARGET}: {verdict(ratio >= PER_WORKER_TARGET)}"
+    return (what, f"{ratio:.3f}", target)
+
+
+def scaling_row(one: FoldRun, two: FoldRun) -> tuple[str, str, str]:
+    """Issue #13 item 1: two fold workers against one, on the same fleet."""
+    scaling = two.rate / one.rate if one.rate else 0.0
+    per_worker = " / ".join(f"{n:,.0f}" for n in two.per_worker)
+    return (
+        "  2 workers / 1 worker",
+        f"{scaling:.2f}x",
+        f"target >= {SCALING_TARGET}x: {verdict(scaling >= SCALING_TARGET)}; "
+        f"events per worker: {per_worker}",
+    )
+
+
+def fleet_rows(case: FleetCase) -> list[tuple[str, str, str]]:
+    """The --fleet-sessions case: its fold rates, scaling and state check."""
+    fleet = case.fleet
+    events = len(fleet.records)
+    sessions = len(fleet.sessions)
+    embedded = events / fleet.embedded_seconds
+    one, two = case.one, case.two
+    title = f"fleet case: {sessions:,} sessions x {case.turns} turns, {events:,} events"
+    return [
+        (title, "", f"{fleet.megabytes:.1f} MB"),
+        ("embedded fold of the same files", f"{embedded:,.0f} ev/s", "no Kafka"),
+        ("Faust fold, 1 fold worker", f"{one.rate:,.0f} ev/s", _fold_note(one, events)),
+        per_worker_row(one, embedded),
+        ("Faust fold, 2 fold workers", f"{two.rate:,.0f} ev/s", _fold_note(two, events)),
+        per_worker_row(two, embedded),
+        scaling_row(one, two),
+        (
+            "state API = embedded fold, 1 / 2 workers",
+            f"{case.same_one}/{case.same_two}",
+            f"of {sessions:,} sessions identical",
+        ),
+    ]
+
+
+def length_rows(
+    short: SessionSizes, longer: SessionSizes, turns: int
+) -> list[tuple[str, str, str]]:
+    """Embedded state per session at two session lengths, and per message at each."""
+    growth = longer.per_message / short.per_message if short.per_message else 0.0
+    return [
+        (
+            f"state per session, embedded, {turns} turns",
+            f"{short.mean:,.0f} B",
+            f"mean; max {short.max:,} B; canonical JSON of the DictStore rows",
+        ),
+        (
+            f"state per session, embedded, {4 * turns} turns",
+            f"{longer.mean:,.0f} B",
+            f"mean; max {longer.max:,} B",
+        ),
+        (
+            "  per branch message, 4x turns / 1x",
+            f"{growth:.2f}x",
+            f"{short.per_message:,.0f} B -> {longer.per_message:,.0f} B; target <= "
+            f"{GROWTH_TARGET}x (no more than linear in messages): "
+            f"{verdict(growth <= GROWTH_TARGET)}",
+        ),
+    ]
+
+
+def memory_rows(case: FleetCase) -> list[tuple[str, str, str]]:
+    """Issue #13 item 4 on one fleet: its changelog per session and a fold worker's RSS."""
+    sessions = len(case.fleet.sessions)
+    sizes = case.changelog
+    ready, done = case.one.rss_ready[0], case.one.rss_done[0]
+    return [
+        (
+            f"changelog, {sessions:,} sessions: every write",
+            megabytes(sizes.total_bytes),
+            f"{sizes.records:,} records; per session mean {sizes.written.mean:,.0f} B, "
+            f"max {sizes.written.max:,} B",
+        ),
+        (
+            "  last value per key (live state)",
+            f"{sizes.live.mean:,.0f} B",
+            f"per session mean; max {sizes.live.max:,} B",
+        ),
+        (
+            f"fold worker RSS, {sessions:,} sessions folded",
+            megabytes(done),
+            f"VmRSS, 1 worker; {megabytes(ready)} assigned and idle, before the publish",
+        ),
+        (
+            "  RSS added per 1,000 sessions",
+            megabytes((done - ready) * 1000 / sessions),
+            f"(folded - idle) x 1,000 / {sessions:,}; no target set",
+        ),
+    ]
+
+
+def recovery_rows(recovery: Recovery) -> list[tuple[str, str, str]]:
+    """Issue #13 item 2: a SIGKILLed fold worker's replacement serving again."""
+
+    def seconds(value: float | None) -> str:
+        return "never" if value is None else f"{value:.1f} s"
+
+    def against_target(value: float | None) -> str:
+        met = value is not None and value <= RECOVERY_TARGET_S
+        return f"target <= {RECOVERY_TARGET_S:.0f} s: {verdict(met)}"
+
+    sessions = recovery.sessions
+    return [
+        (f"recovery, {sessions:,} sessions, 1 fold worker", "", "SIGKILL, then a new one"),
+        (
+            "  restart to the first session served",
+            seconds(recovery.first_s),
+            "as the embedded fold has it; includes the group dropping the killed member "
+            "(session timeout 6 s)",
+        ),
+        (
+            f"  restart to one session of each of {recovery.partitions} partitions",
+            seconds(recovery.partitions_s),
+            against_target(recovery.partitions_s),
+        ),
+        (
+            '  restart to "Worker ready" in its log',
+            seconds(recovery.ready_s),
+            "Faust: every table recovered from its changelog",
+        ),
+        (
+            "  restart to every session served",
+            seconds(recovery.served_s),
+            f"{against_target(recovery.served_s)}; {recovery.served:,}/{sessions:,} equal to the "
+            "embedded fold, asked one by one",
+        ),
+        (
+            "  one more pass over every session",
+            seconds(recovery.pass_s),
+            "what asking for every state document costs, part of the figure above",
+        ),
+        (
+            "  changelog records replayed",
+            f"{recovery.changelog_records:,}",
+            "memory:// store: the whole changelog, as it stood at the kill",
+        ),
+        ("  RSS of the recovered worker", megabytes(recovery.rss), "VmRSS once serving"),
+    ]
+
+
 def report(results: Results) -> str:
     """The results table, with a two-line header."""
-    fleet = results.fleet
+    main = results.main
+    fleet = main.fleet
     events = len(fleet.records)
     sessions = len(fleet.sessions)
     embedded = events / fleet.embedded_seconds
     embedded_off = events / fleet.embedded_off_seconds
-    one, two, off, lat = results.one, results.two, results.off, results.latency
+    one, two, off, lat = main.one, main.two, results.off, results.latency
     ratio = one.rate / results.raw if results.raw else 0.0
     rows = [
         ("measure", "figure", "note"),
@@ -714,15 +1119,12 @@ def report(results: Results) -> str:
         (
             "  / raw aiokafka consume",
             f"{ratio:.3f}",
-            "target >= 0.5: " + ("met" if ratio >= 0.5 else "NOT met"),
+            "target >= 0.5: " + verdict(ratio >= 0.5),
         ),
-        ("  / embedded fold", f"{one.rate / embedded:.3f}", "what Kafka and Faust cost"),
+        per_worker_row(one, embedded),
         ("Faust fold, 2 fold workers", f"{two.rate:,.0f} ev/s", _fold_note(two, events)),
-        (
-            "  2 workers / 1 worker",
-            f"{two.rate / one.rate if one.rate else 0.0:.2f}x",
-            "events per worker: " + " / ".join(f"{n:,.0f}" for n in two.per_worker),
-        ),
+        per_worker_row(two, embedded),
+        scaling_row(one, two),
         (
             "Faust fold, 1 worker, pruning off",
             f"{off.rate:,.0f} ev/s",
@@ -758,19 +1160,27 @@ def report(results: Results) -> str:
     rows += [
         (
             "state API = embedded fold, 1 worker",
-            f"{results.same_one}/{sessions}",
+            f"{main.same_one}/{sessions}",
             "sessions identical",
         ),
         (
             "state API = embedded fold, 2 workers",
-            f"{results.same_two}/{sessions}",
+            f"{main.same_two}/{sessions}",
             "sessions identical",
         ),
     ]
+    if results.case is not None:
+        rows += fleet_rows(results.case)
+    rows.append(("state and memory", "", ""))
+    rows += length_rows(results.sizes, results.sizes_longer, main.turns)
+    # The largest fleet only: RSS extrapolated to 1,000 sessions from a few is noise.
+    rows += memory_rows(results.cases[-1])
+    if results.recovery is not None:
+        rows += recovery_rows(results.recovery)
     header = (
         f"sessionfold Kafka pipeline: broker {results.bootstrap} ({results.origin}), "
         f"{results.partitions} partitions, {os.cpu_count()} CPUs\n"
-        f"fleet: {sessions} sessions x {results.turns} turns, {events:,} events, "
+        f"fleet: {sessions} sessions x {main.turns} turns, {events:,} events, "
         f"{fleet.megabytes:.1f} MB; summarizer: the offline port, in its own worker"
     )
     return f"{header}\n{table(rows)}"
@@ -786,6 +1196,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=150.0, help="seconds per fold run")
     parser.add_argument("--latency-samples", type=int, default=150, help="timed events, at most")
     parser.add_argument("--latency-seconds", type=float, default=45.0, help="latency budget")
+    parser.add_argument(
+        "--fleet-sessions",
+        type=int,
+        default=0,
+        help="also fold a fleet of this many sessions with 1 and 2 fold workers (e.g. 1000)",
+    )
+    parser.add_argument(
+        "--fleet-turns", type=int, default=8, help="assistant messages per --fleet-sessions session"
+    )
+    parser.add_argument(
+        "--recovery",
+        action="store_true",
+        help="SIGKILL the fold worker once the fleet (--fleet-sessions if given) is folded, "
+        "restart it, and time it until it serves every session",
+    )
     args = parser.parse_args(argv)
     if args.partitions < 2:
         parser.error("--partitions must be at least 2 (one worker against two)")
