@@ -31,7 +31,9 @@ nor double-applies an event or a flush.
 
 Private names used, each where the public API has no equivalent: Faust's consumer
 `_committed_offset` and `_add_gap` (`ContiguousOffsets`), and Faust's consumer thread and
-aiokafka's fetcher, `_thread._consumer._fetcher._fetch_max_wait_ms` (`shorten_fetch_wait`).
+aiokafka's fetcher, `_thread._consumer._fetcher._fetch_max_wait_ms` (`shorten_fetch_wait`), and
+the rocksdb store's `_dbs` and `offset_key` (`LocalBackend`, for `--store rocksdb://`: a restart
+reads only the changelog records its local store lacks).
 """
 
 from __future__ import annotations
@@ -329,7 +331,8 @@ class FaustBackend:
     one record at a time on every offset commit, and it cost more than the fold itself. What
     `send_changelog` does besides is kept: the record goes to the table's changelog topic, in the
     given partition, key as UTF-8 and value raw (StateTable), and once acknowledged its offset is
-    the store's persisted offset (what a rocksdb store reads on recovery). Under exactly_once
+    the store's persisted offset (a memory store ignores it; `LocalBackend` keeps it for the
+    rocksdb store, with the store's writes). Under exactly_once
     writes keep `send_changelog`, which Faust ties to its transactions.
     """
 
