@@ -91,6 +91,46 @@ def test_a_rocksdb_worker_restarts_from_its_local_state(
         memory.stop()
 
 
+def test_rocksdb_workers_hand_partitions_over_and_back(
+    kafka_bootstrap: str, fleet: Path, tmp_path: Path
+) -> None:
+    """Two rocksdb:// workers (a data dir each): one is SIGKILLed mid-fold, the other takes its
+    partitions and folds on; restarted, the first takes some back, reads from its local store
+    what the other wrote meanwhile, and both fold to the embedded state."""
+    prefix = unique_topic_prefix()
+    topics = Topics(prefix)
+    expected = fold_files(list(session_files([fleet])))["sessions"]
+    published = publish_tree(kafka_bootstrap, prefix, PARTITIONS, [fleet], tmp_path / "pub.json")
+    local_env = {"SESSIONFOLD_STORE": "rocksdb://"}
+    workers = [
+        WorkerProcess(kafka_bootstrap, prefix, "all", PARTITIONS, tmp_path / name, name, local_env)
+        for name in ("rocks-a", "rocks-b")
+    ]
+    victim, survivor = workers
+    for worker in workers:
+        worker.work_dir.mkdir()
+    try:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.wait_web()
+        at = _wait_progress(kafka_bootstrap, f"{prefix}worker", topics, published, 0.3)
+        victim.kill()
+        _wait_progress(kafka_bootstrap, f"{prefix}worker", topics, published, 0.6)
+        victim.start()
+        wait_converged(workers, survivor.url, expected, timeout=420)
+        assert at < published, "the fold finished before the kill"
+        # Through the restarted worker too (Faust may rebalance once more as it settles).
+        wait_converged(workers, victim.url, expected, timeout=120)
+        read = [metric(w.metrics(), RECOVERED) for w in workers]
+        owned = [metric(w.metrics(), "sessionfold_active_sessions") for w in workers]
+        print(f"\nrecords recovered {read}, sessions owned {owned}")
+        assert all(n > 0 for n in owned), f"one worker owns nothing: {owned}"
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
 def _serve_again(worker: WorkerProcess, expected: dict[str, Any]) -> tuple[float, float]:
     """Start `worker`; seconds until it serves every expected state, records it recovered."""
     started = time.monotonic()
