@@ -31,7 +31,9 @@ nor double-applies an event or a flush.
 
 Private names used, each where the public API has no equivalent: Faust's consumer
 `_committed_offset` and `_add_gap` (`ContiguousOffsets`), and Faust's consumer thread and
-aiokafka's fetcher, `_thread._consumer._fetcher._fetch_max_wait_ms` (`shorten_fetch_wait`).
+aiokafka's fetcher, `_thread._consumer._fetcher._fetch_max_wait_ms` (`shorten_fetch_wait`), and
+the rocksdb store's `_dbs` and `offset_key` (`LocalBackend`, for `--store rocksdb://`: a restart
+reads only the changelog records its local store lacks).
 """
 
 from __future__ import annotations
@@ -45,9 +47,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import faust
+import rocksdict
 from faust.web import Request, Response, View
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from sessionfold.projections.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
@@ -139,6 +142,15 @@ class WorkerSettings(BaseModel):
             raise ValueError(msg)
         return value
 
+    @model_validator(mode="after")
+    def _local_store_at_least_once(self) -> WorkerSettings:
+        if self.local_store and self.processing_guarantee != "at_least_once":
+            # LocalBackend writes the store only from changelog acknowledgements; Faust's
+            # transactional path writes it at once, ahead of the changelog.
+            msg = "store rocksdb:// needs processing_guarantee at_least_once"
+            raise ValueError(msg)
+        return self
+
     @field_validator("api_token")
     @classmethod
     def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
@@ -151,6 +163,11 @@ class WorkerSettings(BaseModel):
     def token(self) -> str | None:
         """The API token in clear, or None."""
         return None if self.api_token is None else self.api_token.get_secret_value()
+
+    @property
+    def local_store(self) -> bool:
+        """Whether the state table is kept on local disk (rocksdb://)."""
+        return self.store.startswith("rocksdb://")
 
     @property
     def folds(self) -> bool:
@@ -285,10 +302,20 @@ class StateTable(faust.Table):
     like the session id does on the topics; recovery decodes the keys the same way.
     """
 
+    #: Called with the size of every batch of changelog records recovery applies (a metric).
+    on_recovered_records: Callable[[int], None] | None = None
+
     def _serializer_from_type(self, typ: Any) -> Any:
         if typ in (str, bytes):
             return "raw"
         return super()._serializer_from_type(typ)
+
+    def apply_changelog_batch(self, batch: Any) -> None:
+        """Apply recovered changelog records to the store, counting them."""
+        records = batch if isinstance(batch, list) else list(batch)
+        super().apply_changelog_batch(records)
+        if self.on_recovered_records is not None:
+            self.on_recovered_records(len(records))
 
 
 class FaustBackend:
@@ -304,7 +331,8 @@ class FaustBackend:
     one record at a time on every offset commit, and it cost more than the fold itself. What
     `send_changelog` does besides is kept: the record goes to the table's changelog topic, in the
     given partition, key as UTF-8 and value raw (StateTable), and once acknowledged its offset is
-    the store's persisted offset (what a rocksdb store reads on recovery). Under exactly_once
+    the store's persisted offset (a memory store ignores it; `LocalBackend` keeps it for the
+    rocksdb store, with the store's writes). Under exactly_once
     writes keep `send_changelog`, which Faust ties to its transactions.
     """
 
@@ -342,7 +370,7 @@ class FaustBackend:
             return self.table.send_changelog(partition, key, None, value_serializer="raw")
         return self.table.send_changelog(partition, key, value)
 
-    async def _send(self, key: str, value: bytes | None, partition: int) -> Any:
+    async def _send(self, key: str, value: bytes | None, partition: int) -> asyncio.Future[Any]:
         if self._topic is None:
             self._topic = self.table.changelog_topic.get_topic_name()
         producer = self.table.app.producer
@@ -356,6 +384,96 @@ class FaustBackend:
         if not sent.cancelled() and sent.exception() is None:
             metadata = sent.result()
             self.table.data.set_persisted_offset(metadata.topic_partition, metadata.offset)
+
+
+class LocalBackend(FaustBackend):
+    """The state table over a local store (rocksdb://): the store holds only what the changelog
+    holds, up to the persisted offset it records.
+
+    A restarted worker recovers a partition by reading its changelog from the store's persisted
+    offset on, so the store must never hold a write the changelog lacks: a worker killed between
+    the two writes would come back with a state that no changelog reader (a memory:// worker,
+    another owner) sees, and with a head record that counts events as applied whose outputs
+    (flush requests, the journal's removal) were never sent; redelivery then skips them.
+
+    So a write goes to the changelog first and sits in `_unconfirmed` (read from there, as a
+    memory store would read it) until the broker acknowledges it; only then is it put in the
+    partition's store, in one RocksDB write batch with its offset as the persisted offset. A
+    SIGKILL at any point leaves the store at an acknowledged prefix of the changelog (acks come
+    in offset order per partition), and recovery reads the rest. A write the broker refuses stays
+    unconfirmed (the worker reads it, as with memory://; its records are read again after a
+    restart, OrderedAcks). A write acknowledged after its partition was revoked is left out of
+    the store: the next assignment recovers it from the changelog.
+
+    Reads and writes name the partition (each partition is its own RocksDB): Faust's store
+    methods pick the partition of the event being processed, which in a batch of several
+    partitions (and in the commit task) is not the key's. Private names used: the store's
+    `_dbs` (the open database of each partition) and `offset_key`.
+    """
+
+    def __init__(self, table: faust.Table) -> None:
+        super().__init__(table, direct=True)
+        self._unconfirmed: dict[str, tuple[int, bytes | None]] = {}
+        self._serial = 0
+
+    def get(self, key: str) -> bytes | None:
+        """The value at `key` (an unacknowledged write's, else the store's), or None."""
+        held = self._unconfirmed.get(key)
+        if held is not None:
+            return held[1]
+        raw = key.encode()
+        for db in list(self.table.data._dbs.values()):
+            value = db.get(raw)
+            if value is not None:
+                return bytes(value)
+        return None
+
+    def keys(self) -> Any:
+        """Every key held: the store's on active partitions, with the unacknowledged writes."""
+        found = {k.decode() if isinstance(k, bytes) else k for k in self.table}
+        for k, (_serial, value) in self._unconfirmed.items():
+            if value is None:
+                found.discard(k)
+            else:
+                found.add(k)
+        return found
+
+    @property
+    def unconfirmed(self) -> int:
+        """Writes sent to the changelog and not acknowledged yet."""
+        return len(self._unconfirmed)
+
+    async def write(self, key: str, value: bytes | None, partition: int) -> Any:
+        """Send `key` to the changelog; the store gets it once the broker has it."""
+        self._serial += 1
+        serial = self._serial
+        self._unconfirmed[key] = (serial, value)
+        sent = await self._send(key, value, partition)
+        sent.add_done_callback(lambda done: self._confirmed(key, value, serial, done))
+        return sent
+
+    def _persisted(self, sent: asyncio.Future[Any]) -> None:
+        """The persisted offset moves with the store's writes (`_confirmed`), never alone."""
+
+    def _confirmed(
+        self, key: str, value: bytes | None, serial: int, sent: asyncio.Future[Any]
+    ) -> None:
+        if sent.cancelled() or sent.exception() is not None:
+            return
+        metadata = sent.result()
+        store = self.table.data
+        db = store._dbs.get(metadata.topic_partition.partition)
+        if db is not None:
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            if value is None:
+                batch.delete(key.encode())
+            else:
+                batch.put(key.encode(), value)
+            batch.put(store.offset_key, str(metadata.offset).encode())
+            db.write(batch)
+        held = self._unconfirmed.get(key)
+        if held is not None and held[0] == serial:
+            del self._unconfirmed[key]
 
 
 #: How long a re-read may take before the consumer is sent back again.
@@ -715,7 +833,7 @@ def _add_fold(
     offsets: ContiguousOffsets,
     step_hook: Callable[[SourceRecord], None] | None = None,
 ) -> SessionTracker:
-    options = {"driver": "rocksdict"} if settings.store.startswith("rocksdb://") else None
+    options = {"driver": "rocksdict"} if settings.local_store else None
     table = app.tables.add(
         StateTable(
             app,
@@ -729,7 +847,12 @@ def _add_fold(
             help="Fold state: sid/... keys, orjson values (one changelog record per write).",
         )
     )
-    backend = FaustBackend(table, direct=settings.processing_guarantee == "at_least_once")
+    table.on_recovered_records = metrics.records_recovered.inc
+    backend: FaustBackend
+    if settings.local_store:
+        backend = LocalBackend(table)
+    else:
+        backend = FaustBackend(table, direct=settings.processing_guarantee == "at_least_once")
     tracker = SessionTracker(backend, settings.prune, settings.partitions)
     runtime = FoldRuntime(
         backend,

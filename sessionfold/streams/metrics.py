@@ -43,6 +43,7 @@ class Metrics:
     compactions: Counter
     journal_replays: Counter
     requests_resent: Counter
+    records_recovered: Counter
     dead_letters: Counter
     summarizer_requests: Counter
     summarizer_batches: Counter
@@ -105,6 +106,13 @@ def create(registry: CollectorRegistry) -> Metrics:
             "Outstanding requests a recovered fold worker sent again, by kind: pruning (a "
             "flush), ledger (a pass).",
             ["kind"],
+            registry=registry,
+        ),
+        records_recovered=Counter(
+            name("state_records_recovered"),
+            "Changelog records a fold worker read back into its state table in recoveries (at "
+            "start and on every assignment): the whole changelog with memory://, what the "
+            "local store misses with rocksdb://.",
             registry=registry,
         ),
         dead_letters=Counter(

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import rocksdict
 from faust.types import TP
 from prometheus_client import CollectorRegistry, generate_latest
 from pydantic import ValidationError
@@ -500,3 +501,114 @@ def test_the_fetch_wait_is_shortened_once_the_consumer_exists() -> None:
 
     asyncio.run(run())
     assert fetcher._fetch_max_wait_ms == 100
+
+
+def _rocks(path: Path) -> Any:
+    return rocksdict.Rdict(str(path), options=rocksdict.Options(raw_mode=True))
+
+
+class FakeRocksStore:
+    """What LocalBackend uses of Faust's rocksdb Store: a database per open partition."""
+
+    offset_key = b"__faust\0offset__"
+
+    def __init__(self, root: Path, partitions: tuple[int, ...]) -> None:
+        self.root = root
+        self._dbs = {p: _rocks(root / f"state-{p}.db") for p in partitions}
+
+    def close(self) -> None:
+        for db in self._dbs.values():
+            db.close()
+        self._dbs = {}
+
+
+class FakeLocalTable(FakeTable):
+    def __init__(self, store: FakeRocksStore) -> None:
+        super().__init__()
+        self.data = store  # type: ignore[assignment]
+
+    def __iter__(self) -> Any:
+        for db in self.data._dbs.values():
+            for k, _value in db.items():
+                if k != FakeRocksStore.offset_key:
+                    yield k
+
+
+class TestLocalBackend:
+    def test_the_store_gets_a_write_only_once_the_changelog_has_it(self, tmp_path: Path) -> None:
+        """Read back at once, but in the partition's store (with its offset as the persisted
+        offset) only when acknowledged: killed before that, the store holds neither."""
+
+        async def run() -> tuple[bytes | None, Any, Any]:
+            store = FakeRocksStore(tmp_path, (0, 2))
+            table = FakeLocalTable(store)
+            backend = faust_app.LocalBackend(table)  # type: ignore[arg-type]
+            first = await backend.write("s/pr/h", b"1", 2)
+            table.app.producer.pending[0].set_result(Acked("app-state-cl", 2, 7))
+            await first
+            await asyncio.sleep(0)
+            await backend.write("s/pr/h", b"2", 2)
+            await backend.write("s/pr/m/1", b"3", 2)
+            read = backend.get("s/pr/h")
+            keys = backend.keys()
+            store.close()  # killed: the last two writes were never acknowledged
+            return read, keys, _rocks(tmp_path / "state-2.db")
+
+        read, keys, db = asyncio.run(run())
+        assert read == b"2"
+        assert keys == {"s/pr/h", "s/pr/m/1"}
+        assert db[b"s/pr/h"] == b"1"
+        assert db.get(b"s/pr/m/1") is None
+        assert db[FakeRocksStore.offset_key] == b"7"
+        db.close()
+
+    def test_reads_find_the_key_in_its_partition_and_deletes_wait_for_acks(
+        self, tmp_path: Path
+    ) -> None:
+        """Any partition's key is found (no current event needed); a delete leaves the store
+        when acknowledged; an earlier ack does not hide a later write of the same key."""
+
+        async def run() -> list[Any]:
+            store = FakeRocksStore(tmp_path, (0, 1))
+            store._dbs[1][b"a/pr/h"] = b"old"
+            table = FakeLocalTable(store)
+            backend = faust_app.LocalBackend(table)  # type: ignore[arg-type]
+            seen = [backend.get("a/pr/h"), backend.get("b/pr/h")]
+            first = await backend.write("a/pr/h", b"x", 1)
+            second = await backend.write("a/pr/h", None, 1)
+            pending = table.app.producer.pending
+            pending[0].set_result(Acked("app-state-cl", 1, 4))
+            await first
+            await asyncio.sleep(0)
+            seen += [backend.get("a/pr/h"), store._dbs[1].get(b"a/pr/h"), backend.unconfirmed]
+            pending[1].set_result(Acked("app-state-cl", 1, 5))
+            await second
+            await asyncio.sleep(0)
+            seen += [store._dbs[1].get(b"a/pr/h"), backend.unconfirmed, backend.keys()]
+            store.close()
+            return seen
+
+        assert asyncio.run(run()) == [b"old", None, None, b"x", 1, None, 0, set()]
+
+    def test_an_ack_after_revocation_leaves_the_store_alone(self, tmp_path: Path) -> None:
+        """The partition's database is closed: the next assignment recovers the write."""
+
+        async def run() -> int:
+            store = FakeRocksStore(tmp_path, (0,))
+            table = FakeLocalTable(store)
+            backend = faust_app.LocalBackend(table)  # type: ignore[arg-type]
+            sent = await backend.write("s/pr/h", b"1", 3)
+            table.app.producer.pending[0].set_result(Acked("app-state-cl", 3, 9))
+            await sent
+            await asyncio.sleep(0)
+            store.close()
+            return backend.unconfirmed
+
+        assert asyncio.run(run()) == 0
+        assert not (tmp_path / "state-3.db").exists()
+
+    def test_a_local_store_needs_at_least_once(self) -> None:
+        """Faust's exactly_once path writes the store ahead of the changelog."""
+        with pytest.raises(ValidationError):
+            WorkerSettings(store="rocksdb://", processing_guarantee="exactly_once")
+        assert WorkerSettings(store="rocksdb://").local_store

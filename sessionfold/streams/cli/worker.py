@@ -123,7 +123,8 @@ def register(app: typer.Typer) -> None:
                 "--store",
                 envvar="SESSIONFOLD_STORE",
                 help="Table store: memory:// (rebuilt from the changelog at start) or "
-                "rocksdb:// (needs rocksdict).",
+                "rocksdb:// (kept under --data-dir, one per worker: a restart reads only the "
+                "changelog records it lacks).",
             ),
         ] = "memory://",
         data_dir: Annotated[
