@@ -698,6 +698,9 @@ class StallGuard:
 
     async def watch(self) -> None:
         """Tick until cancelled (an app task)."""
+        # The time from building the app to its tasks starting (recovery, joining the group)
+        # is no stall: the watch starts the clock.
+        self._last = self.clock()
         while True:
             await asyncio.sleep(self.tick_s)
             self.tick()

@@ -409,6 +409,21 @@ class GroupApp:
 
 
 class TestStallGuard:
+    def test_start_up_is_no_stall(self) -> None:
+        """The seconds between building the app and its watch task starting (recovery,
+        joining the group) are not taken for a stall of the event loop."""
+        clock = Clock()
+        guard = StallGuard(GroupApp(), lease_s=4.0, grace_s=3.0, tick_s=0.001, clock=clock)
+        clock.now += 9.0  # the app starts its tasks only after recovery
+
+        async def run() -> None:
+            watching = asyncio.ensure_future(guard.watch())
+            await asyncio.sleep(0.01)
+            watching.cancel()
+
+        asyncio.run(run())
+        assert not guard.stalled()
+
     def run_stalled_batch(
         self, stall_s: float, after_stall: Any
     ) -> tuple[StallingRuntime, list[Event], list[int]]:
