@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from uuid import uuid4
 
 import httpx
 import orjson
+from kafka_pipeline import free_port, log  # bench/ is on the path when a bench runs
 from prometheus_client.parser import text_string_to_metric_families
 
 from sessionfold.streams import broker
@@ -47,18 +47,6 @@ from sessionfold.streams.worker import partition_of
 
 TOKEN = "bench-recovery-token-0123456789abcdef"
 RECOVERED = "sessionfold_state_records_recovered_total"
-
-
-def log(message: str) -> None:
-    """Progress on stderr."""
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Worker:

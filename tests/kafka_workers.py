@@ -295,6 +295,17 @@ def committed(bootstrap: str, group: str, topic: str) -> int:
     return sum(meta.offset for tp, meta in offsets.items() if tp.topic == topic and meta.offset > 0)
 
 
+def wait_progress(bootstrap: str, group: str, topics: Topics, total: int, fraction: float) -> int:
+    """Wait until `group` has committed `fraction` of `total` session events; the count then."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        done = committed(bootstrap, group, topics.session_events)
+        if done >= fraction * total:
+            return done
+        time.sleep(0.5)
+    raise AssertionError(f"the fold did not reach {fraction:.0%} of the events")
+
+
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     """The end offset of every partition of `topic`."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="sessionfold-test")

@@ -17,12 +17,12 @@ import pytest
 from conftest import unique_topic_prefix
 from kafka_workers import (
     WorkerProcess,
-    committed,
     end_offsets,
     metric,
     mismatches,
     publish_tree,
     wait_converged,
+    wait_progress,
 )
 from typer.testing import CliRunner
 
@@ -67,7 +67,7 @@ def test_a_rocksdb_worker_restarts_from_its_local_state(
         worker.work_dir.mkdir()
     try:
         rocks.start().wait_web()
-        at = _wait_progress(kafka_bootstrap, group, topics, published, 0.4)
+        at = wait_progress(kafka_bootstrap, group, topics, published, 0.4)
         rocks.kill()
         rocks.start()
         wait_converged([rocks], rocks.url, expected, timeout=420)
@@ -114,9 +114,9 @@ def test_rocksdb_workers_hand_partitions_over_and_back(
             worker.start()
         for worker in workers:
             worker.wait_web()
-        at = _wait_progress(kafka_bootstrap, f"{prefix}worker", topics, published, 0.3)
+        at = wait_progress(kafka_bootstrap, f"{prefix}worker", topics, published, 0.3)
         victim.kill()
-        _wait_progress(kafka_bootstrap, f"{prefix}worker", topics, published, 0.6)
+        wait_progress(kafka_bootstrap, f"{prefix}worker", topics, published, 0.6)
         victim.start()
         wait_converged(workers, survivor.url, expected, timeout=420)
         assert at < published, "the fold finished before the kill"
@@ -146,13 +146,3 @@ def _serve_again(worker: WorkerProcess, expected: dict[str, Any]) -> tuple[float
             pass  # not listening yet, or not serving state yet (a plain-text error)
         time.sleep(0.25)
     raise AssertionError(f"{worker.name} did not serve again\n{worker.log_tail()}")
-
-
-def _wait_progress(bootstrap: str, group: str, topics: Topics, total: int, fraction: float) -> int:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        done = committed(bootstrap, group, topics.session_events)
-        if done >= fraction * total:
-            return done
-        time.sleep(0.5)
-    raise AssertionError(f"the fold did not reach {fraction:.0%} of the events")

@@ -25,11 +25,11 @@ from kafka_workers import (
     WorkerProcess,
     auth,
     canonical,
-    committed,
     metric,
     metric_sum,
     publish_tree,
     wait_converged,
+    wait_progress,
 )
 from typer.testing import CliRunner
 
@@ -275,7 +275,7 @@ def test_fold_and_summarize_workers_survive_fold_crashes(
             worker.wait_web()
         kills = []
         for fraction in (0.2, 0.45, 0.7):
-            progress = _wait_progress(
+            progress = wait_progress(
                 kafka_bootstrap, f"{prefix}worker", topics, published, fraction
             )
             victim.kill()
@@ -315,16 +315,6 @@ def _wait_working(worker: WorkerProcess) -> None:
         if busy > 0:
             return
         time.sleep(0.3)
-
-
-def _wait_progress(bootstrap: str, group: str, topics: Topics, total: int, fraction: float) -> int:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        done = committed(bootstrap, group, topics.session_events)
-        if done >= fraction * total:
-            return done
-        time.sleep(0.5)
-    raise AssertionError(f"the fold did not reach {fraction:.0%} of the events")
 
 
 def _check_exactly_once(bootstrap: str, topics: Topics, embedded: Embedded) -> None:
