@@ -17,12 +17,17 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from sessionfold.events.envelope import encode
-from sessionfold.projections.config import DEFAULT_CONFIG
-from sessionfold.streams.kafka_store import MemoryBackend, Output
-from sessionfold.streams.metrics import create
-from sessionfold.streams.session_file import DeadLetter, read_session_file
-from sessionfold.streams.topics import Topics
-from sessionfold.streams.worker import OFFLOAD_BYTES, FoldRuntime, SessionTracker, SourceRecord
+from sessionfold.projections.pruning.config import DEFAULT_CONFIG
+from sessionfold.streams.kafka.table_store import MemoryBackend, Output
+from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
+from sessionfold.streams.worker.agents import (
+    OFFLOAD_BYTES,
+    FoldRuntime,
+    SessionTracker,
+    SourceRecord,
+)
+from sessionfold.streams.worker.prometheus import create
 
 SESSIONS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sessions"
 REAL = ("before-compaction.jsonl", "large-session.jsonl")

@@ -26,10 +26,11 @@ from typing import Any
 
 import orjson
 
-from sessionfold.projections import digest, metrics
+from sessionfold.projections.pruning import context_metrics as metrics
+from sessionfold.projections.pruning import digest
 from sessionfold.projections.store import DictStore
-from sessionfold.streams.embedded import EmbeddedRuntime
-from sessionfold.streams.session_file import DeadLetter, read_session_file
+from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
+from sessionfold.streams.runtime.embedded import EmbeddedRuntime
 
 SESSIONS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sessions"
 REAL = ("before-compaction.jsonl", "large-session.jsonl")

@@ -71,10 +71,8 @@ from sizing import (
 )
 
 from sessionfold.events.envelope import decode, encode
-from sessionfold.projections.config import load_config
-from sessionfold.streams import broker
-from sessionfold.streams.embedded import EmbeddedRuntime, fold_files
-from sessionfold.streams.kafka_security import (
+from sessionfold.projections.pruning.config import load_config
+from sessionfold.streams.kafka.security import (
     ENV_NAMES,
     PLAINTEXT,
     KafkaSecurity,
@@ -82,11 +80,13 @@ from sessionfold.streams.kafka_security import (
     kafka_python_options,
     security_from_env,
 )
-from sessionfold.streams.publish import make_producer
-from sessionfold.streams.session_file import DeadLetter, read_session_file
-from sessionfold.streams.synthetic import generate_session, write_fleet, write_session
-from sessionfold.streams.topic_reader import key_partition
-from sessionfold.streams.topics import Topics, ensure_topics
+from sessionfold.streams.kafka.topic_reader import key_partition
+from sessionfold.streams.kafka.topics import Topics, ensure_topics
+from sessionfold.streams.publishing.publisher import make_producer
+from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
+from sessionfold.streams.runtime.embedded import EmbeddedRuntime, fold_files
+from sessionfold.streams.tools import broker
+from sessionfold.streams.tools.synthetic import generate_session, write_fleet, write_session
 
 #: Seconds a worker may take to join its group and get its partitions.
 READY_TIMEOUT_S = 90.0

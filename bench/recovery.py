@@ -38,12 +38,17 @@ import orjson
 from kafka_pipeline import free_port, log  # bench/ is on the path when a bench runs
 from prometheus_client.parser import text_string_to_metric_families
 
-from sessionfold.streams import broker
-from sessionfold.streams.embedded import fold_files
-from sessionfold.streams.publish import Checkpoints, Publisher, make_producer, publish_paths
-from sessionfold.streams.synthetic import write_fleet
-from sessionfold.streams.topics import Topics, ensure_topics
-from sessionfold.streams.worker import partition_of
+from sessionfold.streams.kafka.topics import Topics, ensure_topics
+from sessionfold.streams.publishing.publisher import (
+    Checkpoints,
+    Publisher,
+    make_producer,
+    publish_paths,
+)
+from sessionfold.streams.runtime.embedded import fold_files
+from sessionfold.streams.tools import broker
+from sessionfold.streams.tools.synthetic import write_fleet
+from sessionfold.streams.worker.agents import partition_of
 
 TOKEN = "bench-recovery-token-0123456789abcdef"
 RECOVERED = "sessionfold_state_records_recovered_total"

@@ -20,10 +20,10 @@ import orjson
 from kafka import TopicPartition
 
 from sessionfold.projections.store import DictStore
-from sessionfold.streams.embedded import EmbeddedRuntime
-from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity
-from sessionfold.streams.session_file import read_session_file
-from sessionfold.streams.topic_reader import read_topic, topic_consumer
+from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
+from sessionfold.streams.kafka.topic_reader import read_topic, topic_consumer
+from sessionfold.streams.publishing.session_file import read_session_file
+from sessionfold.streams.runtime.embedded import EmbeddedRuntime
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from uuid import uuid4
 
 import pytest
 
-from sessionfold.streams import broker
+from sessionfold.streams.tools import broker
 
 SHARED_SESSIONS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sessions"
 

@@ -16,13 +16,13 @@ from typing import Any
 
 import orjson
 
-from sessionfold.projections import digest
-from sessionfold.projections.capture import call_arguments, content_hash, result_text
-from sessionfold.projections.config import PruneConfig
-from sessionfold.projections.context_view import ContextView, context_at, resolve_ref
-from sessionfold.projections.metrics import Protection
-from sessionfold.streams.replay import Collector, Replayer, file_envelopes
-from sessionfold.streams.session_file import DeadLetter, read_session_file
+from sessionfold.projections.pruning import digest
+from sessionfold.projections.pruning.capture import call_arguments, content_hash, result_text
+from sessionfold.projections.pruning.config import PruneConfig
+from sessionfold.projections.pruning.context_metrics import Protection
+from sessionfold.projections.views.context import ContextView, context_at, resolve_ref
+from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
+from sessionfold.streams.tools.replay import Collector, Replayer, file_envelopes
 
 _TOOLS_ATTR = re.compile(r'^<compressed-chain id="[^"]+" tools="([^"]*)">')
 _HASHES: dict[int, tuple[Any, str]] = {}

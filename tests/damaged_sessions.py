@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sessionfold.events.migration import v1_entry_id
-from sessionfold.streams.synthetic import dumps_entry, generate_session
+from sessionfold.streams.tools.synthetic import dumps_entry, generate_session
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sessions"
 WINDOW = 120  # lines of a real session per case: enough for chains, cheap to fold twice

@@ -26,8 +26,13 @@ import orjson
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from sessionfold.streams.publish import Checkpoints, Publisher, make_producer, publish_paths
-from sessionfold.streams.topics import Topics, ensure_topics
+from sessionfold.streams.kafka.topics import Topics, ensure_topics
+from sessionfold.streams.publishing.publisher import (
+    Checkpoints,
+    Publisher,
+    make_producer,
+    publish_paths,
+)
 
 #: Samples of one scrape: (name, sorted label pairs) -> value.
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -12,6 +12,8 @@ from sessionfold.events.lines import DEPTH_REASON, ENVELOPE_DEPTH, may_be_too_de
 
 #: The envelope schema this build writes and the newest one it reads.
 SCHEMA_VERSION = 1
+#: The longest entry line an envelope carries; the topics are sized so such an envelope fits.
+MAX_ENTRY_BYTES = 16 * 1024 * 1024
 
 
 class Kind(StrEnum):

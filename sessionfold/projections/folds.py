@@ -13,10 +13,10 @@ from typing import Any
 
 from sessionfold.events.envelope import CompactionEnvelope
 from sessionfold.events.ledger import is_ledger_compaction, request_envelope
-from sessionfold.projections import session_fold
-from sessionfold.projections.config import PruneConfig
 from sessionfold.projections.ledger.config import LedgerConfig
 from sessionfold.projections.ledger.fold import LedgerFold
+from sessionfold.projections.pruning import fold as session_fold
+from sessionfold.projections.pruning.config import PruneConfig
 from sessionfold.projections.store import Store
 
 

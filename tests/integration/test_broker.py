@@ -18,8 +18,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from typer.testing import CliRunner
 
-from sessionfold.streams import broker
 from sessionfold.streams.cli import app
+from sessionfold.streams.tools import broker
 
 pytestmark = pytest.mark.kafka
 

@@ -30,11 +30,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sessionfold.events.envelope import encode
 from sessionfold.streams.cli import app as cli_app
-from sessionfold.streams.metrics import FleetCollector, FleetSnapshot, create
-from sessionfold.streams.publish import make_producer
-from sessionfold.streams.session_file import DeadLetter, read_session_file
-from sessionfold.streams.synthetic import write_fleet
-from sessionfold.streams.topics import Topics
+from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.publishing.publisher import make_producer
+from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
+from sessionfold.streams.tools.synthetic import write_fleet
+from sessionfold.streams.worker.prometheus import FleetCollector, FleetSnapshot, create
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

@@ -38,12 +38,12 @@ from typer.testing import CliRunner
 
 from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope
 from sessionfold.streams.cli import app
-from sessionfold.streams.embedded import fold_files
-from sessionfold.streams.replay import Point, replay_files, replay_topic
-from sessionfold.streams.session_file import MAX_LINE_ENV, DeadLetter, read_session_file
-from sessionfold.streams.synthetic import dumps_entry
-from sessionfold.streams.topic_reader import read_topic
-from sessionfold.streams.topics import Topics
+from sessionfold.streams.kafka.topic_reader import read_topic
+from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.publishing.session_file import MAX_LINE_ENV, DeadLetter, read_session_file
+from sessionfold.streams.runtime.embedded import fold_files
+from sessionfold.streams.tools.replay import Point, replay_files, replay_topic
+from sessionfold.streams.tools.synthetic import dumps_entry
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

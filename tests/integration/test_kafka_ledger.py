@@ -26,9 +26,9 @@ from sessionfold.events.envelope import (
     encode,
 )
 from sessionfold.streams.cli import app
-from sessionfold.streams.embedded import EmbeddedRuntime
-from sessionfold.streams.session_file import DeadLetter, read_session_file, session_files
-from sessionfold.streams.topics import Topics
+from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file, session_files
+from sessionfold.streams.runtime.embedded import EmbeddedRuntime
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

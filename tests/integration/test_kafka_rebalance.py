@@ -23,9 +23,9 @@ from sessionfold.events.envelope import encode
 from sessionfold.events.ledger import is_ledger_request
 from sessionfold.streams.cli import app
 from sessionfold.streams.cli.worker import ENV_TEST_FOLD_HOOK
-from sessionfold.streams.embedded import FLUSH_REQUESTS, EmbeddedRuntime, fold_files
-from sessionfold.streams.session_file import DeadLetter, read_session_file, session_files
-from sessionfold.streams.worker import OFFLOAD_BYTES
+from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file, session_files
+from sessionfold.streams.runtime.embedded import FLUSH_REQUESTS, EmbeddedRuntime, fold_files
+from sessionfold.streams.worker.agents import OFFLOAD_BYTES
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -27,9 +27,9 @@ from kafka_workers import (
 from typer.testing import CliRunner
 
 from sessionfold.streams.cli import app
-from sessionfold.streams.embedded import fold_files
-from sessionfold.streams.session_file import session_files
-from sessionfold.streams.topics import Topics
+from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.publishing.session_file import session_files
+from sessionfold.streams.runtime.embedded import fold_files
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -36,10 +36,13 @@ from typer.testing import CliRunner
 from sessionfold.events.envelope import EntryEnvelope, EntryPayload, encode
 from sessionfold.events.flush import is_pruning_compaction, read_compaction
 from sessionfold.events.ledger import LEDGER_PRODUCER, is_ledger_request
-from sessionfold.projections import index
+from sessionfold.projections.pruning import index
 from sessionfold.streams.cli import app
 from sessionfold.streams.cli.worker import ENV_TEST_DELAY
-from sessionfold.streams.embedded import (
+from sessionfold.streams.kafka.topic_reader import read_topic
+from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file, session_files
+from sessionfold.streams.runtime.embedded import (
     COMPACTION_EVENTS,
     FLUSH_METRICS,
     FLUSH_REQUESTS,
@@ -47,9 +50,6 @@ from sessionfold.streams.embedded import (
     EmbeddedRuntime,
     fold_files,
 )
-from sessionfold.streams.session_file import DeadLetter, read_session_file, session_files
-from sessionfold.streams.topic_reader import read_topic
-from sessionfold.streams.topics import Topics
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

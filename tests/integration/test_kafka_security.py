@@ -23,9 +23,9 @@ import pytest
 from kafka_workers import WorkerProcess, auth, canonical, wait_converged
 from tls_certs import TlsFiles, make_tls_files
 
-from sessionfold.streams import broker
-from sessionfold.streams.embedded import fold_files
-from sessionfold.streams.kafka_security import ENV_NAMES
+from sessionfold.streams.kafka.security import ENV_NAMES
+from sessionfold.streams.runtime.embedded import fold_files
+from sessionfold.streams.tools import broker
 
 pytestmark = pytest.mark.kafka
 

@@ -19,7 +19,7 @@ from conftest import unique_topic_prefix
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka_workers import WorkerProcess, metric, metric_sum, publish_tree, wait_converged
 
-from sessionfold.streams.embedded import fold_files
+from sessionfold.streams.runtime.embedded import fold_files
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -14,10 +14,15 @@ from typer.testing import CliRunner
 
 from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope, decode
 from sessionfold.streams.cli import app
-from sessionfold.streams.publish import Checkpoints, Publisher, make_producer, publish_paths
-from sessionfold.streams.session_file import DeadLetter, read_session_file, session_files
-from sessionfold.streams.topic_reader import read_topic
-from sessionfold.streams.topics import Topics, ensure_topics
+from sessionfold.streams.kafka.topic_reader import read_topic
+from sessionfold.streams.kafka.topics import Topics, ensure_topics
+from sessionfold.streams.publishing.publisher import (
+    Checkpoints,
+    Publisher,
+    make_producer,
+    publish_paths,
+)
+from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file, session_files
 
 pytestmark = pytest.mark.kafka
 
@@ -122,7 +127,7 @@ def test_follow_publishes_appended_lines(
 @pytest.mark.slow
 def test_broker_restart_mid_publish_loses_nothing(fleet: Path, tmp_path: Path) -> None:
     """Stopping and restarting the broker in the middle of a publish loses and doubles nothing."""
-    from sessionfold.streams import broker
+    from sessionfold.streams.tools import broker
 
     config = broker.BrokerConfig(port=broker.free_port_pair(), data_dir=tmp_path / "kafka")
     broker.up(config)
@@ -197,7 +202,7 @@ def test_limits_bom_deep_and_long_lines(
 
     import orjson
 
-    from sessionfold.streams.session_file import BOM, RAW_PREFIX_BYTES
+    from sessionfold.streams.publishing.session_file import BOM, RAW_PREFIX_BYTES
 
     monkeypatch.setenv("SESSIONFOLD_MAX_LINE_BYTES", "300")
     header = b'{"type":"session","version":3,"id":"lim-1"}'

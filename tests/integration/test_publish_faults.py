@@ -26,19 +26,19 @@ import pytest
 from typer.testing import CliRunner
 
 from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope, decode
-from sessionfold.streams import broker
 from sessionfold.streams.cli import app
-from sessionfold.streams.publish import Checkpoints
-from sessionfold.streams.replay import replay_files, replay_topic
-from sessionfold.streams.session_file import (
+from sessionfold.streams.kafka.topic_reader import read_topic
+from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.publishing.publisher import Checkpoints
+from sessionfold.streams.publishing.session_file import (
     DEAD_LETTER_RAW_BYTES,
     ENTRY_TOO_LARGE,
     DeadLetter,
     read_session_file,
     session_files,
 )
-from sessionfold.streams.topic_reader import read_topic
-from sessionfold.streams.topics import Topics
+from sessionfold.streams.tools import broker
+from sessionfold.streams.tools.replay import replay_files, replay_topic
 
 pytestmark = pytest.mark.kafka
 

@@ -12,12 +12,12 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from sessionfold.projections.config import DEFAULT_CONFIG
-from sessionfold.projections.context_view import context_at
+from sessionfold.projections.pruning.config import DEFAULT_CONFIG
+from sessionfold.projections.views.context import context_at
 from sessionfold.streams.cli import app
-from sessionfold.streams.embedded import fold_files
-from sessionfold.streams.replay import Collector, Point, replay_files
-from sessionfold.streams.synthetic import generate_session, write_session
+from sessionfold.streams.runtime.embedded import fold_files
+from sessionfold.streams.tools.replay import Collector, Point, replay_files
+from sessionfold.streams.tools.synthetic import generate_session, write_session
 
 pytestmark = pytest.mark.kafka
 

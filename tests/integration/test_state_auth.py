@@ -24,8 +24,8 @@ from kafka_workers import API_TOKEN, WorkerProcess, auth, fetch_state, publish_t
 from typer.testing import CliRunner
 
 from sessionfold.streams.cli import app
-from sessionfold.streams.session_file import DeadLetter, read_session_file, session_files
-from sessionfold.streams.state_api import MAX_ID_CHARS
+from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file, session_files
+from sessionfold.streams.web.state_api import MAX_ID_CHARS
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tls_certs import TlsFiles, make_tls_files
 
-from sessionfold.streams import broker
+from sessionfold.streams.tools import broker
 
 PASSWORD = "pass word:1"
 

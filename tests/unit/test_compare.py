@@ -8,11 +8,11 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from sessionfold.projections.config import ConfigError
 from sessionfold.projections.jsjson import js_json_length
+from sessionfold.projections.pruning.config import ConfigError
 from sessionfold.streams.cli import app
-from sessionfold.streams.compare import config_of, split_settings, summary
-from sessionfold.streams.synthetic import generate_session, write_session
+from sessionfold.streams.tools.compare import config_of, split_settings, summary
+from sessionfold.streams.tools.synthetic import generate_session, write_session
 
 TURNS = 60
 B_SETTINGS = "chainCompression.rollingWindow=1,minBatchChars=0"

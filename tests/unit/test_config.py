@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionfold.projections.config import (
+from sessionfold.projections.pruning.config import (
     DEFAULT_CONFIG,
     ConfigError,
     build_config,

@@ -20,8 +20,8 @@ from context_oracles import check_view, views_at_turns
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessionfold.projections.config import build_config
-from sessionfold.streams.synthetic import generate_session, write_session
+from sessionfold.projections.pruning.config import build_config
+from sessionfold.streams.tools.synthetic import generate_session, write_session
 
 REAL = ("before-compaction.jsonl", "large-session.jsonl")
 SAMPLE_EVERY = 4

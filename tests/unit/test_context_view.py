@@ -7,9 +7,11 @@ from typing import Any
 
 import orjson
 
-from sessionfold.projections import pruning
-from sessionfold.projections.config import build_config
-from sessionfold.projections.context_base import (
+from sessionfold.projections.pruning import session as pruning
+from sessionfold.projections.pruning.config import build_config
+from sessionfold.projections.pruning.context_metrics import Protection
+from sessionfold.projections.store import DictStore
+from sessionfold.projections.views.base import (
     LogEntry,
     SummaryNote,
     _interleave,
@@ -18,7 +20,7 @@ from sessionfold.projections.context_base import (
     branch_of,
     split_occurrence,
 )
-from sessionfold.projections.context_chains import (
+from sessionfold.projections.views.chains import (
     ChainEntry,
     ChainRecord,
     CompressionPoint,
@@ -28,15 +30,13 @@ from sessionfold.projections.context_chains import (
     grace_keys,
     resolve_ref,
 )
-from sessionfold.projections.context_phases import (
+from sessionfold.projections.views.phases import (
     PruneInputs,
     orphan_positions,
     prune_messages,
     purge_errors,
     resolve_range,
 )
-from sessionfold.projections.metrics import Protection
-from sessionfold.projections.store import DictStore
 
 SID = "s1"
 NO_CHAINS = {"chainCompression": {"enabled": False}}
@@ -297,7 +297,7 @@ def test_derive_entries_window_and_bodies() -> None:
         return "b@202" in keys
 
     def ref_of(key: str, seq: int | None) -> str:
-        from sessionfold.projections.context_chains import ref_for
+        from sessionfold.projections.views.chains import ref_for
 
         return ref_for(store, SID, key, seq)  # type: ignore[return-value]
 
@@ -461,7 +461,7 @@ def test_branch_of_follows_placeholders_and_gaps() -> None:
     node (under the entry before it when `previous`), an orphan after a gap hangs under the
     entry the gap followed, a second entry with an id is no node, and a cycle ends the walk."""
     from sessionfold.events.envelope import PlaceholderEnvelope, PlaceholderPayload
-    from sessionfold.projections.context_base import branch_of, log_entry
+    from sessionfold.projections.views.base import branch_of, log_entry
 
     def entry(seq: int, entry_id: str, parent: str | None) -> LogEntry:
         return LogEntry(seq, {"type": "label", "id": entry_id, "parentId": parent})

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessionfold.projections import digest, metrics
-from sessionfold.projections.digest import Appended, apply_entry, apply_reload, branch_rows, head
 from sessionfold.projections.jsjson import js_json_length
+from sessionfold.projections.pruning import context_metrics as metrics
+from sessionfold.projections.pruning import digest
+from sessionfold.projections.pruning.digest import (
+    Appended,
+    apply_entry,
+    apply_reload,
+    branch_rows,
+    head,
+)
 from sessionfold.projections.store import DictStore, key
 
 SID = "s1"

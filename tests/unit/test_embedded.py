@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 
 from sessionfold.events.envelope import decode, encode
 from sessionfold.events.flush import read_compaction, read_flush_metrics, read_request
-from sessionfold.projections.config import build_config
+from sessionfold.projections.pruning.config import build_config
 from sessionfold.projections.store import DictStore
 from sessionfold.streams.cli import fold as fold_cli
-from sessionfold.streams.embedded import EmbeddedRuntime, fold_files, fold_step
-from sessionfold.streams.session_file import read_session_file
+from sessionfold.streams.publishing.session_file import read_session_file
+from sessionfold.streams.runtime.embedded import EmbeddedRuntime, fold_files, fold_step
 
 SESSIONS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "sessions"
 BEFORE = "before-compaction.jsonl"

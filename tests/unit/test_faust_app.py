@@ -12,8 +12,8 @@ from faust.types import TP
 from prometheus_client import CollectorRegistry, generate_latest
 from pydantic import ValidationError
 
-from sessionfold.streams import faust_app
-from sessionfold.streams.faust_app import (
+from sessionfold.streams.worker import app as faust_app
+from sessionfold.streams.worker.app import (
     ContiguousOffsets,
     FaustBackend,
     FoldBatcher,
@@ -23,7 +23,7 @@ from sessionfold.streams.faust_app import (
     faust_options,
     shorten_fetch_wait,
 )
-from sessionfold.streams.metrics import FleetCollector, FleetSnapshot, create
+from sessionfold.streams.worker.prometheus import FleetCollector, FleetSnapshot, create
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 

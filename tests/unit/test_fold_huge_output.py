@@ -15,8 +15,8 @@ import pytest
 
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER
 from sessionfold.projections.ledger.values import CUT_MARK
-from sessionfold.streams.embedded import fold_files
-from sessionfold.streams.synthetic import generate_session, session_bytes
+from sessionfold.streams.runtime.embedded import fold_files
+from sessionfold.streams.tools.synthetic import generate_session, session_bytes
 
 HUGE_CHARS = 1_000_000
 # Backticks, quotes, slashes, digits and "…" (never " … ", the excerpt's cut mark: the line

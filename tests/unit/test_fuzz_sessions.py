@@ -44,9 +44,10 @@ from damaged_sessions import CORPORA, MUTATIONS, SHARED, Case, Corpus, write_cas
 
 from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope, decode, encode
 from sessionfold.events.lines import split_line
-from sessionfold.projections import digest, metrics
-from sessionfold.streams.embedded import EmbeddedRuntime
-from sessionfold.streams.session_file import DeadLetter, read_session_file
+from sessionfold.projections.pruning import context_metrics as metrics
+from sessionfold.projections.pruning import digest
+from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
+from sessionfold.streams.runtime.embedded import EmbeddedRuntime
 
 SEED = int(os.environ.get("SESSIONFOLD_FUZZ_SEED", "0"))
 CASES = int(os.environ.get("SESSIONFOLD_FUZZ_CASES", "1"))

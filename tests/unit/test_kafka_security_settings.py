@@ -12,9 +12,9 @@ from kafka.errors import KafkaTimeoutError, SaslAuthenticationFailedError
 from tls_certs import TlsFiles, make_tls_files
 from typer.testing import CliRunner
 
-from sessionfold.streams import kafka_security as ks
 from sessionfold.streams.cli import app
-from sessionfold.streams.faust_app import WorkerSettings, faust_options
+from sessionfold.streams.kafka import security as ks
+from sessionfold.streams.worker.app import WorkerSettings, faust_options
 
 SECRET = "pa ss:w0rd"
 

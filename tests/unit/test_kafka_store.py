@@ -20,10 +20,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sessionfold.events.envelope import EntryEnvelope, EntryPayload, decode, encode
-from sessionfold.projections.config import DEFAULT_CONFIG
+from sessionfold.ports.summarizer import OfflineSummarizer
+from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.projections.store import DictStore
-from sessionfold.streams.embedded import fold_files
-from sessionfold.streams.kafka_store import (
+from sessionfold.streams.kafka.table_store import (
     Journal,
     MemoryBackend,
     Output,
@@ -33,13 +33,12 @@ from sessionfold.streams.kafka_store import (
     read_view,
     write_keys,
 )
-from sessionfold.streams.metrics import create
-from sessionfold.streams.session_file import DeadLetter, read_session_file
-from sessionfold.streams.state_api import session_document
-from sessionfold.streams.summarizer import OfflineSummarizer
-from sessionfold.streams.synthetic import generate_session, write_session
-from sessionfold.streams.topics import Topics
-from sessionfold.streams.worker import (
+from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
+from sessionfold.streams.runtime.embedded import fold_files
+from sessionfold.streams.tools.synthetic import generate_session, write_session
+from sessionfold.streams.web.state_api import session_document
+from sessionfold.streams.worker.agents import (
     OFFLOAD_BYTES,
     Fault,
     FoldRuntime,
@@ -51,6 +50,7 @@ from sessionfold.streams.worker import (
     fold_record,
     read_envelope,
 )
+from sessionfold.streams.worker.prometheus import create
 
 TOPICS = Topics("u.")
 

@@ -6,11 +6,11 @@ from typing import Any
 
 from test_ledger_verify import Scripted, Session, labels
 
+from sessionfold.ports.ledger.context import PassContext
+from sessionfold.ports.ledger.model import OfflineModel
+from sessionfold.ports.ledger.pass_ import run_pass
+from sessionfold.ports.ledger.prompt import prompt_text
 from sessionfold.projections.ledger.config import LedgerConfig
-from sessionfold.projections.ledger.context import PassContext
-from sessionfold.projections.ledger.model import OfflineModel
-from sessionfold.projections.ledger.pass_ import run_pass
-from sessionfold.projections.ledger.prompt import prompt_text
 
 # Each message below is about 100 characters with its overhead: 250 fits two or three.
 SMALL = LedgerConfig(chunk_chars=250)

@@ -16,11 +16,11 @@ from sessionfold.events.envelope import (
     WorldPayload,
 )
 from sessionfold.events.ledger import LEDGER_PRODUCER, SPAN_RECORD_TYPE
-from sessionfold.projections import session_fold
 from sessionfold.projections.ledger.fold import LedgerFold
 from sessionfold.projections.ledger.state import canonical_json, ledger_key, load_head, snapshot
+from sessionfold.projections.pruning import fold as session_fold
 from sessionfold.projections.store import DictStore
-from sessionfold.streams.session_file import read_session_file
+from sessionfold.streams.publishing.session_file import read_session_file
 
 SESSIONS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "sessions"
 SID = "sess-1"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from sessionfold.ports.ledger.model import DiffModel, OfflineModel
 from sessionfold.projections.ledger.heuristics import reads_as_rule, sentences
-from sessionfold.projections.ledger.model import DiffModel, OfflineModel
 from sessionfold.projections.ledger.rules import judged_text, lift_check, withdraws
 from sessionfold.projections.ledger.text import (
     at_word_boundaries,

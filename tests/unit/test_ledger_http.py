@@ -12,16 +12,16 @@ import pytest
 from fake_openai import FakeOpenAI, answer, cut_off, http_error, json_answer
 
 from sessionfold.events.envelope import EntryEnvelope, EntryPayload
-from sessionfold.projections.ledger.driver import fold_records
-from sessionfold.projections.ledger.model import DiffModel
-from sessionfold.projections.ledger.prompt import INSTRUCTIONS
-from sessionfold.streams.ledger_http import (
+from sessionfold.ports.ledger.driver import fold_records
+from sessionfold.ports.ledger.model import DiffModel
+from sessionfold.ports.ledger.prompt import INSTRUCTIONS
+from sessionfold.ports.ledger_http import (
     DiffModelError,
     HttpDiffModel,
     extract_json,
     raised_budget,
 )
-from sessionfold.streams.model_http import (
+from sessionfold.ports.model_http import (
     HttpModelClient,
     Price,
     Timeouts,

@@ -15,7 +15,7 @@ from fake_openai import FakeOpenAI, json_answer
 from typer.testing import CliRunner
 
 from sessionfold.streams.cli import app
-from sessionfold.streams.ledger_log import (
+from sessionfold.streams.runtime.ledger_log import (
     LedgerLog,
     LogObserver,
     default_log_path,
@@ -232,8 +232,8 @@ def test_a_failed_write_never_affects_a_pass(
 def test_an_observer_that_throws_is_counted_and_ignored(tmp_path: Path) -> None:
     """The driver swallows an observer's exception: the pass and its payload are unchanged."""
     from sessionfold.events.envelope import CompactRequestEnvelope, EntryEnvelope, EntryPayload
-    from sessionfold.projections.ledger.driver import EmbeddedLedger
-    from sessionfold.projections.ledger.model import OfflineModel
+    from sessionfold.ports.ledger.driver import EmbeddedLedger
+    from sessionfold.ports.ledger.model import OfflineModel
 
     class Broken:
         def started(self, request: Any) -> None:
@@ -298,7 +298,7 @@ def test_a_pass_that_throws_writes_a_fallback_record() -> None:
     [record] = written
     assert (record["event"], record["span"], record["errorClass"]) == ("fallback", 2, "KeyError")
     assert record["error"] is None
-    from sessionfold.streams.ledger_http import DiffModelError
+    from sessionfold.ports.ledger_http import DiffModelError
 
     assert error_fields(DiffModelError("unusable:schema"))["error"] == (
         "diff call failed: unusable:schema"
@@ -309,7 +309,7 @@ def test_an_interrupted_run_writes_an_aborted_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ctrl-C during a pass: an `aborted` record naming the pass, exit 130."""
-    from sessionfold.projections.ledger import driver
+    from sessionfold.ports.ledger import driver
 
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt

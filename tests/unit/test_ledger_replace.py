@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from test_ledger_verify import Scripted, Session, labels
 
-from sessionfold.projections.ledger.pass_ import run_pass
+from sessionfold.ports.ledger.pass_ import run_pass
 from sessionfold.projections.ledger.rules import beyond_words, lift_check
 
 RULE = "never push to main"

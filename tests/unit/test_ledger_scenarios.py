@@ -25,17 +25,17 @@ from sessionfold.events.envelope import (
     WorldEnvelope,
     WorldPayload,
 )
-from sessionfold.projections.ledger import pass_
-from sessionfold.projections.ledger.config import LedgerConfig
-from sessionfold.projections.ledger.driver import LedgerRun, fold_records
-from sessionfold.projections.ledger.state import load_head, snapshot
-from sessionfold.streams.ledger_http import HttpDiffModel
-from sessionfold.streams.model_http import (
+from sessionfold.ports.ledger import pass_
+from sessionfold.ports.ledger.driver import LedgerRun, fold_records
+from sessionfold.ports.ledger_http import HttpDiffModel
+from sessionfold.ports.model_http import (
     HttpModelClient,
     Timeouts,
     resolve_endpoint,
     resolve_fallback,
 )
+from sessionfold.projections.ledger.config import LedgerConfig
+from sessionfold.projections.ledger.state import load_head, snapshot
 
 SID = "scenario"
 FAST = Timeouts(idle_s=0.5, ceiling_s=3.0, connect_s=1.0)

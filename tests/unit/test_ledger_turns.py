@@ -11,13 +11,13 @@ import pytest
 from fake_openai import FakeOpenAI, json_answer
 from test_ledger_verify import Session
 
+from sessionfold.ports.ledger.context import PassContext
+from sessionfold.ports.ledger.model import OfflineModel
+from sessionfold.ports.ledger.pass_ import run_pass
+from sessionfold.ports.ledger.turns import SECTIONS, digest, show
+from sessionfold.ports.ledger_http import HttpDiffModel
+from sessionfold.ports.model_http import HttpModelClient, Timeouts, resolve_endpoint
 from sessionfold.projections.ledger.config import LedgerConfig
-from sessionfold.projections.ledger.context import PassContext
-from sessionfold.projections.ledger.model import OfflineModel
-from sessionfold.projections.ledger.pass_ import run_pass
-from sessionfold.projections.ledger.turns import SECTIONS, digest, show
-from sessionfold.streams.ledger_http import HttpDiffModel
-from sessionfold.streams.model_http import HttpModelClient, Timeouts, resolve_endpoint
 
 TURNS = LedgerConfig(narrative_mode="turns")
 GOOD: dict[str, dict[str, Any]] = {

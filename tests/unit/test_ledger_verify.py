@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from sessionfold.events.envelope import CompactRequestEnvelope, EntryEnvelope, EntryPayload
+from sessionfold.ports.ledger.pass_ import run_pass
 from sessionfold.projections.ledger.fold import LedgerFold
-from sessionfold.projections.ledger.pass_ import run_pass
 from sessionfold.projections.ledger.state import snapshot
 from sessionfold.projections.store import DictStore
 

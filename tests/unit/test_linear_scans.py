@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessionfold.projections import metrics
 from sessionfold.projections.ledger import facts, heuristics, rules, text, values
 from sessionfold.projections.ledger.facts import values_in
+from sessionfold.projections.pruning import context_metrics as metrics
 
 BIG = 200_000
 

@@ -76,7 +76,7 @@ def test_worker_logging_shows_the_facts(tmp_path: Path) -> None:
         "from sessionfold.streams.logs import worker_logging_config\n"
         f"setup_logging(loglevel='info', logfile={str(tmp_path / 'w.log')!r},"
         " logging_config=worker_logging_config())\n"
-        "logging.getLogger('sessionfold.streams.worker').warning('record dead-lettered',"
+        "logging.getLogger('sessionfold.streams.worker.agents').warning('record dead-lettered',"
         " extra={'topic': 't.session-events', 'partition': 2, 'offset': 41,"
         " 'reason': 'undecodable'})\n"
     )
@@ -104,7 +104,7 @@ def test_cli_shows_only_sessionfold_loggers() -> None:
         "from sessionfold.streams.logs import configure_cli_logging\n"
         "configure_cli_logging()\n"
         "logging.getLogger('kafka.producer.sender').error('Error sending produce request')\n"
-        "logging.getLogger('sessionfold.streams.publish').warning('file skipped')\n"
+        "logging.getLogger('sessionfold.streams.publishing.publisher').warning('file skipped')\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True

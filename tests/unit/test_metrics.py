@@ -13,12 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessionfold.events.envelope import EntryEnvelope
-from sessionfold.projections import digest, metrics
-from sessionfold.projections.digest import apply_entry, apply_reload, message_of
 from sessionfold.projections.jsjson import js_json_length
-from sessionfold.projections.metrics import Protection, naive_snapshot, snapshot
+from sessionfold.projections.pruning import context_metrics as metrics
+from sessionfold.projections.pruning import digest
+from sessionfold.projections.pruning.context_metrics import Protection, naive_snapshot, snapshot
+from sessionfold.projections.pruning.digest import apply_entry, apply_reload, message_of
 from sessionfold.projections.store import DictStore
-from sessionfold.streams.session_file import read_session_file
+from sessionfold.streams.publishing.session_file import read_session_file
 
 SESSIONS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "sessions"
 SID = "s"

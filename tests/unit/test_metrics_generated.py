@@ -7,12 +7,14 @@ from typing import Any
 
 import pytest
 
-from sessionfold.projections import digest, metrics, pruning
-from sessionfold.projections.config import DEFAULT_CONFIG
-from sessionfold.projections.metrics import naive_snapshot, snapshot
-from sessionfold.streams.embedded import EmbeddedRuntime
-from sessionfold.streams.session_file import read_session_file
-from sessionfold.streams.synthetic import write_fleet
+from sessionfold.projections.pruning import context_metrics as metrics
+from sessionfold.projections.pruning import digest
+from sessionfold.projections.pruning import session as pruning
+from sessionfold.projections.pruning.config import DEFAULT_CONFIG
+from sessionfold.projections.pruning.context_metrics import naive_snapshot, snapshot
+from sessionfold.streams.publishing.session_file import read_session_file
+from sessionfold.streams.runtime.embedded import EmbeddedRuntime
+from sessionfold.streams.tools.synthetic import write_fleet
 
 
 @pytest.mark.parametrize("seed", [1, 2])

@@ -22,7 +22,7 @@ from fake_openai import (
     trickle,
 )
 
-from sessionfold.streams.model_http import (
+from sessionfold.ports.model_http import (
     Endpoint,
     HttpModelClient,
     ModelError,

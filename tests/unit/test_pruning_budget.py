@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sessionfold.projections.triggers import (
+from sessionfold.projections.pruning.triggers import (
     should_budget_flush,
     should_delta_flush,
     usage_fraction,

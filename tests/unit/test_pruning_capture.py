@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sessionfold.projections.capture import (
+from sessionfold.projections.pruning.capture import (
     Batch,
     Call,
     assistant_text,

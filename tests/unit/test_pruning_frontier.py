@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from sessionfold.events.flush import Frontier
-from sessionfold.projections.capture import Batch, Call
-from sessionfold.projections.frontier import Processed, flush_outcome, frontier_after, trim_batch
+from sessionfold.projections.pruning.capture import Batch, Call
+from sessionfold.projections.pruning.frontier import (
+    Processed,
+    flush_outcome,
+    frontier_after,
+    trim_batch,
+)
 
 
 def _call(call_id: str, ts: int = 1, raw: int = 10) -> Call:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from sessionfold.events.flush import BatchResult, ModelUsage
-from sessionfold.projections.capture import Batch, Call
-from sessionfold.projections.flush_pipeline import FlushPlan, plan_flush, walk_answers
+from sessionfold.projections.pruning.capture import Batch, Call
+from sessionfold.projections.pruning.flush_pipeline import FlushPlan, plan_flush, walk_answers
 
 
 def _call(call_id: str, raw: int = 600, digest: str | None = None) -> Call:

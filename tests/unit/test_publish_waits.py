@@ -15,15 +15,15 @@ from kafka import KafkaProducer, TopicPartition
 from kafka.errors import NotLeaderForPartitionError
 from kafka.producer.future import FutureProduceResult, FutureRecordMetadata
 
-from sessionfold.streams import publish
-from sessionfold.streams.publish import (
+from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.publishing import publisher as publish
+from sessionfold.streams.publishing.publisher import (
     Checkpoints,
     Publisher,
     PublishFailed,
     PublishStopped,
     publish_paths,
 )
-from sessionfold.streams.topics import Topics
 
 TOPICS = Topics("t.")
 

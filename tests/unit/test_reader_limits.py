@@ -21,12 +21,12 @@ from sessionfold.events.envelope import (
     encode,
 )
 from sessionfold.events.lines import DEPTH_REASON, MAX_DEPTH, split_line
-from sessionfold.projections.config import DEFAULT_CONFIG
+from sessionfold.ports.ledger_http import extract_json
+from sessionfold.ports.model_http import ModelError, _read_body, _read_events
+from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.projections.store import DictStore
-from sessionfold.streams.kafka_store import WriteSet
-from sessionfold.streams.ledger_http import extract_json
-from sessionfold.streams.model_http import ModelError, _read_body, _read_events
-from sessionfold.streams.session_file import (
+from sessionfold.streams.kafka.table_store import WriteSet
+from sessionfold.streams.publishing.session_file import (
     BOM,
     MAX_LINE_ENV,
     RAW_PREFIX_BYTES,
@@ -39,7 +39,7 @@ from sessionfold.streams.session_file import (
     read_session_file,
     session_files,
 )
-from sessionfold.streams.worker import SourceRecord, fold_record
+from sessionfold.streams.worker.agents import SourceRecord, fold_record
 
 HEADER = {"type": "session", "version": 3, "id": "s1", "timestamp": "2025-01-01T00:00:00Z"}
 

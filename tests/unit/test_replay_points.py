@@ -8,10 +8,16 @@ from pathlib import Path
 import pytest
 
 from sessionfold.events.envelope import PlaceholderEnvelope
-from sessionfold.streams.embedded import fold_files
-from sessionfold.streams.replay import Point, Replayer, ReplayError, file_envelopes, replay_files
-from sessionfold.streams.session_file import DeadLetter
-from sessionfold.streams.synthetic import generate_session, write_session
+from sessionfold.streams.publishing.session_file import DeadLetter
+from sessionfold.streams.runtime.embedded import fold_files
+from sessionfold.streams.tools.replay import (
+    Point,
+    Replayer,
+    ReplayError,
+    file_envelopes,
+    replay_files,
+)
+from sessionfold.streams.tools.synthetic import generate_session, write_session
 
 
 @pytest.fixture(scope="module")

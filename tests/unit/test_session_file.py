@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from sessionfold.events.entries import parse_entry
 from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope
 from sessionfold.events.migration import v1_entry_id
-from sessionfold.streams.publish import dead_letter_record
-from sessionfold.streams.session_file import (
+from sessionfold.streams.kafka.topics import MAX_MESSAGE_BYTES
+from sessionfold.streams.publishing.publisher import dead_letter_record
+from sessionfold.streams.publishing.session_file import (
     DEAD_LETTER_RAW_BYTES,
     ENTRY_TOO_LARGE,
     MAX_ENTRY_BYTES,
@@ -25,7 +26,6 @@ from sessionfold.streams.session_file import (
     SessionFileReader,
     read_session_file,
 )
-from sessionfold.streams.topics import MAX_MESSAGE_BYTES
 
 REAL_FILES = ["before-compaction.jsonl", "large-session.jsonl"]
 

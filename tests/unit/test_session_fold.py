@@ -39,14 +39,16 @@ from sessionfold.events.flush import (
     read_request,
     wrap,
 )
-from sessionfold.projections import digest, index, metrics, pruning, windows
-from sessionfold.projections.capture import Batch, Call, call_arguments, group_batches
-from sessionfold.projections.config import PruneConfig, build_config
-from sessionfold.projections.frontier import trim_batches
-from sessionfold.projections.session_fold import apply
+from sessionfold.ports.summarizer import OfflineSummarizer
+from sessionfold.projections.pruning import context_metrics as metrics
+from sessionfold.projections.pruning import digest, index, windows
+from sessionfold.projections.pruning import session as pruning
+from sessionfold.projections.pruning.capture import Batch, Call, call_arguments, group_batches
+from sessionfold.projections.pruning.config import PruneConfig, build_config
+from sessionfold.projections.pruning.fold import apply
+from sessionfold.projections.pruning.frontier import trim_batches
 from sessionfold.projections.store import DictStore
-from sessionfold.streams.embedded import EmbeddedRuntime, answer, fold_step
-from sessionfold.streams.summarizer import OfflineSummarizer
+from sessionfold.streams.runtime.embedded import EmbeddedRuntime, answer, fold_step
 
 SID = "sess-1"
 BIG = 1500  # above the default minBatchChars

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from sessionfold.events.flush import FlushBatch, FlushCall, FlushRequestPayload
-from sessionfold.projections.capture import js_length
-from sessionfold.streams.summarizer import (
+from sessionfold.ports.summarizer import (
     OfflineSummarizer,
     batch_prompt,
     offline_summary,
     substitute_inline_refs,
     summary_footer,
 )
+from sessionfold.projections.pruning.capture import js_length
 
 
 def _call(

@@ -14,18 +14,19 @@ from fake_openai import FakeOpenAI, Reply, Request, answer, cut_off, http_error
 
 from sessionfold.events.envelope import EntryEnvelope, EntryPayload
 from sessionfold.events.flush import FlushBatch, FlushCall, FlushRequestPayload
-from sessionfold.projections import digest, index, pruning
-from sessionfold.projections.config import build_config
-from sessionfold.streams.embedded import EmbeddedRuntime
-from sessionfold.streams.model_http import (
+from sessionfold.ports.model_http import (
     HttpModelClient,
     Price,
     Timeouts,
     resolve_endpoint,
     resolve_fallback,
 )
-from sessionfold.streams.summarizer import OfflineSummarizer, batch_prompt
-from sessionfold.streams.summarizer_http import HttpSummarizer, summarizer_for
+from sessionfold.ports.summarizer import OfflineSummarizer, batch_prompt
+from sessionfold.ports.summarizer_http import HttpSummarizer, summarizer_for
+from sessionfold.projections.pruning import digest, index
+from sessionfold.projections.pruning import session as pruning
+from sessionfold.projections.pruning.config import build_config
+from sessionfold.streams.runtime.embedded import EmbeddedRuntime
 
 SID = "sess-http"
 FAST = Timeouts(idle_s=0.5, ceiling_s=3.0, connect_s=1.0)

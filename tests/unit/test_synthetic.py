@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from sessionfold.events.entries import parse_entry
 from sessionfold.streams.cli import app
-from sessionfold.streams.synthetic import (
+from sessionfold.streams.tools.synthetic import (
     MAX_TOOL_OUTPUT,
     RULES,
     Entry,

@@ -1,5 +1,6 @@
-"""The web server's guard (web_auth.py) on a real aiohttp server: the bearer token on every route
-but /metrics and /health, loopback by default, and refused requests logged without their text.
+"""The web server's guard (streams/web/auth.py) on a real aiohttp server: the bearer token on
+every route but /metrics and /health, loopback by default, and refused requests logged without
+their text.
 The same guard on real workers, with forwarding between them: tests/integration/test_state_auth.py.
 """
 
@@ -19,14 +20,14 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from sessionfold.streams.cli import app as cli_app
-from sessionfold.streams.faust_app import WorkerSettings, faust_options
-from sessionfold.streams.web_auth import (
+from sessionfold.streams.web.auth import (
     QuietBadRequests,
     exposure_warning,
     is_loopback,
     token_matches,
     token_middleware,
 )
+from sessionfold.streams.worker.app import WorkerSettings, faust_options
 
 TOKEN = "t0ken-for-the-unit-tests-0123456789"
 

@@ -15,9 +15,9 @@ from kafka import KafkaProducer
 from kafka.future import Future
 
 from sessionfold.events.envelope import EntryEnvelope, WorldEnvelope, decode
-from sessionfold.streams.publish import Checkpoints, Publisher, publish_paths
-from sessionfold.streams.topics import Topics
-from sessionfold.streams.world import PATH_CAP, world_facts
+from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.publishing.publisher import Checkpoints, Publisher, publish_paths
+from sessionfold.streams.publishing.world import PATH_CAP, world_facts
 
 GIT_ID = ["-c", "user.name=Test", "-c", "user.email=test@example.invalid"]
 GIT_ID += ["-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"]

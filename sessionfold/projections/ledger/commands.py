@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sessionfold.projections.digest import tool_calls
 from sessionfold.projections.ledger.text import message_text
+from sessionfold.projections.pruning.digest import tool_calls
 
 # pi's bash tool appends one of these lines to its output (seen in real sessions).
 _EXIT_LINE = re.compile(r"Command exited with code (-?\d+)\s*\Z")

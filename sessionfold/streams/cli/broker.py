@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from sessionfold.streams import broker as kafka_broker
+from sessionfold.streams.tools import broker as kafka_broker
 
 _err = Console(stderr=True, highlight=False)
 

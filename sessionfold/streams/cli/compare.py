@@ -19,9 +19,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sessionfold.projections.config import ConfigError
+from sessionfold.projections.pruning.config import ConfigError
 from sessionfold.streams.cli.inputs import session_inputs
-from sessionfold.streams.compare import Comparison, compare, config_of, write_chart
+from sessionfold.streams.tools.compare import Comparison, compare, config_of, write_chart
 
 _SettingsOption = Annotated[
     list[str] | None,

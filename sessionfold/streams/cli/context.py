@@ -21,15 +21,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sessionfold.projections.capture import result_text
-from sessionfold.projections.config import PruneConfig
-from sessionfold.projections.context_view import (
+from sessionfold.projections.pruning.capture import result_text
+from sessionfold.projections.pruning.config import PruneConfig
+from sessionfold.projections.pruning.digest import message_of
+from sessionfold.projections.views.context import (
     ContextView,
     context_at,
     message_tokens,
     resolve_ref,
 )
-from sessionfold.projections.digest import message_of
 from sessionfold.streams.cli.inputs import session_inputs
 from sessionfold.streams.cli.options import (
     DEFAULT_BOOTSTRAP,
@@ -42,9 +42,9 @@ from sessionfold.streams.cli.options import (
     kafka_security_options,
 )
 from sessionfold.streams.cli.replay import Turn, run_replay
-from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity
-from sessionfold.streams.replay import Collector, Point, Replayer, ReplayError, replay_files
-from sessionfold.streams.session_file import header_of
+from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
+from sessionfold.streams.publishing.session_file import header_of
+from sessionfold.streams.tools.replay import Collector, Point, Replayer, ReplayError, replay_files
 
 PREVIEW = 90  # chars of a message shown per row in the text format
 

@@ -17,14 +17,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from sessionfold.projections import digest, metrics
-from sessionfold.projections.context_base import log_entry
-from sessionfold.projections.context_view import ContextView, context_at
+from sessionfold.projections.pruning import context_metrics as metrics
+from sessionfold.projections.pruning import digest
+from sessionfold.projections.views.base import log_entry
+from sessionfold.projections.views.context import ContextView, context_at
 from sessionfold.streams.cli.inputs import session_inputs
 from sessionfold.streams.cli.options import Settings, config_or_exit
-from sessionfold.streams.embedded import EmbeddedRuntime
-from sessionfold.streams.session_file import DeadLetter, file_lines, read_session_file
-from sessionfold.streams.synthetic import write_fleet
+from sessionfold.streams.publishing.session_file import DeadLetter, file_lines, read_session_file
+from sessionfold.streams.runtime.embedded import EmbeddedRuntime
+from sessionfold.streams.tools.synthetic import write_fleet
 
 #: How many points of the session the metrics table shows.
 SAMPLES = 10

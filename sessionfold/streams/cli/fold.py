@@ -20,7 +20,7 @@ from sessionfold.projections.ledger.config import DEFAULT_LEDGER
 from sessionfold.streams.cli.inputs import session_inputs
 from sessionfold.streams.cli.options import ConfigFile, Ledger, Settings, config_or_exit
 from sessionfold.streams.cli.session_table import session_table
-from sessionfold.streams.embedded import fold_files
+from sessionfold.streams.runtime.embedded import fold_files
 
 
 def register(app: typer.Typer) -> None:

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sessionfold.streams.synthetic import WrittenSession, write_fleet
+from sessionfold.streams.tools.synthetic import WrittenSession, write_fleet
 
 
 def _progress(console: Console, show: bool) -> Progress:

@@ -17,7 +17,7 @@ from pathlib import Path
 import typer
 
 from sessionfold.projections.ledger.text import sanitize
-from sessionfold.streams.session_file import (
+from sessionfold.streams.publishing.session_file import (
     FileKindError,
     file_kind,
     file_lines,

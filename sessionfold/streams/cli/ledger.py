@@ -23,17 +23,17 @@ import typer
 
 from sessionfold.events.envelope import EntryEnvelope
 from sessionfold.events.ledger import LEDGER_PRODUCER, SPAN_RECORD_TYPE, STATE_FORMAT
+from sessionfold.ports.ledger.driver import LedgerRun, fold_records
+from sessionfold.ports.ledger.model import DiffModel, OfflineModel
 from sessionfold.projections.ledger.config import LedgerConfig
-from sessionfold.projections.ledger.driver import LedgerRun, fold_records
 from sessionfold.projections.ledger.fold import is_ours
-from sessionfold.projections.ledger.model import DiffModel, OfflineModel
 from sessionfold.projections.ledger.render import render
 from sessionfold.projections.ledger.state import snapshot
 from sessionfold.projections.ledger.text import sanitize
 from sessionfold.projections.ledger.view import ledger_view
 from sessionfold.streams.cli.inputs import session_inputs
-from sessionfold.streams.ledger_log import LedgerLog, LogObserver
-from sessionfold.streams.session_file import DeadLetter, read_session_file
+from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
+from sessionfold.streams.runtime.ledger_log import LedgerLog, LogObserver
 
 # JSON escapes C0 controls itself; C1 controls, DEL, bidi controls and line separators it
 # leaves raw inside strings, where a \u escape means the same and a terminal sees nothing.
@@ -99,7 +99,7 @@ def diff_model_for(spec: str | None) -> DiffModel:
     if spec is None or spec.strip().lower() in OFFLINE_NAMES:
         return OfflineModel()
     # Imported here: the offline path needs no HTTP client.
-    from sessionfold.streams.ledger_http import HttpDiffModel
+    from sessionfold.ports.ledger_http import HttpDiffModel
 
     return HttpDiffModel.from_env(spec.strip())
 

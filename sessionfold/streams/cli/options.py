@@ -11,10 +11,10 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from sessionfold.projections.config import ConfigError, PruneConfig, load_config
-from sessionfold.streams import kafka_security as ks
-from sessionfold.streams.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX
-from sessionfold.streams.web_auth import MIN_TOKEN_CHARS
+from sessionfold.projections.pruning.config import ConfigError, PruneConfig, load_config
+from sessionfold.streams.kafka import security as ks
+from sessionfold.streams.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX
+from sessionfold.streams.web.auth import MIN_TOKEN_CHARS
 
 Bootstrap = Annotated[
     str,

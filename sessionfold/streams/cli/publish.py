@@ -27,8 +27,9 @@ from sessionfold.streams.cli.options import (
     kafka_failure,
     kafka_security_options,
 )
-from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity
-from sessionfold.streams.publish import (
+from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
+from sessionfold.streams.kafka.topics import Topics, ensure_topics
+from sessionfold.streams.publishing.publisher import (
     DEFAULT_TIMEOUT_S,
     Checkpoints,
     Publisher,
@@ -40,8 +41,7 @@ from sessionfold.streams.publish import (
     make_producer,
     publish_paths,
 )
-from sessionfold.streams.session_file import ReadPosition, session_files
-from sessionfold.streams.topics import Topics, ensure_topics
+from sessionfold.streams.publishing.session_file import ReadPosition, session_files
 
 log = logging.getLogger(__name__)
 

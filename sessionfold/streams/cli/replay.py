@@ -29,7 +29,7 @@ from rich.progress import (
 )
 
 from sessionfold.events.envelope import SchemaVersionError
-from sessionfold.projections.config import PruneConfig
+from sessionfold.projections.pruning.config import PruneConfig
 from sessionfold.streams.cli.options import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_PREFIX,
@@ -43,9 +43,9 @@ from sessionfold.streams.cli.options import (
     kafka_security_options,
 )
 from sessionfold.streams.cli.session_table import session_table
-from sessionfold.streams.kafka_security import PLAINTEXT, KafkaSecurity
-from sessionfold.streams.replay import Point, Replayer, ReplayError, replay_topic
-from sessionfold.streams.topics import Topics
+from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
+from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.tools.replay import Point, Replayer, ReplayError, replay_topic
 
 Turn = Annotated[
     int | None,

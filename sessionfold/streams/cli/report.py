@@ -29,7 +29,7 @@ import typer
 
 from sessionfold.projections.ledger.text import sanitize
 from sessionfold.streams.cli.ledger import safe_json
-from sessionfold.streams.ledger_log import _home, log_path, scrub_home
+from sessionfold.streams.runtime.ledger_log import _home, log_path, scrub_home
 
 #: How many records the digest shows.
 NEWEST = 8

@@ -24,7 +24,8 @@ from kafka import KafkaConsumer
 from kafka.errors import KafkaError
 from rich.console import Console
 
-from sessionfold.projections.config import PruneConfig
+from sessionfold.ports.summarizer import ModelPort, OfflineSummarizer
+from sessionfold.projections.pruning.config import PruneConfig
 from sessionfold.streams.cli.ledger import diff_model_for
 from sessionfold.streams.cli.options import (
     DEFAULT_BOOTSTRAP,
@@ -44,17 +45,16 @@ from sessionfold.streams.cli.options import (
     kafka_failure,
     kafka_security_options,
 )
-from sessionfold.streams.kafka_security import (
+from sessionfold.streams.kafka.security import (
     PLAINTEXT,
     KafkaSecurity,
     kafka_python_options,
 )
-from sessionfold.streams.summarizer import ModelPort, OfflineSummarizer
-from sessionfold.streams.topics import Topics, ensure_topics
-from sessionfold.streams.web_auth import exposure_warning
+from sessionfold.streams.kafka.topics import Topics, ensure_topics
+from sessionfold.streams.web.auth import exposure_warning
 
 if TYPE_CHECKING:
-    from sessionfold.streams.worker import SourceRecord
+    from sessionfold.streams.worker.agents import SourceRecord
 
 #: Tests only: seconds the summarizer sleeps before each answer, so a test can kill it mid-call.
 ENV_TEST_DELAY = "SESSIONFOLD_TEST_SUMMARIZER_DELAY"
@@ -171,7 +171,7 @@ def register(app: typer.Typer) -> None:
         # Faust is imported here: the other subcommands should not pay for it.
         from pydantic import ValidationError
 
-        from sessionfold.streams.faust_app import WorkerSettings, make_app
+        from sessionfold.streams.worker.app import WorkerSettings, make_app
 
         err = Console(stderr=True)
         if role not in ("fold", "summarize", "all"):
@@ -240,12 +240,12 @@ def model_port_for(config: PruneConfig) -> ModelPort:
     tests' artificial delay when its variable is set."""
     port: ModelPort = OfflineSummarizer()
     if config.summarizerModel != "offline":
-        from sessionfold.streams.summarizer_http import summarizer_for
+        from sessionfold.ports.summarizer_http import summarizer_for
 
         port = summarizer_for(config)
     delay = os.environ.get(ENV_TEST_DELAY)
     if delay:
-        from sessionfold.streams.worker import DelayedPort
+        from sessionfold.streams.worker.agents import DelayedPort
 
         port = DelayedPort(port, float(delay))
     return port

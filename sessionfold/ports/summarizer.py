@@ -1,0 +1,208 @@
+"""The model port and the offline summarizer.
+
+`ModelPort.summarize` takes one flush request and returns its compaction: for each batch the
+request sends to the model, a final summary text citing the batch's `tN` refs and ending with
+the footer of reference §6.4 (or a failure); batches the fold already skipped are echoed as
+skips. `OfflineSummarizer` is deterministic and needs no network: one honest bullet per call.
+The prompt serialization (§6.1) and the inline-ref substitution (§6.4) are here for model ports
+that call a real model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Protocol
+
+from sessionfold.events.flush import (
+    BatchResult,
+    CompactionPayload,
+    FlushBatch,
+    FlushCall,
+    FlushRequestPayload,
+    ModelUsage,
+)
+from sessionfold.projections.pruning.capture import js_length
+
+# --- shared text formats ---------------------------------------------------------------------
+
+BATCH_INSTRUCTIONS = (
+    "Summarize this batch of tool calls made by an AI coding assistant. For each call give the "
+    "tool name and a one-sentence description, the key outcome with file paths, identifiers, "
+    "signatures and error strings copied verbatim, and any findings worth remembering. Use 1-3 "
+    "bullets per call and skip calls that succeeded with nothing reusable. Be concise. Begin the "
+    "first bullet of each call with that call's [[N:toolname]] label copied verbatim and plain "
+    "(no bold, backticks or numbering); never renumber, rename or invent labels; if you skip a "
+    "call, skip its label."
+)
+
+_LEADING_LABEL = re.compile(r"^(\s*(?:[-*] )?)\[\[(\d+):([^\]\n]*)\]\]\s*")
+_ANY_LABEL = re.compile(r"\[\[\d+:[^\]\n]*\]\]\s*")
+
+
+def batch_prompt(batch: FlushBatch) -> str:
+    """The single user message asking a model to summarize one batch (reference §6.1)."""
+    parts = []
+    for number, call in enumerate(batch.calls, start=1):
+        args = json.dumps(call.arguments, indent=2, ensure_ascii=False)
+        status = "ERROR" if call.is_error else "OK"
+        tail = f" ...[{call.truncated_chars} chars truncated]" if call.truncated_chars > 0 else ""
+        parts.append(
+            f"[[{number}:{call.tool_name}]] Tool: {call.tool_name}({args})\n"
+            f"Result ({status}): {call.head}{tail}"
+        )
+    said = f"Assistant said: {batch.assistant_text}\n" if batch.assistant_text else ""
+    body = said + "\n---\n".join(parts)
+    return f"{BATCH_INSTRUCTIONS}\n\n<tool-call-batch>\n{body}\n</tool-call-batch>"
+
+
+def substitute_inline_refs(text: str, refs: Sequence[str], tool_names: Sequence[str]) -> str:
+    """Replace line-leading `[[N:name]]` labels by `tN` refs; strip every other label (§6.4)."""
+    lines = []
+    fenced = False
+    for line in text.split("\n"):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            lines.append(line)
+            continue
+        if fenced:
+            lines.append(line)
+            continue
+        lines.append(_ANY_LABEL.sub("", _LEADING_LABEL.sub(_label_sub(refs, tool_names), line)))
+    return "\n".join(lines)
+
+
+def _label_sub(refs: Sequence[str], tool_names: Sequence[str]):
+    def replace(match: re.Match[str]) -> str:
+        number = int(match.group(2))
+        named = match.group(3).strip().lower()
+        if 1 <= number <= len(refs) and named == tool_names[number - 1].strip().lower():
+            return f"{match.group(1)}`{refs[number - 1]}` "
+        return match.group(1)
+
+    return replace
+
+
+def summary_footer(refs: Sequence[str]) -> str:
+    """The footer every kept summary ends with (reference §6.4 step 2)."""
+    listed = ", ".join(f"`{ref}`" for ref in refs)
+    return (
+        f"\n\n---\n**Summarized tool refs**: {listed}\n"
+        "Use `context_tree_query` with these refs to retrieve the original full outputs."
+    )
+
+
+# --- the port --------------------------------------------------------------------------------
+
+
+class ModelPort(Protocol):
+    """Every model call the pipeline makes goes through one of these."""
+
+    def summarize(self, request: FlushRequestPayload) -> CompactionPayload:
+        """Answer a flush request with one compaction."""
+        ...
+
+
+class OfflineSummarizer:
+    """Deterministic, networkless summaries: one bullet per call, never longer than the output."""
+
+    model = "offline"
+
+    def summarize(self, request: FlushRequestPayload) -> CompactionPayload:
+        """Summarize every batch the request sends to the model; echo the fold's skips."""
+        results = []
+        for number, batch in enumerate(request.batches):
+            if batch.disposition != "summarize":
+                results.append(BatchResult(batch=number, outcome=batch.disposition))
+                continue
+            refs = tuple(call.ref or call.tool_call_id for call in batch.calls)
+            results.append(
+                BatchResult(
+                    batch=number,
+                    outcome="summarized",
+                    text=offline_summary(batch.calls, refs),
+                    refs=refs,
+                    usage=ModelUsage(calls=1),
+                )
+            )
+        usage = ModelUsage(calls=sum(r.usage.calls for r in results))
+        return CompactionPayload(
+            request_id=request.request_id,
+            session_id=request.session_id,
+            model=self.model,
+            results=tuple(results),
+            usage=usage,
+        )
+
+
+# --- the offline summary ---------------------------------------------------------------------
+
+_ERROR_LINE = re.compile(
+    r"error|failed|failure|exception|traceback|fatal|cannot|not found|denied", re.IGNORECASE
+)
+_PRINTED_PATH = re.compile(r"(?<![\w/.-])(?:\.{1,2}/|/)?(?:[\w.@-]+/)+[\w.@-]+\.[A-Za-z]\w*")
+_PATH_TOOLS = frozenset({"read", "write", "edit", "ls", "find", "grep"})
+_GIST_KEYS = ("path", "command", "pattern", "query", "url", "file", "cmd")
+
+
+def offline_summary(calls: Sequence[FlushCall], refs: Sequence[str]) -> str:
+    """Bullets plus footer, at the most detail that keeps the text within the raw output."""
+    raw = sum(call.raw_chars for call in calls)
+    footer = summary_footer(refs)
+    text = ""
+    for detail in (2, 1, 0):
+        bullets = "\n".join(
+            _bullet(call, ref, detail) for call, ref in zip(calls, refs, strict=True)
+        )
+        text = bullets + footer
+        if js_length(text) <= raw:
+            return text
+    return text  # smaller than any honest summary: the fold will discard it as oversized
+
+
+def _bullet(call: FlushCall, ref: str, detail: int) -> str:
+    """One call: tool, argument gist, outcome, and (most detail) an error line or printed path."""
+    outcome = "error" if call.is_error else "ok"
+    if detail == 0:
+        return f"- `{ref}` {call.tool_name}: {outcome}"
+    gist = _argument_gist(call)
+    line = (
+        f"- `{ref}` {call.tool_name}{f' {gist}' if gist else ''}: {outcome}, {call.raw_chars} chars"
+    )
+    if detail == 1:
+        return line
+    evidence = _evidence(call)
+    return f"{line}; {evidence}" if evidence else line
+
+
+def _argument_gist(call: FlushCall) -> str:
+    for name in _GIST_KEYS:
+        value = call.arguments.get(name)
+        if isinstance(value, str) and value.strip():
+            return f"`{_clip(value.strip().splitlines()[0], 80)}`"
+    keys = [k for k in call.arguments if isinstance(k, str)]
+    return f"({', '.join(keys[:4])})" if keys else ""
+
+
+def _evidence(call: FlushCall) -> str:
+    """The first error line it printed, else (for tools not named by path) a path it printed."""
+    lines = [line.strip() for line in call.head.splitlines() if line.strip()]
+    # No match of the pattern spans a line break, so a head it misses whole has no error line
+    # and the search per line is skipped.
+    error = None
+    if _ERROR_LINE.search(call.head):
+        error = next((line for line in lines if _ERROR_LINE.search(line)), None)
+    if error is None and call.is_error and lines:
+        error = lines[0]
+    if error is not None:
+        return f"error line: `{_clip(error, 120)}`"
+    if call.tool_name in _PATH_TOOLS:
+        return ""
+    found = _PRINTED_PATH.search(call.head)
+    return f"printed `{_clip(found.group(0), 100)}`" if found else ""
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text.replace("`", "'")
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,1 @@
+"""The pruning projections: branch digest, frontier, pending batches, index, flushes, metrics."""

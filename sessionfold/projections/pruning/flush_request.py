@@ -1,0 +1,137 @@
+"""The flush request a plan becomes, and the plan kept in the store while it is outstanding.
+
+The request carries what the summarizer needs (heads, arguments, refs); the stored plan only
+what applying the answer needs (keys, sizes, hashes, seqs), under `q/<request id>`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sessionfold.events.flush import (
+    DedupedCall,
+    FlushBatch,
+    FlushCall,
+    FlushRequestPayload,
+    MetricsSnapshot,
+)
+from sessionfold.projections.pruning.capture import Batch, Call
+from sessionfold.projections.pruning.flush_pipeline import FlushPlan, PlannedBatch
+from sessionfold.projections.pruning.session import Session
+from sessionfold.projections.pruning.windows import frontier_of
+
+
+def request_payload(session: Session, plan: FlushPlan, info: dict[str, Any]) -> FlushRequestPayload:
+    """The flush request for a plan: every batch in order, the refs, the entry snapshot."""
+    return FlushRequestPayload(
+        request_id=info["id"],
+        session_id=session.session_id,
+        seq=info["seq"],
+        trigger=info["trigger"],
+        model=session.config.summarizerModel,
+        thinking=session.config.summarizerThinking,
+        batches=tuple(_flush_batch(planned) for planned in plan.batches),
+        frontier_before=frontier_of(session),
+        metrics=MetricsSnapshot(**info["metrics"]),
+        time=info["time"],
+    )
+
+
+def _flush_batch(planned: PlannedBatch) -> FlushBatch:
+    refs = planned.refs or (None,) * len(planned.batch.calls)
+    return FlushBatch(
+        turn_index=planned.batch.turn_index,
+        timestamp=planned.batch.timestamp,
+        assistant_text=planned.batch.assistant_text,
+        disposition=planned.disposition,
+        calls=tuple(
+            FlushCall(
+                key=c.key,
+                tool_call_id=c.tool_call_id,
+                tool_name=c.tool_name,
+                arguments=c.arguments,
+                is_error=c.is_error,
+                raw_chars=c.raw_chars,
+                content_hash=c.content_hash,
+                head=c.head,
+                truncated_chars=c.truncated_chars,
+                seq=c.seq,
+                ref=ref,
+            )
+            for c, ref in zip(planned.batch.calls, refs, strict=True)
+        ),
+        deduped=tuple(
+            DedupedCall(
+                key=c.key,
+                tool_call_id=c.tool_call_id,
+                tool_name=c.tool_name,
+                original_key=original,
+                raw_chars=c.raw_chars,
+                seq=c.seq,
+            )
+            for c, original in planned.deduped
+        ),
+    )
+
+
+def _call_row(call: Call) -> dict[str, Any]:
+    # What the walk and the index need; the head and arguments went out with the request.
+    return {
+        "key": call.key,
+        "id": call.tool_call_id,
+        "tool": call.tool_name,
+        "raw": call.raw_chars,
+        "hash": call.content_hash,
+        "seq": call.seq,
+        "err": call.is_error,
+        "aseq": call.assistant_seq,
+    }
+
+
+def _call_from_row(row: dict[str, Any]) -> Call:
+    return Call(
+        key=row["key"],
+        tool_call_id=row["id"],
+        tool_name=row["tool"],
+        raw_chars=row["raw"],
+        content_hash=row["hash"],
+        head="",
+        seq=row["seq"],
+        is_error=row["err"],
+        assistant_seq=row["aseq"],
+    )
+
+
+def plan_row(plan: FlushPlan) -> dict[str, Any]:
+    """The plan as kept in the store while its request is outstanding (no heads, no args)."""
+    return {
+        "next_ref": plan.next_ref,
+        "batches": [
+            {
+                "turn": p.batch.turn_index,
+                "ts": p.batch.timestamp,
+                "group": p.batch.group,
+                "disp": p.disposition,
+                "refs": list(p.refs),
+                "calls": [_call_row(c) for c in p.batch.calls],
+                "dups": [[_call_row(c), original] for c, original in p.deduped],
+            }
+            for p in plan.batches
+        ],
+    }
+
+
+def plan_from_row(row: dict[str, Any]) -> FlushPlan:
+    """Inverse of plan_row."""
+    batches = tuple(
+        PlannedBatch(
+            batch=Batch(
+                b["turn"], b["ts"], tuple(_call_from_row(c) for c in b["calls"]), "", b["group"]
+            ),
+            disposition=b["disp"],
+            deduped=tuple((_call_from_row(c), original) for c, original in b["dups"]),
+            refs=tuple(b["refs"]),
+        )
+        for b in row["batches"]
+    )
+    return FlushPlan(batches, row["next_ref"])

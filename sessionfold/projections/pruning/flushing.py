@@ -1,0 +1,314 @@
+"""Flushing (reference §2.3, §5): turn-end gates, eager spill, flush attempts, compactions.
+
+`start_flush` captures, runs the pre-flush pipeline and either finishes at once (nothing for
+the model) or emits a flush request and raises the barrier; `apply_compaction` finishes it with
+the summarizer's answer. Either way `finish_flush` indexes the kept summaries under their refs,
+advances the frontier (on skips too, never on failure) and writes exactly one flush-metrics
+record. Rows: `q/<request id>` (the outstanding plan), `f/<n>` (frontier history), `m/<n>`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from sessionfold.events.flush import (
+    AttemptOutcome,
+    CompactionPayload,
+    FlushMetricsPayload,
+    Frontier,
+    MetricsSnapshot,
+    Trigger,
+    wrap,
+)
+from sessionfold.projections.pruning import context_metrics as metrics
+from sessionfold.projections.pruning import digest, index
+from sessionfold.projections.pruning.capture import Batch, Call, js_length
+from sessionfold.projections.pruning.flush_pipeline import (
+    FlushPlan,
+    Walk,
+    plan_flush,
+    walk_answers,
+)
+from sessionfold.projections.pruning.flush_request import plan_from_row, plan_row, request_payload
+from sessionfold.projections.pruning.frontier import trim_batch
+from sessionfold.projections.pruning.session import Session, row_key
+from sessionfold.projections.pruning.triggers import (
+    should_budget_flush,
+    should_delta_flush,
+    usage_fraction,
+)
+from sessionfold.projections.pruning.windows import (
+    capture,
+    frontier_of,
+    summarized_predicate,
+    turn_batch,
+)
+
+log = logging.getLogger(__name__)
+
+
+# --- turn end (reference §2.3) ---------------------------------------------------------------
+
+
+def turn_end(session: Session, seq: int, time: str | None) -> list[Any]:
+    """Evaluate the open turn's end: live capture, eager spill, queue, budget and delta gates."""
+    head = session.head
+    gate, head["gate"] = head["gate"], None
+    if gate is None or not session.config.enabled:
+        return []
+    if not gate["has"] and not head["rearmed"]:
+        return []
+    pushed = gate["has"] and _push_live_batch(session, gate["turn"])
+    if not pushed and not head["rearmed"]:
+        return []  # no gate evaluation, even when older batches are pending
+    tokens, window = head["tokens"], head["window"] or session.config.contextWindow
+    budget_hit = should_budget_flush(tokens, window, session.config.autoBudgetThreshold)
+    fraction = usage_fraction(tokens, window)
+    delta_hit = should_delta_flush(head["prev"], fraction, session.config.budgetTurnDelta)
+    if fraction is not None:
+        head["prev"] = fraction
+    if not (head["queued"] > 0 or head["rearmed"]) or session.busy:
+        return []
+    if not (budget_hit or delta_hit):
+        return []
+    trigger: Trigger = "rearmed" if head["queued"] == 0 else "budget" if budget_hit else "delta"
+    return start_flush(session, trigger, seq, time)
+
+
+def _push_live_batch(session: Session, turn: int) -> bool:
+    """Live capture of the turn's batch: spill oversized results, trim, count it as queued."""
+    batch = turn_batch(session, turn)
+    if batch is None:
+        return False
+    batch = _eager_spill(session, batch)
+    if batch is None:
+        return False
+    if trim_batch(batch, frontier_of(session), summarized_predicate(session)) is None:
+        return False
+    session.head["queued"] += 1
+    return True
+
+
+def _eager_spill(session: Session, batch: Batch) -> Batch | None:
+    """Index oversized single results by pointer with a head preview, no model call (§5.2)."""
+    store, sid, config = session.store, session.session_id, session.config
+    spilled: list[Call] = []
+    spills: list[dict[str, Any]] = []
+    kept: list[Call] = []
+    for call in batch.calls:
+        if call.raw_chars < config.spillThreshold or index.is_summarized(store, sid, call.key):
+            kept.append(call)
+            continue
+        original = index.canonical_of(store, sid, call.content_hash)
+        if config.dedupByContentHash and original is not None and original != call.key:
+            index.add_alias(
+                store, sid, call, original, turn=batch.turn_index, timestamp=batch.timestamp
+            )
+            session.head["stats"]["deduped_calls"] += 1
+            _forget_result(session, call)
+            continue
+        facts = store.get(row_key(sid, "r", call.seq)) or {}
+        spill = facts.get("spill") or {"bytes": call.raw_chars, "preview": ""}
+        spilled.append(call)
+        spills.append(spill)
+    if spilled:
+        index.add_batch(
+            store, sid, spilled, turn=batch.turn_index, timestamp=batch.timestamp, spills=spills
+        )
+        stats = session.head["stats"]
+        stats["spilled_calls"] += len(spilled)
+        stats["reclaimed_chars"] += sum(
+            c.raw_chars - js_length(s["preview"]) for c, s in zip(spilled, spills, strict=True)
+        )
+        for call in spilled:
+            _forget_result(session, call)
+    return replace(batch, calls=tuple(kept)) if kept else None
+
+
+def _forget_result(session: Session, call: Call) -> None:
+    """Drop a result's captured facts once it is indexed: the index and the log hold it now."""
+    session.store.delete(row_key(session.session_id, "r", call.seq))
+
+
+# --- flush (reference §5.5) ------------------------------------------------------------------
+
+
+def _attempt_id(session: Session, seq: int) -> str:
+    head = session.head
+    head["attempts"] += 1
+    if head["aseq"] == seq:
+        head["an"] += 1
+        return f"{session.session_id}:{seq}:{head['an']}"
+    head["aseq"], head["an"] = seq, 1
+    return f"{session.session_id}:{seq}"
+
+
+def start_flush(session: Session, trigger: Trigger, seq: int, time: str | None) -> list[Any]:
+    """Start a flush attempt: a flush request when the model is needed, else its whole result."""
+    head = session.head
+    if session.busy:
+        return []  # already flushing: no attempt, no record (§4.5)
+    head["rearmed"] = False
+    if trigger == "message-end":
+        head["me"] = seq
+    snapshot = metrics.snapshot(session.store, session.session_id)
+    info = {
+        "id": _attempt_id(session, seq),
+        "n": head["attempts"],
+        "seq": seq,
+        "trigger": trigger,
+        "metrics": snapshot,
+        "time": time,
+    }
+    batches = capture(session)
+    info["captured"] = len(batches)
+    if not batches:
+        return [_record_attempt(session, info, 0, "empty")]
+    head["queued"] = 0
+    plan = plan_flush(
+        batches,
+        lambda hashed: index.canonical_of(session.store, session.session_id, hashed),
+        dedup=session.config.dedupByContentHash,
+        min_batch_chars=session.config.minBatchChars,
+        next_ref=head["next_ref"],
+    )
+    head["next_ref"] = plan.next_ref
+    _register_aliases(session, plan)
+    if not plan.needs_model:
+        return finish_flush(session, plan, walk_answers(plan, {}), info)
+    head["out"] = info["id"]
+    session.store.put(
+        row_key(session.session_id, "q", info["id"]), {**info, "plan": plan_row(plan)}
+    )
+    return [wrap(request_payload(session, plan, info), seq)]
+
+
+def _register_aliases(session: Session, plan: FlushPlan) -> None:
+    """The dedup pass registers every alias at once, before any summary (§5.3)."""
+    for planned in plan.batches:
+        for call, original in planned.deduped:
+            index.add_alias(
+                session.store,
+                session.session_id,
+                call,
+                original,
+                turn=planned.batch.turn_index,
+                timestamp=planned.batch.timestamp,
+            )
+            _forget_result(session, call)
+            session.head["stats"]["deduped_calls"] += 1
+            session.head["stats"]["reclaimed_chars"] += call.raw_chars
+
+
+def apply_compaction(session: Session, payload: CompactionPayload) -> list[Any] | None:
+    """Apply the answer to the outstanding request; None when it answers nothing outstanding."""
+    if not session.busy or payload.request_id != session.head["out"]:
+        return None  # a second answer, or an answer to nothing: ignored
+    plan_key = row_key(session.session_id, "q", payload.request_id)
+    info = session.store.get(plan_key)
+    session.store.delete(plan_key)
+    session.head["out"] = None
+    if info is None:
+        return None
+    plan = plan_from_row(info["plan"])
+    answers = {} if payload.error else {r.batch: r for r in payload.results}
+    return finish_flush(session, plan, walk_answers(plan, answers), info)
+
+
+def finish_flush(session: Session, plan: FlushPlan, walk: Walk, info: dict[str, Any]) -> list[Any]:
+    """Index the kept summaries, advance the frontier, update stats, record the attempt."""
+    head, store, sid = session.head, session.store, session.session_id
+    stats = head["stats"]
+    for kept in walk.summaries:
+        planned = plan.batches[kept.index]
+        calls = planned.batch.calls
+        head["summaries"] += 1
+        index.add_batch(
+            store,
+            sid,
+            calls,
+            turn=planned.batch.turn_index,
+            timestamp=planned.batch.timestamp,
+            refs=kept.refs,
+            summary_number=head["summaries"],
+        )
+        index.add_summary(
+            store,
+            sid,
+            head["summaries"],
+            text=kept.text,
+            refs=kept.refs,
+            keys=[c.key for c in calls],
+            turn=planned.batch.turn_index,
+            request_id=info["id"],
+        )
+        for call in calls:
+            _forget_result(session, call)
+        raw = sum(c.raw_chars for c in calls)
+        stats["summaries"] += 1
+        stats["summarized_calls"] += len(calls)
+        stats["summarized_raw_chars"] += raw
+        stats["summary_chars"] += js_length(kept.text)
+        stats["reclaimed_chars"] += raw - js_length(kept.text)
+    stats["calls"] += walk.usage.calls
+    stats["input_tokens"] += walk.usage.input_tokens
+    stats["output_tokens"] += walk.usage.output_tokens
+    stats["cost"] += walk.usage.cost
+    frontier = walk.frontier
+    if frontier is not None:
+        _set_frontier(session, frontier)
+    head["queued"] = walk.unprocessed  # pushed back to the front of the queue
+    return [_record_attempt(session, info, len(walk.processed), walk.outcome)]
+
+
+def _set_frontier(session: Session, frontier: Frontier) -> None:
+    head, store, sid = session.head, session.store, session.session_id
+    head["frontier"] = frontier.model_dump()
+    head["fn"] += 1
+    leaf = digest.head(store, sid)["leaf"]
+    store.put(row_key(sid, "f", head["fn"]), {"frontier": head["frontier"], "leaf": leaf})
+    metrics.on_frontier(store, sid, head["frontier"])
+    _collect_dead_turns(session, frontier.last_attempted_turn_index)
+
+
+def _collect_dead_turns(session: Session, frontier_turn: int) -> None:
+    """Turns before the frontier's are never captured again on this branch: drop their rows."""
+    store, sid = session.store, session.session_id
+    alive = []
+    for turn in session.head["pending"]:
+        if turn >= frontier_turn:
+            alive.append(turn)
+            continue
+        window = store.get(row_key(sid, "w", turn))
+        if window is not None:
+            for seq in window["r"].values():
+                store.delete(row_key(sid, "r", seq))
+            store.delete(row_key(sid, "a", window["a"]))
+        store.delete(row_key(sid, "w", turn))
+    session.head["pending"] = alive
+
+
+def _record_attempt(
+    session: Session, info: dict[str, Any], processed: int, outcome: AttemptOutcome
+) -> Any:
+    """The one flush-metrics record of an attempt, kept in state and returned as an envelope."""
+    payload = FlushMetricsPayload(
+        request_id=info["id"],
+        session_id=session.session_id,
+        seq=info["seq"],
+        trigger=info["trigger"],
+        captured_batches=info["captured"],
+        processed_batches=processed,
+        outcome=outcome,
+        metrics=MetricsSnapshot(**info["metrics"]),
+        time=info["time"],
+    )
+    record_key = row_key(session.session_id, "m", info["n"])
+    session.store.put(record_key, payload.model_dump(mode="json"))
+    log.info(
+        "flush attempt",
+        extra={"session": session.session_id, "trigger": info["trigger"], "outcome": outcome},
+    )
+    return wrap(payload, info["seq"])

@@ -1,0 +1,124 @@
+"""The index projection (reference §1.3): what is summarized, its ref, where the original is.
+
+Rows under `key(session_id, "pr", ...)`:
+- `i/<occurrence key>`: one record per indexed call: bare id `id`, `tool`, `seq` (sequence
+  number of the toolResult entry: the pointer to the original in session-events), `aseq` (the
+  assistant entry holding the call and its arguments), `turn`, `ts` (batch timestamp), `err`,
+  `raw` (result chars), `hash`, and `ref` (its `tN`), `sum` (summary number), `spill`
+  ({`bytes`, `preview`}) or `alias` (the occurrence key of the original it duplicates).
+- `ref/<tN>`: the occurrence key a short ref names.
+- `hash/<content hash>`: the canonical occurrence key of that content (first seen wins).
+- `s/<n>`: summary n: its text, refs, occurrence keys, turn and request id.
+Nothing here holds a tool output beyond a spilled result's capped head preview.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sessionfold.projections.pruning import context_metrics as metrics
+from sessionfold.projections.pruning.capture import Call
+from sessionfold.projections.store import Store, key
+
+
+def _k(session_id: str, *parts: object) -> str:
+    return key(session_id, "pr", *parts)
+
+
+def record(store: Store, session_id: str, occ: str) -> dict[str, Any] | None:
+    """The index record of an occurrence key, or None."""
+    return store.get(_k(session_id, "i", occ))
+
+
+def is_summarized(store: Store, session_id: str, occ: str) -> bool:
+    """Strict: the occurrence key itself is indexed or dedup-aliased (never a bare-id lookup)."""
+    return store.get(_k(session_id, "i", occ)) is not None
+
+
+def canonical_of(store: Store, session_id: str, content_hash: str) -> str | None:
+    """The occurrence key first indexed with this content hash, or None."""
+    return store.get(_k(session_id, "hash", content_hash))
+
+
+def resolve_ref(store: Store, session_id: str, ref: str) -> str | None:
+    """The occurrence key a short ref `tN` names, or None."""
+    return store.get(_k(session_id, "ref", ref))
+
+
+def summary(store: Store, session_id: str, number: int) -> dict[str, Any] | None:
+    """Summary number `number` (1-based), or None."""
+    return store.get(_k(session_id, "s", number))
+
+
+def _base_record(call: Call, turn: int, timestamp: int) -> dict[str, Any]:
+    return {
+        "id": call.tool_call_id,
+        "tool": call.tool_name,
+        "seq": call.seq,
+        "aseq": call.assistant_seq,
+        "turn": turn,
+        "ts": timestamp,
+        "err": call.is_error,
+        "raw": call.raw_chars,
+        "hash": call.content_hash,
+    }
+
+
+def add_batch(
+    store: Store,
+    session_id: str,
+    calls: Sequence[Call],
+    *,
+    turn: int,
+    timestamp: int,
+    refs: Sequence[str] = (),
+    summary_number: int | None = None,
+    spills: Sequence[dict[str, Any]] = (),
+) -> None:
+    """Index a batch's calls (pi-condense's addBatch): records, refs, canonical hashes."""
+    for position, call in enumerate(calls):
+        row = _base_record(call, turn, timestamp)
+        if refs:
+            row["ref"] = refs[position]
+            store.put(_k(session_id, "ref", refs[position]), call.key)
+        if summary_number is not None:
+            row["sum"] = summary_number
+        if spills:
+            row["spill"] = spills[position]
+        store.put(_k(session_id, "i", call.key), row)
+        hash_key = _k(session_id, "hash", call.content_hash)
+        if store.get(hash_key) is None:
+            store.put(hash_key, call.key)
+    metrics.on_summarized(store, session_id, [call.key for call in calls])
+
+
+def add_alias(
+    store: Store, session_id: str, call: Call, original: str, *, turn: int, timestamp: int
+) -> None:
+    """Register a dedup alias: the call resolves to the original's record and inherits its ref."""
+    row = _base_record(call, turn, timestamp)
+    row["alias"] = original
+    found = record(store, session_id, original)
+    if found is not None and found.get("ref") is not None:
+        row["ref"] = found["ref"]
+    store.put(_k(session_id, "i", call.key), row)
+    metrics.on_summarized(store, session_id, [call.key])
+
+
+def add_summary(
+    store: Store,
+    session_id: str,
+    number: int,
+    *,
+    text: str,
+    refs: Sequence[str],
+    keys: Sequence[str],
+    turn: int,
+    request_id: str,
+) -> None:
+    """Store summary `number`: the text that replaces its calls in context."""
+    store.put(
+        _k(session_id, "s", number),
+        {"text": text, "refs": list(refs), "keys": list(keys), "turn": turn, "req": request_id},
+    )

@@ -1,0 +1,187 @@
+"""Pruning state of one session in the Store: the head record, config, and the flush barrier.
+
+Everything pruning keeps lives under `key(session_id, "pr", ...)`:
+- `h`: the head record: last accepted sequence number, held envelopes, the outstanding request,
+  the frontier, the ref counter, the queue count and rearm flag, usage readings, the open tool
+  window and turn gate, the pending turns, counters, stats and per-session config overrides.
+- `a/<seq>`, `r/<seq>`, `w/<turn>`: captured assistants, paired results and pending turns
+  (`windows.py`); `i/`, `ref/`, `hash/`, `s/`: the index (`index.py`); `f/<n>`, `q/<request>`,
+  `m/<n>`: frontier history, the outstanding request's plan, flush-metrics records
+  (`flushing.py`); `held/<seq>`: events held by the flush barrier (here).
+Every event writes the head and at most a few rows; a flush touches the pending turns only.
+"""
+
+from __future__ import annotations
+
+import logging
+from bisect import insort
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import orjson
+
+from sessionfold.events.envelope import Envelope, from_dict
+from sessionfold.projections.pruning import context_metrics as metrics
+from sessionfold.projections.pruning.config import (
+    ConfigError,
+    PruneConfig,
+    build_config,
+    deep_merge,
+)
+from sessionfold.projections.store import Store, key
+
+log = logging.getLogger(__name__)
+
+
+def row_key(session_id: str, *parts: object) -> str:
+    """The store key of one of a session's pruning rows."""
+    return key(session_id, "pr", *parts)
+
+
+def new_stats() -> dict[str, Any]:
+    """Zeroed stats: model calls, tokens, cost, and what pruning indexed and reclaimed."""
+    return {
+        "calls": 0,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cost": 0.0,
+        "summaries": 0,
+        "summarized_calls": 0,
+        "deduped_calls": 0,
+        "spilled_calls": 0,
+        "summarized_raw_chars": 0,
+        "summary_chars": 0,
+        "reclaimed_chars": 0,
+    }
+
+
+def new_head() -> dict[str, Any]:
+    """The pruning head record of a session nothing has been folded into."""
+    return {
+        "seq": 0,  # highest session-event seq accepted (applied or held)
+        "held": [],  # seqs held by the flush barrier, ascending
+        "out": None,  # id of the outstanding flush request
+        "frontier": None,
+        "fn": 0,  # frontier history rows
+        "next_ref": 1,
+        "queued": 0,  # pi-condense's pendingBatches length (a trigger signal)
+        "rearmed": False,
+        "prev": None,  # usage fraction at the previous gated turn
+        "tokens": None,
+        "window": None,
+        "group": 0,  # user messages so far: the user-turn group
+        "win": None,  # the latest assistant's tool window: turn, seq, call ids and names
+        "gate": None,  # the turn end not evaluated yet: turn, results seen, ids still awaited
+        "pending": [],  # turns with paired results not dead behind the frontier
+        "attempts": 0,
+        "aseq": -1,  # seq of the last attempt, and how many attempts it had
+        "an": 0,
+        "me": -1,  # seq whose message-end flush was attempted
+        "summaries": 0,
+        "stats": new_stats(),
+        "config": {},
+        "prot": None,
+    }
+
+
+@dataclass(slots=True)
+class Session:
+    """One session's pruning state during one fold step; `save` writes the head back."""
+
+    store: Store
+    session_id: str
+    base: PruneConfig
+    head: dict[str, Any]
+    config: PruneConfig
+    protection: metrics.Protection
+
+    def save(self) -> None:
+        """Write the head record."""
+        self.store.put(row_key(self.session_id, "h"), self.head)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a flush request is outstanding (the barrier is up)."""
+        return self.head["out"] is not None
+
+
+def load_head(store: Store, session_id: str) -> dict[str, Any]:
+    """The session's pruning head record (a fresh one for an unknown session)."""
+    return store.get(row_key(session_id, "h")) or new_head()
+
+
+def open_session(store: Store, session_id: str, base: PruneConfig) -> Session:
+    """The session's state under the runtime config `base` and its own overrides."""
+    head = load_head(store, session_id)
+    config = effective_config(base, head["config"])
+    session = Session(store, session_id, base, head, config, _protection(config))
+    _sync_protection(session)
+    return session
+
+
+@lru_cache(maxsize=256)
+def _effective(base: PruneConfig, overrides: str) -> PruneConfig:
+    return build_config(orjson.loads(overrides), base=base)
+
+
+def effective_config(base: PruneConfig, overrides: dict[str, Any]) -> PruneConfig:
+    """`base` with a session's config-command overrides merged over it."""
+    if not overrides:
+        return base
+    return _effective(base, orjson.dumps(overrides, option=orjson.OPT_SORT_KEYS).decode())
+
+
+def _protection(config: PruneConfig) -> metrics.Protection:
+    return metrics.Protection(config.protectedTools, config.protectedPaths)
+
+
+def _sync_protection(session: Session) -> None:
+    """Keep the metrics' protection config equal to the effective one (the gap depends on it)."""
+    wanted = [list(session.config.protectedTools), list(session.config.protectedPaths)]
+    if session.head["prot"] != wanted:
+        metrics.set_protection(session.store, session.session_id, session.protection)
+        session.head["prot"] = wanted
+
+
+def set_overrides(session: Session, settings: dict[str, Any]) -> None:
+    """Apply a config command: merge its settings into the session's overrides (validated)."""
+    merged = deep_merge(session.head["config"], settings)
+    try:
+        config = effective_config(session.base, merged)
+    except ConfigError as exc:
+        log.warning("config command refused", extra={"session": session.session_id, "key": exc.key})
+        return
+    session.head["config"] = merged
+    session.config = config
+    session.protection = _protection(config)
+    _sync_protection(session)
+
+
+# --- the flush barrier -----------------------------------------------------------------------
+
+
+def hold(session: Session, envelope: Any) -> None:
+    """Keep a session event until the outstanding compaction is applied."""
+    session.store.put(
+        row_key(session.session_id, "held", envelope.seq), envelope.model_dump(mode="json")
+    )
+    insort(session.head["held"], envelope.seq)
+
+
+def take_held(session: Session) -> Envelope | None:
+    """The earliest held event, removed from the buffer; None when nothing is held."""
+    if not session.head["held"]:
+        return None
+    seq = session.head["held"].pop(0)
+    held_key = row_key(session.session_id, "held", seq)
+    raw = session.store.get(held_key)
+    session.store.delete(held_key)
+    return from_dict(raw) if raw is not None else None
+
+
+def flush_records(store: Store, session_id: str) -> list[dict[str, Any]]:
+    """Every flush-metrics record of a session, in attempt order."""
+    count = load_head(store, session_id)["attempts"]
+    records = (store.get(row_key(session_id, "m", n)) for n in range(1, count + 1))
+    return [record for record in records if record is not None]  # None: still outstanding

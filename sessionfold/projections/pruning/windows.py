@@ -1,0 +1,323 @@
+"""Capture (reference §3): tool windows, turn gates, pending turns, and the rescan's result.
+
+A result pairs with the latest assistant's call of the same id, first result per id
+(positional pairing, §3.2); its facts (occurrence key, size, hash, 2,000-char head) are kept
+in `r/<seq>` until the call is indexed. A pending turn `w/<turn>` maps call ids to result seqs.
+`capture` returns what pi-condense's branch rescan would: ready, unprotected, unsummarized calls
+per turn, trimmed by the frontier and grouped. A turn gate records that an assistant's turn end
+is still to be evaluated (it closes when every call has a result or a non-result message comes).
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from collections.abc import Callable
+from typing import Any
+
+from sessionfold.events.flush import Frontier
+from sessionfold.projections.pruning import context_metrics as metrics
+from sessionfold.projections.pruning import digest, index
+from sessionfold.projections.pruning.capture import (
+    Batch,
+    Call,
+    assistant_text,
+    call_arguments,
+    content_hash,
+    group_batches,
+    head_preview,
+    js_length,
+    result_head,
+    result_text,
+)
+from sessionfold.projections.pruning.frontier import trim_batches
+from sessionfold.projections.pruning.session import Session, row_key
+from sessionfold.projections.store import key
+
+# --- the tool window and the turn gate --------------------------------------------------------
+
+
+def gate_open(session: Session) -> bool:
+    """Whether a turn end is still to be evaluated (the next non-result message closes it)."""
+    return session.head["gate"] is not None
+
+
+def on_row(session: Session, row: dict[str, Any], message: dict[str, Any]) -> bool:
+    """Fold one message that joined the branch; True when its turn has just ended."""
+    role = row["role"]
+    if role == "user":
+        session.head["group"] += 1
+    elif role == "assistant":
+        return _open_turn(session, row, message)
+    elif role == "toolResult":
+        return _pair_result(session, row, message)
+    return False
+
+
+def _call_path(block: dict[str, Any]) -> str | None:
+    # The protection predicate receives `input ?? arguments` (reference §3.2).
+    args = block.get("input")
+    if args is None:
+        args = block.get("arguments")
+    path = args.get("path") if isinstance(args, dict) else None
+    return path if isinstance(path, str) else None
+
+
+def is_text_only(message: dict[str, Any]) -> bool:
+    """An assistant message without toolCall blocks (non-array content counts): a final reply."""
+    return message.get("role") == "assistant" and not digest.tool_calls(message)
+
+
+def _open_turn(session: Session, row: dict[str, Any], message: dict[str, Any]) -> bool:
+    head = session.head
+    _note_usage(session, message)
+    blocks = [b for b in digest.tool_calls(message) if isinstance(b.get("id"), str)]
+    seq = row.get("seq")
+    turn = row["turn"]
+    _close_window(session)
+    head["gate"] = {"turn": turn, "has": False, "wait": []}
+    if not blocks or seq is None:
+        return True  # a turn without tool calls ends with its message
+    calls = [
+        {
+            "id": b["id"],
+            "name": str(b.get("name")),
+            "args": call_arguments(b),
+            "path": _call_path(b),
+        }
+        for b in blocks
+    ]
+    session.store.put(
+        row_key(session.session_id, "a", seq),
+        {
+            "turn": turn,
+            "ts": _batch_timestamp(row),
+            "text": assistant_text(message),
+            "group": head["group"],
+            "calls": calls,
+        },
+    )
+    ids = [c["id"] for c in calls]
+    head["win"] = {"turn": turn, "a": seq, "ids": ids, "names": [c["name"] for c in calls]}
+    head["gate"]["wait"] = list(dict.fromkeys(ids))
+    # pi ends an errored or aborted turn at once, with no tool results.
+    return row.get("stop") in ("error", "aborted")
+
+
+def _close_window(session: Session) -> None:
+    """A new assistant ends the latest one's window; a window no result paired with is dropped."""
+    win = session.head["win"]
+    session.head["win"] = None
+    if win is not None and win["turn"] not in session.head["pending"]:
+        session.store.delete(row_key(session.session_id, "a", win["a"]))
+
+
+def _batch_timestamp(row: dict[str, Any]) -> int:
+    """The entry's ISO timestamp in ms, else the message's, else 0 (a fold has no clock)."""
+    ms = digest.iso_to_ms(row.get("ets"))
+    if ms is None and isinstance(row.get("ts"), int | float):
+        ms = int(row["ts"])
+    return ms if ms is not None else 0
+
+
+def _note_usage(session: Session, message: dict[str, Any]) -> None:
+    """An assistant's usage is the context size pi reports at its turn end (aborted ones: none)."""
+    usage = message.get("usage")
+    if not isinstance(usage, dict) or message.get("stopReason") in ("error", "aborted"):
+        return
+    total = usage.get("totalTokens")
+    if not isinstance(total, int) or total <= 0:
+        parts = (usage.get(k) for k in ("input", "output", "cacheRead", "cacheWrite"))
+        total = sum(p for p in parts if isinstance(p, int))
+    if total > 0:
+        session.head["tokens"] = total
+
+
+def note_usage_event(session: Session, tokens: int | None, window: int | None) -> None:
+    """A usage event: the context tokens (null right after a compaction) and the window."""
+    session.head["tokens"] = tokens
+    if window is not None and window > 0:
+        session.head["window"] = window
+
+
+def _pair_result(session: Session, row: dict[str, Any], message: dict[str, Any]) -> bool:
+    """Pair a result with the latest assistant's call (first result per id wins, §3.2)."""
+    head = session.head
+    win = head["win"]
+    call_id = row.get("callId")
+    seq = row.get("seq")
+    if win is None or seq is None or call_id not in win["ids"]:
+        return False
+    window_key = row_key(session.session_id, "w", win["turn"])
+    window = session.store.get(window_key) or {"a": win["a"], "r": {}}
+    if call_id in window["r"]:
+        return False
+    name = win["names"][win["ids"].index(call_id)]
+    session.store.put(
+        row_key(session.session_id, "r", seq), _result_facts(session, row, message, name)
+    )
+    window["r"][call_id] = seq
+    session.store.put(window_key, window)
+    if win["turn"] not in head["pending"]:
+        insort(head["pending"], win["turn"])
+    gate = head["gate"]
+    if gate is None or gate["turn"] != win["turn"]:
+        return False
+    gate["has"] = True
+    gate["wait"] = [w for w in gate["wait"] if w != call_id]
+    return not gate["wait"]
+
+
+def _result_facts(
+    session: Session, row: dict[str, Any], message: dict[str, Any], tool_name: str
+) -> dict[str, Any]:
+    text = result_text(message)
+    raw = js_length(text)
+    facts: dict[str, Any] = {
+        "key": row["occ"],
+        "raw": raw,
+        "hash": content_hash(tool_name, text),
+        "head": result_head(text),
+        "err": row.get("isError") is True,
+        "rts": row.get("ts"),
+    }
+    if raw >= session.config.spillThreshold:
+        facts["spill"] = {
+            "bytes": len(text.encode("utf-8", "surrogatepass")),
+            "preview": head_preview(text, session.config.spillPreviewBytes),
+        }
+    return facts
+
+
+# --- capture ---------------------------------------------------------------------------------
+
+
+def turn_batch(session: Session, turn: int) -> Batch | None:
+    """The ready, unprotected calls of one pending turn as a batch (untrimmed)."""
+    store, sid = session.store, session.session_id
+    window = store.get(row_key(sid, "w", turn))
+    facts = store.get(row_key(sid, "a", window["a"])) if window is not None else None
+    if window is None or facts is None:
+        return None
+    calls = []
+    for call in facts["calls"]:
+        seq = window["r"].get(call["id"])
+        result = store.get(row_key(sid, "r", seq)) if seq is not None else None
+        if result is None or session.protection.protects(call["name"], call["path"]):
+            continue
+        calls.append(
+            Call(
+                key=result["key"],
+                tool_call_id=call["id"],
+                tool_name=call["name"],
+                raw_chars=result["raw"],
+                content_hash=result["hash"],
+                head=result["head"],
+                seq=seq,
+                is_error=result["err"],
+                arguments=call["args"],
+                result_ts=result["rts"],
+                assistant_seq=window["a"],
+            )
+        )
+    if not calls:
+        return None
+    return Batch(turn, facts["ts"], tuple(calls), facts["text"], facts["group"])
+
+
+def summarized_predicate(session: Session) -> Callable[[str], bool]:
+    """Strict summarized check by occurrence key, against the session's index."""
+    return lambda occ: index.is_summarized(session.store, session.session_id, occ)
+
+
+def frontier_of(session: Session) -> Frontier | None:
+    """The session's prune frontier, or None."""
+    raw = session.head["frontier"]
+    return Frontier.model_validate(raw) if raw is not None else None
+
+
+def capture(session: Session) -> list[Batch]:
+    """The rescan's result (§3.2): ready batches on the branch, trimmed, then grouped."""
+    batches = [b for t in session.head["pending"] if (b := turn_batch(session, t)) is not None]
+    trimmed = trim_batches(batches, frontier_of(session), summarized_predicate(session))
+    return group_batches(trimmed, session.config.batchingMode)
+
+
+# --- reload and branch switch ----------------------------------------------------------------
+
+
+def on_reload(session: Session) -> None:
+    """A reload: the queue and delta reading reset; the rearm probe looks for ready work (§2.1)."""
+    head = session.head
+    head["gate"] = None
+    head["queued"] = 0
+    head["prev"] = None
+    head["rearmed"] = bool(session.config.enabled and capture(session))
+
+
+def on_switch(session: Session) -> None:
+    """The branch switched: rebuild windows and pending turns from it; pick its frontier."""
+    store, sid, head = session.store, session.session_id, session.head
+    for turn in head["pending"]:
+        store.delete(row_key(sid, "w", turn))
+    windows: dict[int, dict[str, Any]] = {}
+    win = None
+    group = 0
+    for row in digest.branch_rows(store, sid):
+        role = row["role"]
+        if role == "user":
+            group += 1
+        elif role == "assistant":
+            win = _window_of(session, row)
+        elif role == "toolResult" and _pairs(session, win, row):
+            window = windows.setdefault(win["turn"], {"a": win["a"], "r": {}})
+            window["r"].setdefault(row["callId"], row["seq"])
+    _restore_frontier(session)
+    frontier = frontier_of(session)
+    floor = frontier.last_attempted_turn_index if frontier is not None else -1
+    head["pending"] = sorted(t for t in windows if t >= floor)
+    for turn in head["pending"]:
+        store.put(row_key(sid, "w", turn), windows[turn])
+    head["group"], head["win"], head["gate"] = group, win, None
+
+
+def _pairs(session: Session, win: dict[str, Any] | None, row: dict[str, Any]) -> bool:
+    """Whether a result row pairs with the window's calls and its facts are still kept."""
+    seq = row.get("seq")
+    if win is None or seq is None or row["callId"] not in win["ids"]:
+        return False
+    return session.store.get(row_key(session.session_id, "r", seq)) is not None
+
+
+def _window_of(session: Session, row: dict[str, Any]) -> dict[str, Any] | None:
+    seq = row.get("seq")
+    facts = session.store.get(row_key(session.session_id, "a", seq)) if seq is not None else None
+    if facts is None:
+        return None
+    ids = [c["id"] for c in facts["calls"]]
+    return {"turn": row["turn"], "a": seq, "ids": ids, "names": [c["name"] for c in facts["calls"]]}
+
+
+def _branch_entry_ids(session: Session) -> set[str]:
+    """Ids of every entry on the path to the leaf (walking the digest's tree nodes)."""
+    ids: set[str] = set()
+    current = digest.head(session.store, session.session_id)["leaf"]
+    while current is not None and current not in ids:
+        ids.add(current)
+        node = session.store.get(key(session.session_id, "t", current))
+        current = node["p"] if node is not None else None
+    return ids
+
+
+def _restore_frontier(session: Session) -> None:
+    """The frontier in force on this branch: the newest one set while its leaf was on it."""
+    head = session.head
+    on_branch = _branch_entry_ids(session)
+    chosen = None
+    for n in range(head["fn"], 0, -1):
+        row = session.store.get(row_key(session.session_id, "f", n))
+        if row is not None and row["leaf"] in on_branch:
+            chosen = row["frontier"]
+            break
+    if chosen != head["frontier"]:
+        head["frontier"] = chosen
+        metrics.on_frontier(session.store, session.session_id, chosen)

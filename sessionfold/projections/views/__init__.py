@@ -1,0 +1,1 @@
+"""Views over the folded state: the context the model is given at a point."""

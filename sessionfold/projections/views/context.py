@@ -1,0 +1,187 @@
+"""The context view: the message list the model is given at a point of a session.
+
+`context_at(entries, store, session_id, config)` takes a session's entries up to the point (from
+the log: a file or session-events) and the fold's state at that point, and returns what
+pi-condense's `context` handler would send (reference §7, §8):
+
+1. pi's own context of the branch (pi-session-format §1.8: compaction summary, kept entries),
+   with the per-batch summaries put back where pi would have logged them (`context_base`);
+2. the chain entries compression would have logged by then (`context_chains`);
+3. the four render phases in order: stub replacement, error purge, chain range prune, orphan
+   sweep (`context_phases`).
+
+Token counts use pi-condense's convention: per message floor(JSON length / 4 + 0.5).
+`unpruned` is pi's context without sessionfold (no summaries, no phases): what the model would
+see if nothing pruned. Every output the view takes out is in `removed` with the ref that
+recovers it; `resolve_ref` turns a ref back into the original's sequence number in the log.
+
+Pure: no I/O, clock or randomness; the same entries and state give byte-identical output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sessionfold.projections.jsjson import js_json_length
+from sessionfold.projections.pruning import session as pruning
+from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
+from sessionfold.projections.pruning.digest import iso_to_ms
+from sessionfold.projections.store import Store
+from sessionfold.projections.views.base import (
+    BaseContext,
+    LogEntry,
+    SummaryNote,
+    base_context,
+    split_occurrence,
+)
+from sessionfold.projections.views.chains import (
+    ChainEntry,
+    CompressionPoint,
+    Diagnostic,
+    derive_entries,
+    ref_for,
+    resolve_ref,
+)
+from sessionfold.projections.views.phases import (
+    PruneInputs,
+    PruneResult,
+    Removal,
+    orphan_positions,
+    prune_messages,
+)
+
+__all__ = [
+    "ChainEntry",
+    "ContextView",
+    "LogEntry",
+    "Removal",
+    "compact_point",
+    "compression_points",
+    "context_at",
+    "message_tokens",
+    "orphan_positions",
+    "prune_messages",
+    "resolve_ref",
+    "split_occurrence",
+    "tokens",
+]
+
+
+@dataclass(slots=True)
+class ContextView:
+    """The rendered context at a point, with what it came from and what it left out."""
+
+    messages: list[dict[str, Any]]
+    unpruned: list[dict[str, Any]]
+    base: list[dict[str, Any]]  # the render's input: pi's context with the summaries
+    pruned: bool
+    removed: list[Removal] = field(default_factory=list)
+    chains: list[ChainEntry] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    #: id(message) -> sequence number, for every message that is the log's own object.
+    origin: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> dict[str, int]:
+        """{"pruned": tokens the model sees, "unpruned": tokens of pi's unpruned context}."""
+        return {"pruned": tokens(self.messages), "unpruned": tokens(self.unpruned)}
+
+    def to_json(self) -> dict[str, Any]:
+        """`sessionfold context --format json`: the messages and both token counts."""
+        return {"messages": self.messages, "tokens": self.tokens}
+
+
+def message_tokens(message: Any) -> int:
+    """pi-condense's token estimate of one message: floor(JSON length / 4 + 0.5)."""
+    return (js_json_length(message) + 2) // 4
+
+
+def tokens(messages: Sequence[Any]) -> int:
+    """The summed token estimate of a message list."""
+    return sum(message_tokens(m) for m in messages)
+
+
+def compact_point(seq: int, time: str | None, store: Store, session_id: str) -> CompressionPoint:
+    """A `/pruner compact` command at `seq`: compress every closed chain (window 0)."""
+    records = pruning.flush_records(store, session_id)
+    done = sum(1 for r in records if int(r["seq"]) < seq)
+    return CompressionPoint(seq, False, iso_to_ms(time), 0, done)
+
+
+def compression_points(
+    store: Store, session_id: str, config: PruneConfig, extra: Sequence[CompressionPoint] = ()
+) -> list[CompressionPoint]:
+    """Where chain compression ran: after each flush attempt that processed a batch (§5.5 step
+    14; a message-end flush sees its closing reply, §8.1), plus `extra` (compact commands)."""
+    points = list(extra)
+    if config.enabled and config.chainCompression.enabled:
+        for attempt, record in enumerate(pruning.flush_records(store, session_id), start=1):
+            if record["processed_batches"] < 1:
+                continue  # empty and failed flushes skip compression (§13.1 item 2)
+            points.append(
+                CompressionPoint(
+                    seq=int(record["seq"]),
+                    closing=record["trigger"] == "message-end",
+                    time_ms=iso_to_ms(record.get("time")),
+                    window=config.chainCompression.rollingWindow,
+                    attempt=attempt,
+                )
+            )
+    return sorted(points, key=lambda p: (p.seq, p.attempt))
+
+
+def _coverage(notes: Sequence[SummaryNote]) -> Callable[[Sequence[str], int], bool]:
+    """covered(keys, attempt): a summary written by attempt <= `attempt` covers any key."""
+
+    def covered(keys: Sequence[str], attempt: int) -> bool:
+        wanted = set(keys)
+        return any(n.attempt <= attempt and wanted.intersection(n.keys) for n in notes)
+
+    return covered
+
+
+def context_at(
+    entries: Sequence[LogEntry],
+    store: Store,
+    session_id: str,
+    config: PruneConfig = DEFAULT_CONFIG,
+    compacts: Sequence[CompressionPoint] = (),
+) -> ContextView:
+    """The context the model is given at the point `entries` and `store` stand at.
+
+    `entries` are the session's entries in sequence order (every branch; the fold's leaf picks
+    the branch); `compacts` are `/pruner compact` commands seen so far (see `compact_point`).
+    """
+    base: BaseContext = base_context(entries, store, session_id)
+    if not config.enabled:
+        return ContextView(base.unpruned, base.unpruned, base.unpruned, False, origin=base.origin)
+    notes = base.notes
+    detect = [
+        (item.seq, item.entry["message"])
+        for item in base.branch
+        if item.entry.get("type") == "message" and isinstance(item.entry.get("message"), dict)
+    ]
+    chains, problems = derive_entries(
+        [m for _, m in detect],
+        [s for s, _ in detect],
+        compression_points(store, session_id, config, compacts),
+        _coverage(notes),
+        lambda key, seq: ref_for(store, session_id, key, seq),
+        PruneInputs(store, session_id, config).protection,
+        config.recoveryGraceTurns,
+    )
+    summaries = [(n.keys, str(n.message["content"])) for n in notes]
+    inputs = PruneInputs(store, session_id, config, chains, summaries, base.origin)
+    result: PruneResult = prune_messages(base.messages, inputs)
+    return ContextView(
+        messages=result.messages,
+        unpruned=base.unpruned,
+        base=base.messages,
+        pruned=result.pruned,
+        removed=result.removed,
+        chains=chains,
+        diagnostics=problems + result.diagnostics,
+        origin=base.origin,
+    )

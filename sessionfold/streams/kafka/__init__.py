@@ -1,0 +1,1 @@
+"""Kafka adapters: topic names, security settings, topic readers, the table-backed store."""

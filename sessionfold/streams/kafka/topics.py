@@ -1,0 +1,132 @@
+"""Topic names and their creation: every topic keyed by session id, same partition count."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
+from kafka.errors import TopicAlreadyExistsError
+
+from sessionfold.events.envelope import MAX_ENTRY_BYTES
+from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity, kafka_python_options
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PREFIX = "sessionfold."
+DEFAULT_PARTITIONS = 4
+
+#: The largest record on any sessionfold topic: the longest line the reader accepts (16 MiB)
+#: plus room for its envelope (re-encoded JSON is never longer than pi's for the same value) and
+#: the record batch around it. Topics get it as `max.message.bytes`; the publisher's
+#: `max_request_size` and every consumer's partition fetch size match it.
+MAX_MESSAGE_BYTES = MAX_ENTRY_BYTES + 1024 * 1024
+_MAX_MESSAGE = "max.message.bytes"
+
+
+@dataclass(frozen=True, slots=True)
+class Topics:
+    """The names of sessionfold's topics under one prefix."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def session_events(self) -> str:
+        return f"{self.prefix}session-events"
+
+    @property
+    def flush_requests(self) -> str:
+        return f"{self.prefix}flush-requests"
+
+    @property
+    def compaction_events(self) -> str:
+        return f"{self.prefix}compaction-events"
+
+    @property
+    def flush_metrics(self) -> str:
+        return f"{self.prefix}flush-metrics"
+
+    @property
+    def dead_letters(self) -> str:
+        return f"{self.prefix}dead-letters"
+
+    def all(self) -> list[str]:
+        """Every topic name, session-events first."""
+        return [
+            self.session_events,
+            self.flush_requests,
+            self.compaction_events,
+            self.flush_metrics,
+            self.dead_letters,
+        ]
+
+
+def ensure_topics(
+    bootstrap: str,
+    topics: Topics,
+    partitions: int = DEFAULT_PARTITIONS,
+    replication: int = 1,
+    timeout_s: float = 30.0,
+    security: KafkaSecurity = PLAINTEXT,
+) -> list[str]:
+    """Create the topics that do not exist yet; return the names created.
+
+    Every topic keeps its records forever: session-events is the archive the index points into,
+    and the derived topics are what analysts replay. Every topic takes records of up to
+    `MAX_MESSAGE_BYTES`; an existing topic that takes less is raised to it. A broker that does
+    not answer within `timeout_s` raises a KafkaError.
+    """
+    admin = KafkaAdminClient(
+        bootstrap_servers=bootstrap,
+        client_id="sessionfold-admin",
+        bootstrap_timeout_ms=int(timeout_s * 1000),
+        request_timeout_ms=int(timeout_s * 1000),
+        **kafka_python_options(security),
+    )
+    try:
+        existing = set(admin.list_topics())
+        wanted = [
+            NewTopic(
+                name,
+                num_partitions=partitions,
+                replication_factor=replication,
+                topic_configs={
+                    "retention.ms": "-1",
+                    "retention.bytes": "-1",
+                    _MAX_MESSAGE: str(MAX_MESSAGE_BYTES),
+                },
+            )
+            for name in topics.all()
+            if name not in existing
+        ]
+        if wanted:
+            # Another publisher may win the race; the topics are there either way.
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics(wanted)
+            log.info("created topics", extra={"count": len(wanted)})
+        _raise_record_limits(admin, [name for name in topics.all() if name in existing])
+        return [t.name for t in wanted]
+    finally:
+        admin.close()
+
+
+def _raise_record_limits(admin: KafkaAdminClient, names: list[str]) -> None:
+    """Let topics created before the 16 MiB limit (or by hand) take records that large."""
+    if not names:
+        return
+    described = admin.describe_configs(
+        [_topic_resource(name, None) for name in names], config_filter="all"
+    )
+    small = [
+        name
+        for name, configs in described.get("topic", {}).items()
+        if int(configs.get(_MAX_MESSAGE, {}).get("value") or 0) < MAX_MESSAGE_BYTES
+    ]
+    if small:
+        admin.alter_configs([_topic_resource(name, str(MAX_MESSAGE_BYTES)) for name in small])
+        log.info("raised record limits", extra={"count": len(small)})
+
+
+def _topic_resource(name: str, value: str | None) -> ConfigResource:
+    return ConfigResource(ConfigResourceType.TOPIC, name, configs={_MAX_MESSAGE: value})

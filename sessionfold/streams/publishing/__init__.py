@@ -1,0 +1,1 @@
+"""Reading pi session files and publishing their entries to Kafka."""

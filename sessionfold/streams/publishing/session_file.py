@@ -1,0 +1,522 @@
+"""Reading pi session files as a stream of envelopes and dead letters.
+
+The reader holds one line at a time, so memory does not grow with the file. It can stop and
+resume: `ReadPosition` says how far it got (byte offset, line, next sequence number), which is
+what `sessionfold publish` remembers per file and what `--follow` tails from. It also remembers
+the ids of the entries it has read (a few dozen bytes each), to dead-letter a second entry with
+an id already read ("duplicate id"); a reader resumed without them reads them back from the
+part of the file before its position, once.
+
+A dead-lettered line after the header keeps its place in the session: it is followed by a
+placeholder envelope (ids only, see `PlaceholderPayload`) that takes the sequence number the
+entry would have taken, so later entries keep their seq and stay on the branch.
+
+Limits (docs/publishing.md, "Limits"): only regular files are opened (a FIFO, a device or a
+socket is refused by kind, never opened for reading); a line longer than `max_line_bytes()`
+(env SESSIONFOLD_MAX_LINE_BYTES, default 64 MiB) is skipped to its newline without being held
+and dead-lettered with its size and first `RAW_PREFIX_BYTES`; a UTF-8 byte order mark at the
+start of the file is skipped (offsets still count it). A line under that cap but longer than
+`MAX_ENTRY_BYTES` (16 MiB) is a dead letter too ("entry too large"): Kafka could not carry it,
+and every runtime reads files through this reader, so all of them fold the same events.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import IO, Any
+
+from sessionfold.events.entries import EntryError, parse_entry
+from sessionfold.events.envelope import (
+    MAX_ENTRY_BYTES,
+    EntryEnvelope,
+    EntryPayload,
+    PlaceholderEnvelope,
+    PlaceholderPayload,
+)
+from sessionfold.events.lines import split_line
+from sessionfold.events.migration import file_version, migrate_entry
+
+log = logging.getLogger(__name__)
+
+PRODUCER = "sessionfold-reader"
+
+#: The environment variable that sets the longest line read, in bytes.
+MAX_LINE_ENV = "SESSIONFOLD_MAX_LINE_BYTES"
+DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
+#: How many bytes of a too-long line its dead letter keeps (its size says how long it was).
+RAW_PREFIX_BYTES = 64 * 1024
+#: How much of a line is read at a time (and of a too-long one while skipping it).
+_SKIP_CHUNK = 1024 * 1024
+BOM = b"\xef\xbb\xbf"
+TOO_LONG_ERROR = "LineTooLong"
+TOO_LONG_REASON = "line too long"
+#: The most of a line a dead letter keeps: base64 of it still fits in one record.
+DEAD_LETTER_RAW_BYTES = 8 * 1024 * 1024
+ENTRY_TOO_LARGE = "entry too large"
+
+
+def max_line_bytes() -> int:
+    """The longest line read whole: SESSIONFOLD_MAX_LINE_BYTES, or 64 MiB.
+
+    Raises ValueError naming the variable when it is not a positive integer.
+    """
+    text = os.environ.get(MAX_LINE_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_LINE_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{MAX_LINE_ENV} must be a positive number of bytes")
+    return value
+
+
+_KINDS = (
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISSOCK, "socket"),
+)
+
+
+def file_kind(mode: int) -> str:
+    """What a stat mode describes: "regular file", "directory", "FIFO", ..."""
+    if stat.S_ISREG(mode):
+        return "regular file"
+    return next((name for test, name in _KINDS if test(mode)), "special file")
+
+
+class FileKindError(OSError):
+    """A path that is not a regular file (a directory, FIFO, device, socket): never read."""
+
+    def __init__(self, path: Path | str, kind: str) -> None:
+        super().__init__(f"{path} is a {kind}, not a regular file")
+        self.path = str(path)
+        self.kind = kind
+
+
+def open_session_file(path: Path | str) -> IO[bytes]:
+    """Open a regular file for reading; raise FileKindError for anything else.
+
+    The stat before opening keeps a device from being opened at all; the fstat after it closes
+    the race where the path is swapped in between. O_NONBLOCK makes that open return at once
+    even for a FIFO (a blocking open would wait for a writer forever).
+    """
+    kind = file_kind(os.stat(path).st_mode)
+    if kind != "regular file":
+        raise FileKindError(path, kind)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        kind = file_kind(os.fstat(fd).st_mode)
+        if kind != "regular file":
+            raise FileKindError(path, kind)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+@dataclass(frozen=True, slots=True)
+class RawLine:
+    """One line as read: its bytes without the line end, or a prefix of them when too long.
+
+    `length` is what the line takes in the file (line end and a leading BOM included), so
+    offsets add up; `size` is how many bytes it holds before its line end.
+    """
+
+    data: bytes
+    length: int
+    size: int
+    too_long: bool = False
+
+
+def raw_lines(handle: IO[bytes], offset: int, limit: int, final: bool = True) -> Iterator[RawLine]:
+    """The lines of an open file from `offset`, none held longer than `limit` bytes.
+
+    A line without its newline at the end of the file is yielded only when `final`; a
+    tailing reader sees it complete later. A line longer than `limit` is read past in chunks
+    and yielded as a bounded prefix with `too_long` set.
+    """
+    handle.seek(offset)
+    while True:
+        chunk = _read_at_most(handle, limit + 1)
+        if len(chunk) > limit and not chunk.endswith(b"\n"):
+            line = _skipped_line(handle, chunk, final)
+            if line is None:
+                return
+        elif not chunk or (not chunk.endswith(b"\n") and not final):
+            return
+        else:
+            body = chunk.rstrip(b"\r\n")
+            line = RawLine(body, len(chunk), len(body))
+        if offset == 0 and line.data.startswith(BOM):
+            line = replace(line, data=line.data[len(BOM) :])
+        offset += line.length
+        yield line
+
+
+def _read_at_most(handle: IO[bytes], size: int) -> bytes:
+    """A line, or its first `size` bytes, read a chunk at a time.
+
+    One `readline(size)` with a size of many MiB costs time in proportion to the size even for a
+    short line; chunks keep the common short line one small call.
+    """
+    first = handle.readline(min(size, _SKIP_CHUNK))
+    if len(first) < _SKIP_CHUNK or first.endswith(b"\n"):
+        return first
+    pieces, total = [first], len(first)
+    while total < size:
+        piece = handle.readline(min(size - total, _SKIP_CHUNK))
+        if not piece:
+            break
+        pieces.append(piece)
+        total += len(piece)
+        if piece.endswith(b"\n"):
+            break
+    return b"".join(pieces)
+
+
+def _skipped_line(handle: IO[bytes], chunk: bytes, final: bool) -> RawLine | None:
+    """Read past the rest of a too-long line; None when it has no newline yet and not final."""
+    prefix = chunk[:RAW_PREFIX_BYTES]
+    length = len(chunk)
+    tail = chunk[-2:]  # the last two bytes read: where the line end is
+    del chunk  # only the prefix is kept while the rest is skipped
+    while not tail.endswith(b"\n"):
+        piece = handle.readline(_SKIP_CHUNK)
+        if not piece:
+            break
+        length += len(piece)
+        tail = (tail + piece[-2:])[-2:]
+    ended = tail.endswith(b"\n")
+    if not ended and not final:
+        return None
+    size = length - (2 if tail == b"\r\n" else 1 if ended else 0)
+    return RawLine(prefix, length, size, too_long=True)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A part of a file that could not be read: where it is, how big, and why.
+
+    `raw` holds the bytes (at most `DEAD_LETTER_RAW_BYTES` of them: `size` is the whole line's)
+    so the dead-letter topic loses nothing it can carry; it is never logged.
+    """
+
+    source: str
+    line: int
+    error: str
+    reason: str
+    size: int
+    session_id: str | None = None
+    raw: bytes = b""
+
+    def describe(self) -> dict[str, Any]:
+        """The fields that are safe to log or print: no content."""
+        return {
+            "source": self.source,
+            "line": self.line,
+            "error": self.error,
+            "reason": self.reason,
+            "size": self.size,
+            "session_id": self.session_id,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPosition:
+    """How far a reader got in one file; everything it needs to resume there."""
+
+    offset: int = 0
+    line: int = 0
+    next_seq: int = 1
+    entries: int = 0  # JSON objects read so far, header included (v1 migration index)
+    session_id: str | None = None
+    version: int = 0  # 0 until the header is read
+
+    # The reader moves its position several times per line: these build the next one directly,
+    # about a third of what `dataclasses.replace` costs.
+    def past_line(self, length: int, line: int) -> ReadPosition:
+        """This position past one more line, `length` bytes long and numbered `line`."""
+        return ReadPosition(
+            self.offset + length, line, self.next_seq, self.entries, self.session_id, self.version
+        )
+
+    def past_entry(self) -> ReadPosition:
+        """This position past one more JSON object."""
+        return ReadPosition(
+            self.offset, self.line, self.next_seq, self.entries + 1, self.session_id, self.version
+        )
+
+    def past_seq(self) -> ReadPosition:
+        """This position with its next sequence number taken."""
+        return ReadPosition(
+            self.offset, self.line, self.next_seq + 1, self.entries, self.session_id, self.version
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form, for the publish checkpoint file."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ReadPosition:
+        """Inverse of to_dict."""
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+Record = EntryEnvelope | PlaceholderEnvelope | DeadLetter
+
+
+class SessionFileReader:
+    """Streams one pi session file from a position, yielding envelopes and dead letters.
+
+    `known_ids` are the ids of the entries before `position` (as `ids` left them after an
+    earlier read to there); without them they are read back from the file when first needed.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        position: ReadPosition | None = None,
+        producer: str = PRODUCER,
+        max_line: int | None = None,
+        known_ids: set[str] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.position = position or ReadPosition()
+        self.producer = producer
+        self.max_line = max_line_bytes() if max_line is None else max_line
+        self._ids = known_ids
+        self._quiet = False  # a read-back of the ids: its dead letters were logged before
+
+    @property
+    def known_ids(self) -> set[str] | None:
+        """The ids read so far if the reader has needed them yet (never reads the file)."""
+        return self._ids
+
+    @property
+    def ids(self) -> set[str]:
+        """The ids of the entries read so far (placeholders included), header excluded."""
+        if self._ids is None:
+            self._ids = self._ids_before(self.position.offset)
+        return self._ids
+
+    def _ids_before(self, offset: int) -> set[str]:
+        """The entry ids of the file's lines before byte `offset`, read again from the start."""
+        if offset == 0:
+            return set()
+        prefix = SessionFileReader(
+            self.path, producer=self.producer, max_line=self.max_line, known_ids=set()
+        )
+        prefix._quiet = True
+        for _records in prefix.lines(final=True):
+            if prefix.position.offset >= offset:
+                break
+        return prefix.ids
+
+    def records(self, final: bool = True) -> Iterator[Record]:
+        """Yield what the file holds past the current position, record by record."""
+        for records in self.lines(final):
+            yield from records
+
+    def lines(self, final: bool = True) -> Iterator[list[Record]]:
+        """Yield the records of each line past the current position, a list per line.
+
+        When a list is yielded, `position` already stands after its line, so a checkpoint
+        taken then resumes cleanly. A last line without its newline is read only when `final`
+        is true; a tailing reader passes false and sees the line complete on a later call.
+        """
+        with open_session_file(self.path) as handle:
+            for line in raw_lines(handle, self.position.offset, self.max_line, final):
+                line_no = self.position.line + 1
+                if line.too_long:
+                    letter = self._dead(
+                        line_no, TOO_LONG_ERROR, TOO_LONG_REASON, line.data, size=line.size
+                    )
+                    records: list[Record] = [letter, *self._placeholder(None, letter)]
+                elif line.size > MAX_ENTRY_BYTES:
+                    letter = self._dead(line_no, "EntryTooLarge", ENTRY_TOO_LARGE, line.data)
+                    records = [letter, *self._placeholder(None, letter)]
+                else:
+                    records = list(self._line_records(line.data, line_no))
+                self.position = self.position.past_line(line.length, line_no)
+                yield records
+
+    def _line_records(self, line: bytes, line_no: int) -> Iterator[Record]:
+        if not line.strip():
+            return  # pi skips blank lines; they hold nothing to lose
+        values, remainder = split_line(line)
+        for value in values:
+            yield from self._value_records(value, line, line_no)
+        if remainder is not None:
+            raw = line[remainder.start : remainder.start + remainder.size]
+            letter = self._dead(line_no, remainder.error, remainder.reason, raw)
+            yield letter
+            yield from self._placeholder(None, letter)
+
+    def _value_records(self, value: Any, line: bytes, line_no: int) -> Iterator[Record]:
+        if not isinstance(value, dict):
+            letter = self._dead(line_no, "TypeError", f"JSON {type(value).__name__}", line)
+            yield letter
+            yield from self._placeholder(None, letter)
+            return
+        position = self.position
+        if position.version == 0:
+            if value.get("type") != "session" or not isinstance(value.get("id"), str):
+                yield self._dead(line_no, "HeaderError", "no session header before it", line)
+                return
+            position = replace(position, session_id=value["id"], version=file_version(value))
+        index = position.entries
+        self.position = position.past_entry()
+        assert position.session_id is not None
+        entry = value
+        if value.get("type") != "session":
+            entry = migrate_entry(value, position.version, position.session_id, index)
+        entry_id = entry.get("id") if entry.get("type") != "session" else None
+        if isinstance(entry_id, str) and entry_id in self.ids:
+            # pi never reuses an id: a second one would be folded by some folds and not others.
+            yield self._dead(line_no, "DuplicateId", "duplicate id", line)
+            return
+        try:
+            parse_entry(entry)
+        except EntryError as exc:
+            letter = self._dead(line_no, "EntryError", str(exc), line)
+            yield letter
+            yield from self._placeholder(entry, letter)
+            return
+        if isinstance(entry_id, str):
+            self.ids.add(entry_id)
+        timestamp = entry.get("timestamp")
+        yield EntryEnvelope(
+            session_id=position.session_id,
+            seq=self._take_seq(),
+            producer=self.producer,
+            time=timestamp if isinstance(timestamp, str) else None,
+            payload=EntryPayload(entry=entry, line=line_no),
+        )
+
+    def _take_seq(self) -> int:
+        seq = self.position.next_seq
+        self.position = self.position.past_seq()
+        return seq
+
+    def _placeholder(
+        self, entry: dict[str, Any] | None, letter: DeadLetter
+    ) -> Iterator[PlaceholderEnvelope]:
+        """The place in the tree of a dead-lettered entry (none before the header).
+
+        `entry` is the object as migrated, None when the line held no object: then it takes
+        the next v1 position (so later v1 ids stay those of the intact file) and, in a v1
+        file, the id that position gives; elsewhere it is a gap with no id.
+        """
+        position = self.position
+        if position.session_id is None or (entry is not None and entry.get("type") == "session"):
+            return
+        if entry is None:
+            # Nothing readable: in a v1 file the position still names the entry; else a gap.
+            index = position.entries
+            self.position = replace(position, entries=index + 1)
+            entry = {}
+            if position.version <= 1:
+                entry = migrate_entry({}, 1, position.session_id, index)
+        entry_id = entry.get("id")
+        payload = PlaceholderPayload(line=letter.line, reason=letter.reason)
+        if isinstance(entry_id, str):
+            self.ids.add(entry_id)
+            parent = entry.get("parentId")
+            readable = "parentId" in entry and (parent is None or isinstance(parent, str))
+            payload = PlaceholderPayload(
+                id=entry_id,
+                parentId=parent if readable else None,
+                previous=not readable,
+                line=letter.line,
+                reason=letter.reason,
+            )
+        yield PlaceholderEnvelope(
+            session_id=position.session_id,
+            seq=self._take_seq(),
+            producer=self.producer,
+            payload=payload,
+        )
+
+    def _dead(
+        self, line_no: int, error: str, reason: str, raw: bytes, size: int | None = None
+    ) -> DeadLetter:
+        letter = DeadLetter(
+            source=str(self.path),
+            line=line_no,
+            error=error,
+            reason=reason,
+            size=len(raw) if size is None else size,
+            session_id=self.position.session_id,
+            raw=raw[:DEAD_LETTER_RAW_BYTES],
+        )
+        if not self._quiet:
+            log.warning("dead letter", extra={"dead_letter": letter.describe()})
+        return letter
+
+
+def read_session_file(path: Path | str) -> Iterator[Record]:
+    """Yield every envelope and dead letter of a whole session file, in file order."""
+    yield from SessionFileReader(path).records(final=True)
+
+
+def is_header(value: Any) -> bool:
+    """The reader's rule: the first object of type session with a string id is the header."""
+    return (
+        isinstance(value, dict)
+        and value.get("type") == "session"
+        and isinstance(value.get("id"), str)
+    )
+
+
+def file_lines(path: Path | str, final: bool = True) -> Iterator[RawLine]:
+    """The lines of a session file, bounded like the reader's (no records, nothing logged)."""
+    with open_session_file(path) as handle:
+        yield from raw_lines(handle, 0, max_line_bytes(), final)
+
+
+def header_of(path: Path | str) -> dict[str, Any] | None:
+    """The session header a file holds (its first), or None when it holds none."""
+    for line in file_lines(path):
+        if line.too_long:
+            continue
+        values, _rest = split_line(line.data)
+        for value in values:
+            if is_header(value):
+                return value  # type: ignore[no-any-return]
+    return None
+
+
+def session_files(paths: list[Path]) -> Iterator[Path]:
+    """Expand files and directory trees into the session files they hold, sorted.
+
+    Under a directory, only regular files are taken; a FIFO, device or socket named *.jsonl
+    is skipped (and logged by kind). A path given itself is yielded as it is: the reader
+    refuses it if it is not a regular file.
+    """
+    for path in paths:
+        if path.is_dir():
+            yield from sorted(p for p in path.rglob("*.jsonl") if _regular(p))
+        else:
+            yield path
+
+
+def _regular(path: Path) -> bool:
+    try:
+        kind = file_kind(path.stat().st_mode)
+    except OSError:
+        return False  # vanished, or a dangling link: nothing to read
+    if kind == "directory":
+        return False
+    if kind != "regular file":
+        log.warning("skipped: not a regular file", extra={"file": str(path), "kind": kind})
+    return kind == "regular file"

@@ -1,0 +1,1 @@
+"""The runtimes' shared step and the embedded runtime."""

@@ -1,0 +1,1 @@
+"""Tools beside the runtimes: replay, compare, synthetic sessions, the Kafka broker."""

@@ -1,0 +1,1 @@
+"""The state API and its authentication, served by fold workers."""

@@ -1,0 +1,244 @@
+"""The state API on a fold worker's web server.
+
+- `GET /sessions/{id}`: the session's projections, the same document as one session of
+  `sessionfold fold --json` (embedded.session_state plus `dead_letters`), the rule ledger
+  (`ledger`) included when the workers fold it.
+- `GET /sessions/{id}/flushes`: its flush-metrics records, the outstanding request id and the
+  number of events the flush barrier holds.
+- `GET /sessions/{id}/refs/{ref}`: the original tool output a summary's ref `tN` stands for,
+  read back from session-events at the offset the fold recorded for that toolResult entry.
+
+Every view is routed by Faust's `table_route` on the session id, so any fold worker can be asked:
+the one that owns the session's partition answers (Faust proxies the request to it, with the
+caller's headers: the API token goes along). An unknown session or ref is a 404 with a JSON
+`error`; a session id or ref longer than `MAX_ID_CHARS` is a 400, refused before it is routed;
+a partition nobody owns yet (a rebalance) is a 503. Every view asks for the API token when the
+worker has one (web/auth.py).
+Reads see a session as of its last committed batch (an interrupted batch's journal is applied
+over the table for the read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+import orjson
+from faust.web import Request, Response, View
+from kafka import TopicPartition
+
+from sessionfold.events.envelope import EntryEnvelope, EnvelopeError, decode
+from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
+from sessionfold.projections.pruning import digest, index
+from sessionfold.projections.pruning import session as pruning
+from sessionfold.projections.pruning.config import PruneConfig
+from sessionfold.projections.store import Store
+from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
+from sessionfold.streams.kafka.table_store import Backend, dead_letter_key, offset_key, read_view
+from sessionfold.streams.kafka.topic_reader import topic_consumer
+from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.runtime.embedded import session_state
+
+#: How long a ref read waits for its record.
+READ_TIMEOUT_S = 10.0
+#: Longest session id or ref the API accepts (pi's session ids are 36-character UUIDs).
+MAX_ID_CHARS = 256
+
+
+def known(store: Store, session_id: str) -> bool:
+    """Whether any session event of the session has been folded."""
+    return store.get(pruning.row_key(session_id, "h")) is not None
+
+
+def dead_letter_count(store: Store, session_id: str) -> int:
+    """How many dead letters the session has."""
+    row = store.get(dead_letter_key(session_id))
+    return 0 if row is None else int(row["n"])
+
+
+def session_document(
+    store: Store,
+    session_id: str,
+    config: PruneConfig,
+    ledger: LedgerConfig | None = DEFAULT_LEDGER,
+) -> dict[str, Any] | None:
+    """One session as `sessionfold fold --json` reports it; None if the session is unknown."""
+    if not known(store, session_id):
+        return None
+    state = session_state(store, session_id, config, ledger)
+    state["dead_letters"] = dead_letter_count(store, session_id)
+    return state
+
+
+def flushes_document(store: Store, session_id: str) -> dict[str, Any] | None:
+    """The session's flush attempts and barrier; None if unknown."""
+    if not known(store, session_id):
+        return None
+    head = pruning.load_head(store, session_id)
+    return {
+        "session_id": session_id,
+        "flush_attempts": pruning.flush_records(store, session_id),
+        "outstanding": head["out"],
+        "held_events": len(head["held"]),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class RefLocation:
+    """Where the original behind a ref sits: its index record and its log position."""
+
+    session_id: str
+    ref: str
+    key: str
+    seq: int
+    partition: int
+    offset: int
+
+
+def locate_ref(store: Store, session_id: str, ref: str) -> RefLocation | str:
+    """The log position of a ref's original, or why there is none."""
+    if not known(store, session_id):
+        return "unknown session"
+    occurrence = index.resolve_ref(store, session_id, ref)
+    record = None if occurrence is None else index.record(store, session_id, occurrence)
+    if occurrence is None or record is None:
+        return "unknown ref"
+    position = store.get(offset_key(session_id, record["seq"]))
+    if position is None:
+        return "original not located"
+    return RefLocation(session_id, ref, occurrence, record["seq"], position["p"], position["o"])
+
+
+def read_record(
+    bootstrap: str, topic: str, partition: int, offset: int, security: KafkaSecurity = PLAINTEXT
+) -> bytes | None:
+    """The value of one record, read by position without joining a consumer group."""
+    consumer = topic_consumer(bootstrap, "sessionfold-state-api", security)
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.seek(tp, offset)
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        while time.monotonic() < deadline:
+            batch = consumer.poll(timeout_ms=500, max_records=1)
+            for records in batch.values():
+                for record in records:
+                    if record.offset == offset:
+                        return record.value
+                    return None  # the offset is gone (compacted or truncated)
+        return None
+    finally:
+        consumer.close()
+
+
+def ref_document(location: RefLocation, value: bytes | None, topic: str) -> dict[str, Any] | None:
+    """The original toolResult message behind a ref; None if the log does not hold it."""
+    if value is None:
+        return None
+    try:
+        envelope = decode(value)
+    except EnvelopeError:
+        return None
+    if (
+        not isinstance(envelope, EntryEnvelope)
+        or envelope.session_id != location.session_id
+        or envelope.seq != location.seq
+    ):
+        return None
+    message = digest.message_of(envelope.payload.entry) or {}
+    return {
+        "session_id": location.session_id,
+        "ref": location.ref,
+        "key": location.key,
+        "seq": location.seq,
+        "tool_call_id": message.get("toolCallId"),
+        "tool_name": message.get("toolName"),
+        "is_error": bool(message.get("isError", False)),
+        "content": message.get("content"),
+        "location": {"topic": topic, "partition": location.partition, "offset": location.offset},
+    }
+
+
+def too_long(*ids: str) -> bool:
+    """Whether any of the ids is longer than the API accepts."""
+    return any(len(value) > MAX_ID_CHARS for value in ids)
+
+
+def register(
+    app: faust.App,
+    table: Any,
+    state: Backend,
+    config: PruneConfig,
+    topics: Topics,
+    bootstrap: str,
+    ledger: LedgerConfig | None = DEFAULT_LEDGER,
+    security: KafkaSecurity = PLAINTEXT,
+) -> None:
+    """Add the state views to a fold worker's web server (`table` routes, `state` answers)."""
+
+    @app.table_route(table=table, match_info="session_id")
+    async def session(view: View, request: Request, session_id: str) -> Response:
+        document = session_document(read_view(state, session_id), session_id, config, ledger)
+        if document is None:
+            return _json(view, {"error": "unknown session", "session_id": session_id}, 404)
+        return _json(view, document)
+
+    @app.table_route(table=table, match_info="session_id")
+    async def flushes(view: View, request: Request, session_id: str) -> Response:
+        document = flushes_document(read_view(state, session_id), session_id)
+        if document is None:
+            return _json(view, {"error": "unknown session", "session_id": session_id}, 404)
+        return _json(view, document)
+
+    @app.table_route(table=table, match_info="session_id")
+    async def original(view: View, request: Request, session_id: str, ref: str) -> Response:
+        location = locate_ref(read_view(state, session_id), session_id, ref)
+        if isinstance(location, str):
+            return _json(view, {"error": location, "session_id": session_id, "ref": ref}, 404)
+        value = await asyncio.to_thread(
+            read_record,
+            bootstrap,
+            topics.session_events,
+            location.partition,
+            location.offset,
+            security,
+        )
+        document = ref_document(location, value, topics.session_events)
+        if document is None:
+            error = {"error": "original not in the log", "session_id": session_id, "ref": ref}
+            return _json(view, error, 404)
+        return _json(view, document)
+
+    # The length check runs before table_route: an id too long is refused where it arrives.
+    class Session(View):
+        async def get(self, request: Request, session_id: str) -> Response:
+            if too_long(session_id):
+                return _too_long(self)
+            return await session(self, request, session_id)
+
+    class Flushes(View):
+        async def get(self, request: Request, session_id: str) -> Response:
+            if too_long(session_id):
+                return _too_long(self)
+            return await flushes(self, request, session_id)
+
+    class Ref(View):
+        async def get(self, request: Request, session_id: str, ref: str) -> Response:
+            if too_long(session_id, ref):
+                return _too_long(self)
+            return await original(self, request, session_id, ref)
+
+    app.page("/sessions/{session_id}", name="session")(Session)
+    app.page("/sessions/{session_id}/flushes", name="session-flushes")(Flushes)
+    app.page("/sessions/{session_id}/refs/{ref}", name="session-ref")(Ref)
+
+
+def _too_long(view: View) -> Response:
+    return _json(view, {"error": "id too long", "limit": MAX_ID_CHARS}, 400)
+
+
+def _json(view: View, body: Any, status: int = 200) -> Response:
+    return view.bytes(orjson.dumps(body), content_type="application/json", status=status)

@@ -1,0 +1,1 @@
+"""The Kafka runtime: the Faust app, its agents and their Prometheus metrics."""

@@ -1,0 +1,821 @@
+"""What the Kafka runtime's agents do with one record: the steps, the runtimes, the gauges.
+
+Three agents, each a loop over its records:
+- fold (session-events and compaction-events): `fold_record` decodes the envelope and runs the
+  pruning folds and the rule ledger (`folds.apply_folds`) over a `WriteSet`; `FoldRuntime` folds
+  records that arrive back to back into one `Batch` and commits the batch's writes (each key
+  once) and its outputs (flush requests, ledger pass requests, flush-metrics) through the
+  journal (kafka/table_store.py), so a crash at any point is repaired by redelivery; it also records
+  where each toolResult entry sits in the log, and keeps each outstanding request as sent
+  (`keep_requests`), which a recovered worker sends again while its session still waits on it
+  (`FoldRuntime.resend_outstanding`).
+- dead-letter count (dead-letters): `count_dead_letter` keeps each session's count, once per
+  record, for the state API (the embedded runtime counts the same dead letters).
+- summarize (flush-requests): `SummarizeRuntime` answers a request in a thread (a real model
+  takes seconds; the event loop must keep heart-beating) and sends the compaction: a pruning
+  flush through the model port (`embedded.answer`), a ledger pass through the diff model
+  (`embedded.answer_ledger`), so both runtimes answer alike.
+Records that cannot be read go to the dead-letter topic with a reason; logs carry ids, offsets
+and reason codes, never message text or tool output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiokafka.partitioner import murmur2
+from pydantic import ValidationError
+
+from sessionfold.events.envelope import (
+    SESSION_EVENT_KINDS,
+    CompactionEnvelope,
+    EntryEnvelope,
+    EnvelopeError,
+    FlushMetricsEnvelope,
+    FlushRequestEnvelope,
+    Kind,
+    SchemaVersionError,
+    decode,
+    encode,
+    from_dict,
+)
+from sessionfold.events.flush import (
+    CompactionPayload,
+    is_pruning_compaction,
+    read_compaction,
+    read_request,
+    wrap,
+)
+from sessionfold.events.ledger import is_ledger_request, read_ledger_request
+from sessionfold.ports.ledger.model import DiffModel, OfflineModel
+from sessionfold.ports.summarizer import ModelPort
+from sessionfold.projections.folds import apply_folds
+from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
+from sessionfold.projections.ledger.state import load_head as load_ledger_head
+from sessionfold.projections.pruning import context_metrics, digest, windows
+from sessionfold.projections.pruning import session as pruning
+from sessionfold.projections.pruning.config import PruneConfig
+from sessionfold.projections.store import Store
+from sessionfold.streams.kafka.table_store import (
+    Backend,
+    Journal,
+    Output,
+    Pending,
+    TableStore,
+    WriteSet,
+    dead_letter_key,
+    journal_key,
+    offset_key,
+    open_journal,
+    read_view,
+    request_key,
+    write_keys,
+)
+from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.runtime.embedded import answer, answer_ledger
+from sessionfold.streams.worker.prometheus import FleetSnapshot, Metrics
+
+log = logging.getLogger(__name__)
+
+#: Sends one record; the awaitable it returns resolves once the broker acknowledged it.
+Sender = Callable[[Output], Awaitable[Awaitable[Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    """The parts of a consumed Kafka record a step needs."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """Why a record was dead-lettered: a short code (the metric `kind`) and a content-free note."""
+
+    reason: str
+    error: str
+
+
+@dataclass(slots=True)
+class FoldResult:
+    """What folding one record did."""
+
+    kind: str | None = None
+    fresh: bool = False  # a session event above the session's last sequence number
+    compaction: str | None = None  # applied, ignored, ledger, unreadable
+    outputs: list[Any] = field(default_factory=list)
+    fault: Fault | None = None
+
+
+# --- the steps (no I/O beyond the store they are handed) --------------------------------------
+
+
+def read_envelope(record: SourceRecord) -> Any:
+    """The record's envelope, or the Fault that sends it to the dead-letter topic."""
+    if record.value is None:
+        return Fault("undecodable", "record has no value")
+    try:
+        envelope = decode(record.value)
+    except SchemaVersionError as exc:
+        return Fault("newer-schema", f"envelope schema_version {exc.found} is newer than this one")
+    except EnvelopeError as exc:
+        return Fault("undecodable", str(exc))  # the message names the cause, never the content
+    if record.key != envelope.session_id.encode():
+        # The key decides the partition, and so which worker holds the session's state.
+        return Fault("key-mismatch", "record key is not the envelope's session id")
+    return envelope
+
+
+def fold_record(
+    store: Store,
+    record: SourceRecord,
+    config: PruneConfig,
+    ledger: LedgerConfig | None = DEFAULT_LEDGER,
+) -> FoldResult:
+    """Fold one session-events or compaction-events record into `store`."""
+    envelope = read_envelope(record)
+    if isinstance(envelope, Fault):
+        return FoldResult(fault=envelope)
+    if isinstance(envelope, CompactionEnvelope):
+        outcome = _compaction_outcome(store, envelope)
+        outputs = apply_folds(store, envelope, config, ledger)
+        forget_answered(store, envelope.session_id)
+        keep_requests(store, envelope.session_id, outputs)
+        return FoldResult(kind="compaction", compaction=outcome, outputs=outputs)
+    if envelope.kind not in SESSION_EVENT_KINDS:
+        return FoldResult(fault=Fault("unexpected-kind", f"{envelope.kind.value} is not folded"))
+    session_id = envelope.session_id
+    # A World snapshot is unsequenced (it carries the seq it follows): the ledger decides.
+    fresh = (
+        envelope.kind == Kind.WORLD or envelope.seq > pruning.load_head(store, session_id)["seq"]
+    )
+    if fresh and _is_tool_result(envelope):
+        # Where the original sits, so a ref can be read back (the index points at the seq).
+        position = {"p": record.partition, "o": record.offset}
+        store.put(offset_key(session_id, envelope.seq), position)
+    outputs = apply_folds(store, envelope, config, ledger)
+    keep_requests(store, session_id, outputs)
+    return FoldResult(kind=envelope.kind.value, fresh=fresh, outputs=outputs)
+
+
+# --- outstanding requests, kept so a recovered worker can send them again ---------------------
+
+#: The folds that raise requests, by the tag of the row their outstanding request is kept in.
+PRUNING_FOLD, LEDGER_FOLD = "pr", "ledger"
+
+
+def request_fold(envelope: FlushRequestEnvelope) -> str:
+    """Which fold raised a request: the ledger (a pass) or pruning (a flush)."""
+    return LEDGER_FOLD if is_ledger_request(envelope) else PRUNING_FOLD
+
+
+def request_id_of(envelope: FlushRequestEnvelope) -> str | None:
+    """The id a request's answer must name."""
+    if is_ledger_request(envelope):
+        return read_ledger_request(envelope).get("request")
+    return getattr(envelope.payload, "request_id", None)
+
+
+def awaited_request(store: Store, session_id: str, fold: str) -> str | None:
+    """The id of the request the session's `fold` waits on (its barrier is up), or None."""
+    if fold == PRUNING_FOLD:
+        return pruning.load_head(store, session_id)["out"]
+    head = load_ledger_head(store, session_id)
+    return None if head is None else head.get("pending")
+
+
+def keep_requests(store: Store, session_id: str, outputs: list[Any]) -> None:
+    """Keep each request a step raised, as sent, in the session's runtime rows.
+
+    It is written in the same batch (journal) as the state that waits on it, so whatever
+    changelog state says a request is outstanding also holds the request: if that state comes
+    back after its answer was consumed (an older value the changelog ends with), a recovered
+    worker sends it again (`outstanding_requests`). One row per fold and session, overwritten
+    by the fold's next request; Kafka only (the embedded runtime never loses an answer).
+    """
+    for envelope in outputs:
+        if isinstance(envelope, FlushRequestEnvelope):
+            kept = request_key(session_id, request_fold(envelope))
+            store.put(kept, envelope.model_dump(mode="json"))
+
+
+def forget_answered(store: Store, session_id: str) -> None:
+    """Drop the kept request of each fold whose barrier an answer took down."""
+    for fold in (PRUNING_FOLD, LEDGER_FOLD):
+        kept = request_key(session_id, fold)
+        if store.get(kept) is not None and awaited_request(store, session_id, fold) is None:
+            store.delete(kept)
+
+
+#: How a kept request's row key ends, by fold.
+_KEPT_SUFFIXES = {fold: request_key("", fold) for fold in (PRUNING_FOLD, LEDGER_FOLD)}
+
+
+def outstanding_requests(table: Backend, partitions: int, active: set[int]) -> list[Any]:
+    """The kept requests of the sessions on `active` partitions whose folds still wait on them.
+
+    Only keys are scanned (the recovery's session scan reads them all anyway); a value is read
+    for each kept request, one per fold and session at most. A request whose answer was applied
+    after all, or that another request replaced, is left out.
+    """
+    found = []
+    for table_key in list(table.keys()):
+        for fold, suffix in _KEPT_SUFFIXES.items():
+            if not table_key.endswith(suffix):
+                continue
+            session_id = table_key[: -len(suffix)]
+            if partition_of(session_id, partitions) not in active:
+                continue
+            view = read_view(table, session_id)
+            try:
+                envelope = from_dict(view.get(table_key))
+            except EnvelopeError:
+                log.warning("kept request unreadable", extra={"session": session_id})
+                continue
+            awaited = awaited_request(view, session_id, fold)
+            if isinstance(envelope, FlushRequestEnvelope) and awaited == request_id_of(envelope):
+                found.append(envelope)
+    return found
+
+
+def _compaction_outcome(store: Store, envelope: CompactionEnvelope) -> str:
+    if not is_pruning_compaction(envelope):
+        return "ledger"
+    try:
+        payload = read_compaction(envelope)
+    except ValidationError:
+        return "unreadable"
+    outstanding = pruning.load_head(store, envelope.session_id)["out"]
+    return "applied" if payload.request_id == outstanding else "ignored"
+
+
+def _is_tool_result(envelope: Any) -> bool:
+    if not isinstance(envelope, EntryEnvelope):
+        return False
+    message = digest.message_of(envelope.payload.entry)
+    return message is not None and message.get("role") == "toolResult"
+
+
+def dead_letter_value(record: SourceRecord, fault: Fault) -> bytes:
+    """The dead-letter topic's record for a record a worker could not use (the bytes included)."""
+    value = record.value or b""
+    return orjson.dumps(
+        {
+            "source": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "reason": fault.reason,
+            "error": fault.error,
+            "size": len(value),
+            "session_id": _session_of(record.key),
+            "raw_b64": base64.b64encode(value).decode("ascii"),
+        }
+    )
+
+
+def count_dead_letter(store: Store, record: SourceRecord) -> bool:
+    """Count one dead-letter record for its session; False when it was counted already.
+
+    A redelivered record is recognised by its offset. A worker that crashed after
+    dead-lettering a record and before committing dead-letters it again at a new offset; such a
+    copy is recognised by the source offset it names.
+    """
+    session_id = _session_of(record.key)
+    if session_id is None:
+        return False
+    row_key = dead_letter_key(session_id)
+    row = store.get(row_key) or {"n": 0, "o": -1, "src": {}}
+    if record.offset <= row["o"]:
+        return False
+    row["o"] = record.offset
+    counted = True
+    source = _source_of(record.value)
+    if source is not None:
+        topic, offset = source
+        counted = offset > row["src"].get(topic, -1)
+        row["src"][topic] = max(offset, row["src"].get(topic, -1))
+    if counted:
+        row["n"] += 1
+    store.put(row_key, row)
+    return counted
+
+
+def _source_of(value: bytes | None) -> tuple[str, int] | None:
+    """(topic, offset) a worker's own dead letter names; None for a publisher's."""
+    try:
+        body = orjson.loads(value or b"")
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("offset"), int):
+        return None
+    return str(body.get("source")), body["offset"]
+
+
+def read_request_record(record: SourceRecord) -> FlushRequestEnvelope | Fault:
+    """A flush-requests record's envelope, or the Fault that dead-letters it."""
+    envelope = read_envelope(record)
+    if isinstance(envelope, Fault):
+        return envelope
+    if not isinstance(envelope, FlushRequestEnvelope):
+        return Fault("unexpected-kind", f"{envelope.kind.value} is not a flush request")
+    if is_ledger_request(envelope):
+        request = read_ledger_request(envelope)
+        if not all(isinstance(request.get(k), t) for k, t in _LEDGER_REQUEST_FIELDS.items()):
+            return Fault("invalid-request", "ledger pass request lacks its ids")
+        return envelope
+    try:
+        read_request(envelope)
+    except ValidationError as exc:
+        return Fault("invalid-request", f"{exc.error_count()} invalid fields")
+    return envelope
+
+
+#: What a ledger pass request must name for its answer (even a fallback) to be written.
+_LEDGER_REQUEST_FIELDS = {"request": str, "session": str, "span": int, "seq": int}
+
+
+def answer_request(port: ModelPort, request: FlushRequestEnvelope) -> tuple[Any, str]:
+    """The compaction answering `request`, and whether the port answered or raised.
+
+    A port that raises still gets an answer out (an error compaction): the session's flush
+    barrier is up until one arrives, and the fold treats an error as failed batches it captures
+    again at the next flush.
+    """
+    try:
+        return answer(port, request), "answered"
+    except Exception as exc:
+        payload = read_request(request)
+        log.warning(
+            "model port raised",
+            extra={"session": payload.session_id, "error": type(exc).__name__},
+        )
+        compaction = CompactionPayload(
+            request_id=payload.request_id,
+            session_id=payload.session_id,
+            model=payload.model,
+            error=f"port-error:{type(exc).__name__}",
+        )
+        return wrap(compaction, request.seq), "error"
+
+
+def _session_of(key: bytes | None) -> str | None:
+    return None if key is None else key.decode("utf-8", "replace")
+
+
+def partition_of(session_id: str, partitions: int) -> int:
+    """The partition a session's records go to (Kafka's default murmur2 partitioner)."""
+    return (murmur2(session_id.encode()) & 0x7FFFFFFF) % partitions
+
+
+# --- metrics ----------------------------------------------------------------------------------
+
+
+def observe_fold(metrics: Metrics, result: FoldResult) -> None:
+    """Count what one fold step did."""
+    if result.fault is not None:
+        metrics.dead_letters.labels(kind=result.fault.reason).inc()
+        return
+    if result.compaction is not None:
+        metrics.compactions.labels(outcome=result.compaction).inc()
+    elif result.kind is not None:
+        counter = metrics.events_folded if result.fresh else metrics.events_duplicate
+        counter.labels(kind=result.kind).inc()
+    for envelope in result.outputs:
+        payload = envelope.payload
+        if isinstance(envelope, FlushRequestEnvelope):
+            metrics.flush_requests.labels(trigger=getattr(payload, "trigger", "unknown")).inc()
+        elif isinstance(envelope, FlushMetricsEnvelope):
+            metrics.flush_attempts.labels(
+                trigger=getattr(payload, "trigger", "unknown"),
+                outcome=getattr(payload, "outcome", "unknown"),
+            ).inc()
+
+
+def observe_answer(metrics: Metrics, compaction: Any, outcome: str, seconds: float) -> None:
+    """Count one summarizer answer: duration, usage, batch outcomes."""
+    metrics.summarizer_requests.labels(outcome=outcome).inc()
+    metrics.summarizer_duration.observe(seconds)
+    if not is_pruning_compaction(compaction):
+        return  # a ledger pass: its calls and sizes go to its span record
+    payload = read_compaction(compaction)
+    metrics.summarizer_tokens.labels(kind="input").inc(payload.usage.input_tokens)
+    metrics.summarizer_tokens.labels(kind="output").inc(payload.usage.output_tokens)
+    metrics.summarizer_cost.inc(max(payload.usage.cost, 0.0))
+    metrics.summarizer_model_calls.inc(payload.usage.calls)
+    for result in payload.results:
+        metrics.summarizer_batches.labels(outcome=result.outcome).inc()
+
+
+# --- the runtimes -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """One session's share of the fleet gauges."""
+
+    pending_batches: int
+    held_events: int
+    outstanding: bool
+    gap_tokens: int
+
+
+def session_summary(store: Store, session_id: str, config: PruneConfig) -> SessionSummary:
+    """Pending batches, held events, barriers (pruning and ledger) and frontier gap of one
+    session."""
+    session = pruning.open_session(store, session_id, config)
+    ledger = load_ledger_head(store, session_id) or {"buffer": [], "pending": None}
+    return SessionSummary(
+        pending_batches=len(windows.capture(session)),
+        held_events=len(session.head["held"]) + len(ledger["buffer"]),
+        outstanding=session.busy or ledger["pending"] is not None,
+        gap_tokens=context_metrics.snapshot(store, session_id)["frontier_gap_tokens"],
+    )
+
+
+class SessionTracker:
+    """The sessions a fold worker holds state for, and their gauge values.
+
+    A session's values are recomputed at the first scrape after an event changed it, so a scrape
+    costs the sessions that changed since the last one, not the whole fleet.
+    """
+
+    def __init__(self, table: Backend, config: PruneConfig, partitions: int) -> None:
+        self.table = table
+        self.config = config
+        self.partitions = partitions
+        self._sessions: dict[str, tuple[int, SessionSummary | None]] = {}
+
+    def touch(self, session_id: str, partition: int) -> None:
+        """A session changed: recompute its values at the next scrape."""
+        self._sessions[session_id] = (partition, None)
+
+    def rebuild(self) -> None:
+        """Find every session the table holds (after a recovery)."""
+        suffix = "/pr/h"
+        for table_key in list(self.table.keys()):
+            if table_key.endswith(suffix):
+                session_id = table_key[: -len(suffix)]
+                self.touch(session_id, partition_of(session_id, self.partitions))
+
+    def snapshot(self, active: set[int]) -> FleetSnapshot:
+        """Totals over the sessions on the `active` partitions (the others are forgotten)."""
+        pending = held = outstanding = 0
+        gaps = []
+        for session_id, (partition, summary) in list(self._sessions.items()):
+            if partition not in active:
+                del self._sessions[session_id]
+                continue
+            if summary is None:
+                view = read_view(self.table, session_id)
+                summary = session_summary(view, session_id, self.config)
+                self._sessions[session_id] = (partition, summary)
+            pending += summary.pending_batches
+            held += summary.held_events
+            outstanding += summary.outstanding
+            gaps.append(summary.gap_tokens)
+        return FleetSnapshot(len(gaps), pending, held, outstanding, gaps)
+
+
+#: Encoded bytes a batch may pile up before it is committed: each session's journal holds its
+#: share, and a journal is one changelog record (MAX_RECORD_BYTES, 25 MiB, in app.py).
+BATCH_MAX_BYTES = 1024 * 1024
+
+
+#: Size from which a record is folded off the event loop (see `FoldRuntime.fold`).
+OFFLOAD_BYTES = 16 * 1024
+
+
+@dataclass(slots=True)
+class _SessionPart:
+    """One session's share of a batch: the keys its records wrote, the records they send."""
+
+    partition: int
+    keys: dict[str, None] = field(default_factory=dict)  # an ordered set
+    outputs: list[Output] = field(default_factory=list)
+
+
+class Batch:
+    """Records folded one after another and committed together.
+
+    Each record is folded over `pending` (the writes of the records before it in the batch, over
+    the table), and its writes are added to it, so every key is written to the table (and its
+    changelog) once per batch however many records wrote it.
+    """
+
+    def __init__(self, table: Backend) -> None:
+        self.pending = Pending(table)
+        self.parts: dict[str, _SessionPart] = {}
+        self.acks: list[Awaitable[Any]] = []
+        self.folded: list[tuple[FoldResult, str | None, int]] = []
+        self.size = 0
+
+    def add(self, session_id: str, partition: int, journal: Journal) -> None:
+        """Add one record's effect to its session's share."""
+        part = self.parts.get(session_id)
+        if part is None:
+            part = self.parts[session_id] = _SessionPart(partition)
+        values = self.pending.values
+        for k, value in journal.puts:
+            values[k] = value
+            part.keys[k] = None
+            self.size += len(k) + len(value)
+        for k in journal.deletes:
+            values[k] = None
+            part.keys[k] = None
+        part.outputs += journal.outputs
+        self.size += sum(len(o.value) for o in journal.outputs)
+
+    def journal(self, part: _SessionPart) -> Journal:
+        """A session's share as one journal: each key's last value, then the outputs in order."""
+        values = self.pending.values
+        puts = []
+        deletes = []
+        for k in part.keys:
+            value = values[k]
+            if value is None:
+                deletes.append(k)
+            else:
+                puts.append((k, value))
+        return Journal(tuple(puts), tuple(sorted(deletes)), tuple(part.outputs))
+
+
+class FoldRuntime:
+    """The fold agent's work: fold records into a batch, commit the batch, count.
+
+    `fold` folds one record into the open batch (after finishing an interrupted batch of its
+    session: an open journal). `commit` makes the batch durable and returns once its writes and
+    outputs are handed to the producer; the awaitable it returns resolves when the broker has
+    acknowledged all of them. The agent acknowledges the batch's records to Faust only then, so a
+    committed offset never runs ahead of the state it produced. `handle` is a batch of one.
+    """
+
+    def __init__(
+        self,
+        table: Backend,
+        send: Sender,
+        topics: Topics,
+        config: PruneConfig,
+        metrics: Metrics,
+        tracker: SessionTracker,
+        journal: bool = True,
+        ledger: LedgerConfig | None = DEFAULT_LEDGER,
+    ) -> None:
+        self.table = table
+        self.send = send
+        self.topics = topics
+        self.config = config
+        self.ledger = ledger  # None: the rule ledger is not folded
+        self.metrics = metrics
+        self.tracker = tracker
+        #: Off under exactly_once, where Faust's transaction makes the writes atomic already.
+        self.journal = journal
+        self.batch = Batch(table)
+        #: Records of this many bytes or more are folded in a worker thread (None: never).
+        self.offload_bytes: int | None = OFFLOAD_BYTES
+        #: Tests only: called (in the fold's thread) before each record is folded.
+        self.step_hook: Callable[[SourceRecord], None] | None = None
+
+    def discard(self) -> None:
+        """Drop the open batch, unwritten: its records are to be read again."""
+        self.batch = Batch(self.table)
+
+    @property
+    def batch_full(self) -> bool:
+        """Whether the open batch holds enough bytes to be committed now."""
+        return self.batch.size >= BATCH_MAX_BYTES
+
+    async def handle(self, record: SourceRecord) -> Awaitable[Any]:
+        """Fold one record and commit it; the awaitable resolves when its effect is durable."""
+        await self.fold(record)
+        return await self.commit()
+
+    async def fold(self, record: SourceRecord) -> None:
+        """Fold one record into the open batch (nothing is written before `commit`)."""
+        batch = self.batch
+        session_id = _session_of(record.key)
+        if session_id is not None:
+            batch.acks += await self._finish_open_journal(session_id, record.partition)
+        writes = WriteSet(TableStore(batch.pending))
+        try:
+            # A large record is folded in a thread, so that its step (whose cost grows with the
+            # record's size, never the session's) leaves the event loop free to serve rebalance
+            # callbacks, the producer and the web server. Nothing else writes the batch or the
+            # table meanwhile: the agent commits only between two folds. Small records stay on
+            # the loop: a thread hop costs more than folding one (bench/fold_offload.py).
+            if self.offload_bytes is not None and len(record.value or b"") >= self.offload_bytes:
+                result = await asyncio.to_thread(self._fold_step, writes, record)
+            else:
+                result = self._fold_step(writes, record)
+        except Exception as exc:
+            # A fold bug must not stop the partition: the record is set aside, nothing written.
+            log.error(
+                "fold failed; record dead-lettered",
+                extra={
+                    "topic": record.topic,
+                    "partition": record.partition,
+                    "offset": record.offset,
+                    "session": session_id,
+                    "error": type(exc).__name__,
+                },
+            )
+            writes = WriteSet(TableStore(batch.pending))
+            result = FoldResult(fault=Fault("fold-error", type(exc).__name__))
+        if result.fault is not None:
+            batch.acks.append(await self._dead_letter(record, result.fault))
+        if session_id is not None:
+            outputs = [
+                Output(self._topic_of(e), e.session_id.encode(), encode(e)) for e in result.outputs
+            ]
+            batch.add(session_id, record.partition, Journal.of(writes, outputs))
+        batch.folded.append((result, session_id, record.partition))
+
+    def _fold_step(self, writes: WriteSet, record: SourceRecord) -> FoldResult:
+        if self.step_hook is not None:
+            self.step_hook(record)
+        return fold_record(writes, record, self.config, self.ledger)
+
+    async def commit(self) -> Awaitable[Any]:
+        """Make the open batch durable; the awaitable resolves when the broker has all of it.
+
+        Per session, in this order (the same as for one record):
+        Step 1: the journal, the session's whole effect in the batch as one changelog record
+        (skipped when that is one write and no output: atomic by itself).
+        Step 2: the keys, each once, with its last value.
+        Step 3: the outputs, awaited until the broker has them (they are on other topics, so
+        nothing else orders them before the journal's removal).
+        Step 4: the journal is deleted: the session's records are complete.
+        Each step is taken for every session of the batch before the next, so the batch waits
+        for its outputs once.
+        """
+        batch, self.batch = self.batch, Batch(self.table)
+        acks = batch.acks
+        journals = []
+        for session_id, part in batch.parts.items():
+            journal = batch.journal(part)
+            if not journal.empty:
+                journals.append((session_id, part.partition, journal))
+        opened = []
+        for session_id, partition, journal in journals:
+            if self.journal and not journal.atomic:
+                key = journal_key(session_id)
+                acks.append(await self.table.write(key, journal.encode(), partition))
+                opened.append((key, partition))
+        for _session_id, partition, journal in journals:
+            acks += await write_keys(self.table, journal, partition)
+        sent = [
+            await self.send(output) for _s, _p, journal in journals for output in journal.outputs
+        ]
+        if opened:
+            await asyncio.gather(*sent)
+            for key, partition in opened:
+                acks.append(await self.table.write(key, None, partition))
+        acks += sent
+        for result, session_id, partition in batch.folded:
+            observe_fold(self.metrics, result)
+            if session_id is not None and result.kind is not None:
+                self.tracker.touch(session_id, partition)
+        return asyncio.gather(*acks)
+
+    async def resend_outstanding(self, partitions: int, active: set[int]) -> int:
+        """Send again every request the sessions on `active` partitions wait on; how many.
+
+        Called once a recovery has rebuilt the table: a session whose changelog state waits on a
+        request whose answer was consumed earlier (an older state written back after the answer,
+        see `keep_requests`) would otherwise wait for ever. The request goes out with the same
+        id and body; the summarizer answers it again, and the fold applies whichever answer
+        comes first while the request is outstanding and ignores the rest, so a request that
+        was waiting for its first answer anyway costs one more model call and changes nothing.
+        """
+        envelopes = outstanding_requests(self.table, partitions, active)
+        sent = []
+        for envelope in envelopes:
+            key = envelope.session_id.encode()
+            sent.append(await self.send(Output(self.topics.flush_requests, key, encode(envelope))))
+            kind = "ledger" if request_fold(envelope) == LEDGER_FOLD else "pruning"
+            self.metrics.requests_resent.labels(kind=kind).inc()
+        await asyncio.gather(*sent)
+        if envelopes:
+            log.warning("outstanding requests sent again", extra={"requests": len(envelopes)})
+        return len(envelopes)
+
+    async def handle_dead_letter(self, record: SourceRecord) -> Awaitable[Any]:
+        """Count one dead-letter record into its session's state (one key: atomic)."""
+        writes = WriteSet(TableStore(self.table))
+        count_dead_letter(writes, record)
+        acks = await write_keys(self.table, Journal.of(writes), record.partition)
+        return asyncio.gather(*acks)
+
+    async def _finish_open_journal(self, session_id: str, partition: int) -> list[Awaitable[Any]]:
+        """Complete a batch a crash interrupted (its writes and outputs, again: idempotent)."""
+        journal = open_journal(self.table, session_id)
+        if journal is None:
+            return []
+        log.warning("completing an interrupted batch", extra={"session": session_id})
+        acks = await write_keys(self.table, journal, partition)
+        sent = [await self.send(output) for output in journal.outputs]
+        await asyncio.gather(*sent)
+        acks.append(await self.table.write(journal_key(session_id), None, partition))
+        self.metrics.journal_replays.inc()
+        return acks + sent
+
+    async def _dead_letter(self, record: SourceRecord, fault: Fault) -> Awaitable[Any]:
+        log.warning(
+            "record dead-lettered",
+            extra={
+                "topic": record.topic,
+                "partition": record.partition,
+                "offset": record.offset,
+                "session": _session_of(record.key),
+                "reason": fault.reason,
+                "error": fault.error,  # a content-free note: a cause, field paths, a class
+            },
+        )
+        value = dead_letter_value(record, fault)
+        return await self.send(Output(self.topics.dead_letters, record.key, value))
+
+    def _topic_of(self, envelope: Any) -> str:
+        if isinstance(envelope, FlushRequestEnvelope):
+            return self.topics.flush_requests
+        if isinstance(envelope, FlushMetricsEnvelope):
+            return self.topics.flush_metrics
+        msg = f"the fold does not produce {type(envelope).__name__}"
+        raise TypeError(msg)
+
+
+class SummarizeRuntime:
+    """The summarizer agent's work for one flush request or ledger pass request."""
+
+    def __init__(
+        self,
+        port: ModelPort,
+        send: Sender,
+        topics: Topics,
+        metrics: Metrics,
+        diff_model: DiffModel | None = None,
+        ledger: LedgerConfig = DEFAULT_LEDGER,
+    ) -> None:
+        self.port = port
+        self.send = send
+        self.topics = topics
+        self.metrics = metrics
+        self.diff_model: DiffModel = diff_model or OfflineModel()
+        self.ledger = ledger
+
+    async def handle(self, record: SourceRecord) -> Awaitable[Any]:
+        """Answer one request (or dead-letter it); resolves when the answer is durable."""
+        request = read_request_record(record)
+        if isinstance(request, Fault):
+            log.warning(
+                "request dead-lettered",
+                extra={
+                    "topic": record.topic,
+                    "partition": record.partition,
+                    "offset": record.offset,
+                    "session": _session_of(record.key),
+                    "reason": request.reason,
+                    "error": request.error,
+                },
+            )
+            value = dead_letter_value(record, request)
+            ack = await self.send(Output(self.topics.dead_letters, record.key, value))
+            self.metrics.dead_letters.labels(kind=request.reason).inc()
+            return ack
+        with self.metrics.summarizer_in_progress.track_inprogress():
+            started = time.perf_counter()
+            if is_ledger_request(request):
+                compaction = await asyncio.to_thread(
+                    answer_ledger, self.diff_model, request, self.ledger
+                )
+                fallback = getattr(compaction.payload, "fallback", None)
+                outcome = "answered" if fallback is None else "error"
+            else:
+                compaction, outcome = await asyncio.to_thread(answer_request, self.port, request)
+            seconds = time.perf_counter() - started
+        key = request.session_id.encode()
+        ack = await self.send(Output(self.topics.compaction_events, key, encode(compaction)))
+        observe_answer(self.metrics, compaction, outcome, seconds)
+        return ack
+
+
+class DelayedPort:
+    """A model port that sleeps before answering: lets tests kill a summarizer mid-call."""
+
+    def __init__(self, port: ModelPort, seconds: float) -> None:
+        self.port = port
+        self.seconds = seconds
+
+    def summarize(self, request: Any) -> Any:
+        """Sleep, then answer with the wrapped port."""
+        time.sleep(self.seconds)
+        return self.port.summarize(request)
