@@ -1,1 +1,6 @@
-"""The model ports: every call to a model (batch summaries, the ledger's compaction pass)."""
+"""The model ports: every call to a model (batch summaries, the ledger's compaction pass).
+
+No module is private to it.
+"""
+
+__all__ = ["ledger", "ledger_http", "model_http", "summarizer", "summarizer_http"]

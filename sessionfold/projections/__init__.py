@@ -1,1 +1,6 @@
-"""Pure, deterministic folds over session events."""
+"""Pure, deterministic folds over session events.
+
+No module is private to it.
+"""
+
+__all__ = ["folds", "jsjson", "ledger", "pruning", "store", "views"]

@@ -4,5 +4,19 @@ Modules: `fold` (events into the Store), `state` (keys, head, snapshot), `comman
 file calls, exit codes), `values` (values a later turn may need, read from command output),
 `text` (message text, sanitizer), `heuristics` (reading standing rules and withdrawals),
 `rules` (the lift check), `render` (the summary), `view` (the ledger's document), `facts`.
-The model-calling compaction pass is in `sessionfold.ports.ledger`.
+The model-calling compaction pass is in `sessionfold.ports.ledger`. No module is private to it.
 """
+
+__all__ = [
+    "commands",
+    "config",
+    "facts",
+    "fold",
+    "heuristics",
+    "render",
+    "rules",
+    "state",
+    "text",
+    "values",
+    "view",
+]

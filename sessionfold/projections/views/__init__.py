@@ -1,1 +1,6 @@
-"""Views over the folded state: the context the model is given at a point."""
+"""Views over the folded state: the context the model is given at a point.
+
+No module is private to it.
+"""
+
+__all__ = ["base", "chains", "context", "phases"]

@@ -1,4 +1,9 @@
-"""The `sessionfold` console script: one Typer app, one module per subcommand group."""
+"""The `sessionfold` console script: one Typer app, one module per subcommand group.
+
+Public: `app`, `main`, and the `fold` and `worker` modules (tests set the worker's test hooks
+and read the fold command's output names). Private to it: the other subcommand modules and
+their helpers `options`, `inputs`, `session_table`.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,8 @@ from sessionfold.streams.cli import (
     worker,
 )
 from sessionfold.streams.logs import configure_cli_logging
+
+__all__ = ["app", "fold", "main", "worker"]
 
 app = typer.Typer(
     name="sessionfold",

@@ -1,1 +1,6 @@
-"""The runtimes' shared step and the embedded runtime."""
+"""The runtimes' shared step and the embedded runtime.
+
+No module is private to it.
+"""
+
+__all__ = ["embedded", "ledger_log"]

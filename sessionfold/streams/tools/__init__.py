@@ -1,1 +1,6 @@
-"""Tools beside the runtimes: replay, compare, synthetic sessions, the Kafka broker."""
+"""Tools beside the runtimes: replay, compare, synthetic sessions, the Kafka broker.
+
+No module is private to it.
+"""
+
+__all__ = ["broker", "compare", "replay", "synthetic"]

@@ -1,1 +1,6 @@
-"""The state API and its authentication, served by fold workers."""
+"""The state API and its authentication, served by fold workers.
+
+No module is private to it.
+"""
+
+__all__ = ["auth", "state_api"]
