@@ -470,13 +470,6 @@ class FallbackController:
                 self.in_fallback = True
                 self.warning_owed = True
 
-    def reset(self) -> None:
-        """Forget everything (the reference resets on session start)."""
-        with self._lock:
-            self.in_fallback = False
-            self.last_probe_at = None
-            self.warning_owed = False
-
 
 def _warn_fallback(primary: str, fallback: str) -> None:
     log.warning(

@@ -23,11 +23,6 @@ from sessionfold.projections.pruning.config import ConfigError
 from sessionfold.streams.cli.inputs import session_inputs
 from sessionfold.streams.tools.compare import Comparison, compare, config_of, write_chart
 
-_SettingsOption = Annotated[
-    list[str] | None,
-    typer.Option(help="Settings as key=value pairs separated by commas (repeatable)."),
-]
-
 
 def _row(label: str, a: Any, b: Any, money: bool = False) -> tuple[str, str, str, str]:
     if money:

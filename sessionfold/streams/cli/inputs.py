@@ -58,7 +58,6 @@ def file_problem(path: Path, need_session: bool = True) -> str | None:
         return f"{exc.path} is a {exc.kind}, not a session file"
     except OSError as exc:
         return f"cannot read {path}: {type(exc).__name__}"
-    return None
 
 
 def session_inputs(
