@@ -1,6 +1,6 @@
 """The pruning projections: branch digest, frontier, pending batches, index, flushes, metrics.
 
-Private to it: `flushing` (the fold's flush steps) and `flush_request` (the plan rows they keep).
+Private to it: `flush_request` (the request and stored plan `flushing` builds).
 """
 
 __all__ = [
@@ -9,6 +9,7 @@ __all__ = [
     "context_metrics",
     "digest",
     "flush_pipeline",
+    "flushing",
     "fold",
     "frontier",
     "index",

@@ -1,0 +1,87 @@
+"""A pruning session driven one message at a time, for the windows and flushing tests.
+
+Not a test module: `tests/unit/test_windows.py` and `test_flushing.py` import it (`from
+pruning_session import ...`; pytest puts `tests/` on sys.path for its rootdir conftest). It
+folds entries into the digest and the tool windows as the pruning fold's entry step does,
+without the fold's flush triggers, so a test calls the function under test itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sessionfold.projections.pruning import digest, windows
+from sessionfold.projections.pruning.config import PruneConfig, build_config
+from sessionfold.projections.pruning.session import Session, open_session
+from sessionfold.projections.store import DictStore
+
+SESSION_ID = "s-test"
+
+
+def user(text: str = "go") -> dict[str, Any]:
+    """A user message."""
+    return {"role": "user", "content": text, "timestamp": 1}
+
+
+def assistant(*call_ids: str, tool: str = "bash", stop: str = "toolUse", **extra: Any) -> dict:
+    """An assistant message calling `tool` once per call id (none: a final text reply)."""
+    calls = [
+        {"type": "toolCall", "id": c, "name": tool, "arguments": {"command": f"run {c}"}}
+        for c in call_ids
+    ]
+    return {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "working"}, *calls],
+        "stopReason": stop,
+        "timestamp": 2,
+        **extra,
+    }
+
+
+def result(call_id: str, text: str = "out", *, tool: str = "bash", at: int = 3) -> dict:
+    """A tool result for `call_id` whose text is `text`."""
+    return {
+        "role": "toolResult",
+        "toolCallId": call_id,
+        "toolName": tool,
+        "content": [{"type": "text", "text": text}],
+        "isError": False,
+        "timestamp": at,
+    }
+
+
+@dataclass
+class Driver:
+    """A session under `config`; `add` folds one message and tells whether its turn ended."""
+
+    config: PruneConfig
+    store: DictStore = field(default_factory=DictStore)
+    seq: int = 0
+    parent: str | None = None
+
+    @property
+    def session(self) -> Session:
+        """The session as a fold step opens it (the head as last saved)."""
+        return open_session(self.store, SESSION_ID, self.config)
+
+    def add(self, session: Session, message: dict[str, Any]) -> bool:
+        """Fold one message entry into `session`; True when it ended its turn."""
+        self.seq += 1
+        entry_id = f"e{self.seq}"
+        entry = {
+            "type": "message",
+            "id": entry_id,
+            "parentId": self.parent,
+            "timestamp": f"2025-01-01T00:00:{self.seq % 60:02d}Z",
+            "message": message,
+        }
+        self.parent = entry_id
+        appended = digest.apply_entry(self.store, SESSION_ID, entry, self.seq)
+        assert appended is not None and appended.row is not None
+        return windows.on_row(session, appended.row, message)
+
+
+def driver(**settings: Any) -> Driver:
+    """A driver whose config is the defaults with `settings` (camelCase keys) on top."""
+    return Driver(build_config(settings))
