@@ -113,7 +113,7 @@ def _config(
     controller_port: int | None,
     data_dir: Path | None,
     version: str | None,
-    **security: Any,
+    **security: Any,  # noqa: ANN401 - the security options, passed on to BrokerConfig
 ) -> kafka_broker.BrokerConfig:
     """Build the broker config; an invalid value is a usage error (exit 2)."""
     try:

@@ -24,7 +24,7 @@ from sessionfold.streams.cli.inputs import session_inputs
 from sessionfold.streams.tools.compare import Comparison, compare, config_of, write_chart
 
 
-def _row(label: str, a: Any, b: Any, money: bool = False) -> tuple[str, str, str, str]:
+def _row(label: str, a: float, b: float, money: bool = False) -> tuple[str, str, str, str]:
     if money:
         return label, f"${a:.4f}", f"${b:.4f}", f"{b - a:+.4f}"
     delta = b - a

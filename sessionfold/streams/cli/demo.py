@@ -19,6 +19,7 @@ from rich.table import Table
 
 from sessionfold.projections.pruning import context_metrics as metrics
 from sessionfold.projections.pruning import digest
+from sessionfold.projections.pruning.config import PruneConfig
 from sessionfold.projections.views.base import log_entry
 from sessionfold.projections.views.context import ContextView, context_at
 from sessionfold.streams.cli.inputs import session_inputs
@@ -65,7 +66,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _fold_with_progress(
-    path: Path, config: Any, err: Console
+    path: Path, config: PruneConfig, err: Console
 ) -> tuple[EmbeddedRuntime, list[dict[str, Any]], int]:
     """Fold the file, sampling the metrics at evenly spaced events."""
     total = sum(1 for line in file_lines(path) if line.too_long or line.data.strip())

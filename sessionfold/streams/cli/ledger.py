@@ -40,7 +40,7 @@ from sessionfold.streams.runtime.ledger_log import LedgerLog, LogObserver
 _JSON_UNSAFE = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
 
 
-def safe_json(value: Any) -> str:
+def safe_json(value: object) -> str:
     """Stable JSON (sorted keys, indented) with no raw control character in it."""
     text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode()
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
@@ -179,6 +179,39 @@ def _print_compaction(run: LedgerRun, as_json: bool) -> None:
     typer.echo(sanitize(last["summary"]), nl=False)
 
 
+def _check_views(compact: bool, spans: bool, anomalies: bool, span: int | None) -> None:
+    """At most one of --spans, --anomalies, --span N, and none of them with `compact`."""
+    if sum((spans, anomalies, span is not None)) > 1 or (
+        compact and (spans or anomalies or span is not None)
+    ):
+        typer.echo("use one of --spans, --anomalies, --span N (none with compact)", err=True)
+        raise typer.Exit(2)
+
+
+def _print_anomalies(
+    found: list[dict[str, Any]], unread: list[dict[str, Any]], as_json: bool
+) -> None:
+    """What the fold could not use (its anomalies) and the file's unreadable lines."""
+    if as_json:
+        typer.echo(safe_json({"anomalies": found, "deadLetters": unread}))
+        return
+    for row in found:
+        detail = ", ".join(
+            f"{k} {v}" for k, v in row.items() if k not in ("id", "code", "seq", "entry")
+        )
+        line = f"{row['id']} {row['code']} at seq {row['seq']}"
+        line += f", entry {row['entry']}" if row.get("entry") else ""
+        typer.echo(sanitize(line + (f" ({detail})" if detail else ""), newlines=False))
+    for letter in unread:
+        line = (
+            f"{letter['source']}:{letter['line']} unreadable: {letter['error']}: "
+            f"{letter['reason']} ({letter['size']} bytes)"
+        )
+        typer.echo(sanitize(line, newlines=False))
+    if not found and not unread:
+        typer.echo("no anomalies")
+
+
 def register(app: typer.Typer) -> None:
     """Attach the `ledger` command, and `facts` which reads the same folds, to the root app."""
     # Imported here: facts.py reuses safe_json from this module.
@@ -239,11 +272,7 @@ def register(app: typer.Typer) -> None:
             typer.echo("--narrative-mode: single or turns", err=True)
             raise typer.Exit(2)
         compact, file = _parse_target(target)
-        if sum((spans, anomalies, span is not None)) > 1 or (
-            compact and (spans or anomalies or span is not None)
-        ):
-            typer.echo("use one of --spans, --anomalies, --span N (none with compact)", err=True)
-            raise typer.Exit(2)
+        _check_views(compact, spans, anomalies, span)
         config = LedgerConfig(
             summary_chars=summary_chars,
             narrative_mode="turns" if narrative_mode == "turns" else "single",
@@ -290,36 +319,15 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"the file has {state['span']} spans; no span {span}", err=True)
             raise typer.Exit(2)
         if anomalies:
-            found = state["anomalies"]
-            unread = [letter.describe() for letter in letters]
-            if as_json:
-                typer.echo(safe_json({"anomalies": found, "deadLetters": unread}))
-                return
-            for row in found:
-                detail = ", ".join(
-                    f"{k} {v}" for k, v in row.items() if k not in ("id", "code", "seq", "entry")
-                )
-                line = f"{row['id']} {row['code']} at seq {row['seq']}"
-                line += f", entry {row['entry']}" if row.get("entry") else ""
-                typer.echo(sanitize(line + (f" ({detail})" if detail else ""), newlines=False))
-            for letter in unread:
-                line = (
-                    f"{letter['source']}:{letter['line']} unreadable: {letter['error']}: "
-                    f"{letter['reason']} ({letter['size']} bytes)"
-                )
-                typer.echo(sanitize(line, newlines=False))
-            if not found and not unread:
-                typer.echo("no anomalies")
-            return
-        if spans:
+            _print_anomalies(state["anomalies"], [letter.describe() for letter in letters], as_json)
+        elif spans:
             if as_json:
                 typer.echo(safe_json({"spans": state["spans"]}))
             else:
                 typer.echo("\n".join(_span_lines(state["spans"])) or "no spans")
-            return
-        if as_json:
+        elif as_json:
             typer.echo(safe_json(ledger_view(run.store, run.session_id, config, span)))
-            return
-        shown = snapshot(run.store, run.session_id, at_span=span) if span else state
-        text, _ = render(shown, config.summary_chars, config.render_command_chars)
-        typer.echo(sanitize(text), nl=False)
+        else:
+            shown = snapshot(run.store, run.session_id, at_span=span) if span else state
+            text, _ = render(shown, config.summary_chars, config.render_command_chars)
+            typer.echo(sanitize(text), nl=False)

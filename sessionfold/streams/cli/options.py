@@ -152,7 +152,7 @@ _SECURITY_PARAMETERS: dict[str, tuple[Any, Any]] = {
 Command = TypeVar("Command", bound=Callable[..., Any])
 
 
-def security_or_exit(err: Console, **values: Any) -> ks.KafkaSecurity:
+def security_or_exit(err: Console, **values: Any) -> ks.KafkaSecurity:  # noqa: ANN401 - option values
     """The Kafka security settings from the option values; exit 2 with the problem on a misfit."""
     try:
         return ks.load_security(
@@ -186,7 +186,7 @@ def kafka_security_options(command: Command) -> Command:
     ]
 
     @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401 - any command's arguments
         values = {name: kwargs.pop(name) for name in _SECURITY_PARAMETERS}
         kwargs["security"] = security_or_exit(Console(stderr=True), **values)
         return command(*args, **kwargs)

@@ -46,7 +46,7 @@ def short_hash(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()[:10]
 
 
-def hashed_path(value: Any, home: str) -> str | None:
+def hashed_path(value: object, home: str) -> str | None:
     """`~/…#hash` for a path under the home directory, `/…#hash` for another, None if absent."""
     if not isinstance(value, str) or not value:
         return None
@@ -54,18 +54,18 @@ def hashed_path(value: Any, home: str) -> str | None:
     return f"{'~' if under_home or value.startswith('~') else ''}/…#{short_hash(value)}"
 
 
-def _code(value: Any) -> str | None:
+def _code(value: object) -> str | None:
     if value is None:
         return None
     text = str(value)
     return text if _CODE.match(text) else "?"
 
 
-def _count(value: Any) -> int | None:
+def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _counts(value: Any) -> dict[str, int]:
+def _counts(value: object) -> dict[str, int]:
     if not isinstance(value, dict):
         return {}
     return {
@@ -75,7 +75,7 @@ def _counts(value: Any) -> dict[str, int]:
     }
 
 
-def _error(value: Any, home: str) -> str | None:
+def _error(value: object, home: str) -> str | None:
     """An error message with the home directory as ~ and every path in it hashed."""
     if not isinstance(value, str):
         return None

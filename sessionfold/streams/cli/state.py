@@ -121,7 +121,7 @@ def _flushes_table(session_id: str, document: dict[str, Any]) -> Table:
     return table
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: Any) -> str:  # noqa: ANN401 - a result's content, raw JSON
     """A tool result's text blocks, joined; other blocks named by type."""
     if isinstance(content, str):
         return content

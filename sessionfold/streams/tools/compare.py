@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sessionfold.events.envelope import Envelope
 from sessionfold.projections.pruning import digest
 from sessionfold.projections.pruning.config import PruneConfig, build_config, parse_override
 from sessionfold.projections.views.context import ContextView, context_at, message_tokens
@@ -157,7 +158,7 @@ def run_session(
             collector.compact_points(runtime),
         )
 
-    def folded(envelope: Any) -> None:
+    def folded(envelope: Envelope) -> None:
         collector(envelope)
         if envelope.session_id != session_id:
             return

@@ -34,6 +34,7 @@ from sessionfold.events.envelope import (
     CommandEnvelope,
     CompactRequestEnvelope,
     EntryEnvelope,
+    Envelope,
     EnvelopeError,
     PlaceholderEnvelope,
     SchemaVersionError,
@@ -78,7 +79,7 @@ class _Tally(list):  # type: ignore[type-arg]
         super().__init__()
         self.count = 0
 
-    def append(self, item: Any) -> None:
+    def append(self, item: object) -> None:
         """Count the envelope instead of keeping it."""
         self.count += 1
 
@@ -112,7 +113,7 @@ class Collector:
     entries: list[LogEntry] = field(default_factory=list)
     compacts: list[tuple[int, str | None]] = field(default_factory=list)
 
-    def __call__(self, envelope: Any) -> None:
+    def __call__(self, envelope: Envelope) -> None:
         """Called by the replayer after each folded envelope of any session."""
         if envelope.session_id != self.session_id:
             return
@@ -145,7 +146,7 @@ class Replayer:
         self.on_folded = on_folded
         self.progress: dict[str, SessionProgress] = {}
         #: The file lines of each session's dead letters (None: before any session header).
-        self.letters: dict[str | None, list[Any]] = {}
+        self.letters: dict[str | None, list[object]] = {}
 
     @property
     def all_done(self) -> bool:
@@ -158,7 +159,7 @@ class Replayer:
         """Whether envelopes of this session are replayed at all."""
         return self.wanted is None or session_id in self.wanted
 
-    def note_dead_letter(self, session_id: str | None, line: Any) -> None:
+    def note_dead_letter(self, session_id: str | None, line: object) -> None:
         """Remember one dead letter of a session; `result` counts those before its point."""
         if self.wants(session_id):
             self.letters.setdefault(session_id, []).append(line)
@@ -178,7 +179,7 @@ class Replayer:
         last = progress.last_line
         return sum(not isinstance(line, int) or line <= last for line in lines)
 
-    def feed(self, record: Any) -> None:
+    def feed(self, record: Envelope | DeadLetter) -> None:
         """Fold one envelope (or note one dead letter) unless its session is past its point."""
         if isinstance(record, DeadLetter):
             self.note_dead_letter(record.session_id, record.line)
@@ -208,7 +209,7 @@ class Replayer:
             self.on_folded(record)
         self._check_point(session_id, record, state)
 
-    def _check_point(self, session_id: str, record: Any, state: SessionProgress) -> None:
+    def _check_point(self, session_id: str, record: Envelope, state: SessionProgress) -> None:
         kind, value = self.point.kind, self.point.value
         if kind == "turn" and value is not None:
             if digest.head(self.runtime.store, session_id)["turns"] > value:
@@ -265,7 +266,7 @@ class Replayer:
         return result
 
 
-def _is_boundary(record: Any) -> bool:
+def _is_boundary(record: object) -> bool:
     """A compaction boundary: pi's `compaction` entry or a `compact-request` event."""
     if isinstance(record, CompactRequestEnvelope):
         return True

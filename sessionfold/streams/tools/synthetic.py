@@ -1267,7 +1267,7 @@ class _Session:
                 self.ids.add(entry_id)
                 return entry_id
 
-    def _append(self, kind: str, at_ms: int, **fields: Any) -> None:
+    def _append(self, kind: str, at_ms: int, **fields: Any) -> None:  # noqa: ANN401 - entry JSON
         self.clock = max(self.clock, at_ms)
         entry_id = self._new_id()
         entry = {"type": kind, "id": entry_id, "parentId": self.leaf, "timestamp": _iso(self.clock)}
