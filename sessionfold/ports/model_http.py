@@ -199,31 +199,28 @@ def _split_name(name: str) -> tuple[str, str]:
     return provider, model
 
 
-def _env_ms(env: Mapping[str, str], name: str, default_s: float) -> int:
-    """Milliseconds from the environment (0 disables), else the default."""
-    value = env.get(name, "").strip()
-    if not value:
-        return int(default_s * 1000)
-    try:
-        number = int(value)
-    except ValueError:
-        raise ValueError(f"{name}: expected milliseconds (0 disables)") from None
-    if number < 0:
-        raise ValueError(f"{name}: expected milliseconds (0 disables)")
-    return number
-
-
-def _env_int(env: Mapping[str, str], name: str) -> int | None:
+def _env_whole(env: Mapping[str, str], name: str, least: int, expected: str) -> int | None:
+    """An integer of at least `least` from the environment, None when unset or blank."""
     value = env.get(name, "").strip()
     if not value:
         return None
     try:
         number = int(value)
     except ValueError:
-        raise ValueError(f"{name}: expected a positive integer") from None
-    if number < 1:
-        raise ValueError(f"{name}: expected a positive integer")
+        raise ValueError(f"{name}: {expected}") from None
+    if number < least:
+        raise ValueError(f"{name}: {expected}")
     return number
+
+
+def _env_ms(env: Mapping[str, str], name: str, default_s: float) -> int:
+    """Milliseconds from the environment (0 disables), else the default."""
+    number = _env_whole(env, name, 0, "expected milliseconds (0 disables)")
+    return int(default_s * 1000) if number is None else number
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int | None:
+    return _env_whole(env, name, 1, "expected a positive integer")
 
 
 # --- usage and cost ----------------------------------------------------------------------------

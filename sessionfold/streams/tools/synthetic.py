@@ -345,6 +345,19 @@ def _python_statement(rng: random.Random, depth: int) -> list[str]:
     ]
 
 
+def _statements(
+    rng: random.Random,
+    statement: Callable[[random.Random, int], list[str]],
+    depth: int,
+    count: tuple[int, int],
+) -> list[str]:
+    """A body of between `count[0]` and `count[1]` statements at indent `depth`."""
+    lines: list[str] = []
+    for _ in range(_between(rng, *count)):
+        lines.extend(statement(rng, depth))
+    return lines
+
+
 def _python_block(rng: random.Random) -> list[str]:
     if rng.random() < 0.15:
         attr = _pick(rng, _NOUNS)
@@ -359,8 +372,7 @@ def _python_block(rng: random.Random) -> list[str]:
         for _ in range(_between(rng, 1, 3)):
             arg = _pick(rng, _NOUNS)
             lines.append(f"    def {_snake(rng)}(self, {arg}: {_pick(rng, _PY_TYPES)}) -> bool:")
-            for _ in range(_between(rng, 1, 5)):
-                lines.extend(_python_statement(rng, 2))
+            lines.extend(_statements(rng, _python_statement, 2, (1, 5)))
             lines.extend([f"        return self.{attr} is not None", ""])
         return [*lines, ""]
     first, second = _pick(rng, _NOUNS), _pick(rng, _NOUNS)
@@ -370,8 +382,7 @@ def _python_block(rng: random.Random) -> list[str]:
         f"{_pick(rng, _PY_TYPES)}:",
         f'    """{_sentence(rng)}"""',
     ]
-    for _ in range(_between(rng, 2, 8)):
-        lines.extend(_python_statement(rng, 1))
+    lines.extend(_statements(rng, _python_statement, 1, (2, 8)))
     return [*lines, f"    return {first}", "", ""]
 
 
@@ -429,8 +440,7 @@ def _ts_block(rng: random.Random) -> list[str]:
         ]
         for _ in range(_between(rng, 1, 3)):
             lines.append(f"\t{_camel(rng)}({name}: {_pick(rng, _TS_TYPES)}): void {{")
-            for _ in range(_between(rng, 1, 5)):
-                lines.extend(_ts_statement(rng, 2))
+            lines.extend(_statements(rng, _ts_statement, 2, (1, 5)))
             lines.extend(["\t}", ""])
         return [*lines, "}", ""]
     lines = [
@@ -438,8 +448,7 @@ def _ts_block(rng: random.Random) -> list[str]:
         f"export function {_camel(rng)}({name}: {_pick(rng, _TS_TYPES)}): "
         f"{_pick(rng, _TS_TYPES)} {{",
     ]
-    for _ in range(_between(rng, 2, 8)):
-        lines.extend(_ts_statement(rng, 1))
+    lines.extend(_statements(rng, _ts_statement, 1, (2, 8)))
     return [*lines, f"\treturn {name};", "}", ""]
 
 

@@ -60,81 +60,73 @@ def create(registry: CollectorRegistry) -> Metrics:
     def name(short: str) -> str:
         return f"{PREFIX}_{short}"
 
+    def counter(short: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
+        return Counter(name(short), documentation, labels, registry=registry)
+
     return Metrics(
         registry=registry,
         worker_info=Gauge(
             name("worker_info"), "1 per running worker, by role.", ["role"], registry=registry
         ),
-        events_folded=Counter(
-            name("events_folded"),
+        events_folded=counter(
+            "events_folded",
             "Session events the fold accepted (sequence number above the last), by kind.",
             ["kind"],
-            registry=registry,
         ),
-        events_duplicate=Counter(
-            name("events_duplicate"),
+        events_duplicate=counter(
+            "events_duplicate",
             "Session events ignored as already folded (redelivery, replay, duplicate publish).",
             ["kind"],
-            registry=registry,
         ),
-        flush_requests=Counter(
-            name("flush_requests"),
+        flush_requests=counter(
+            "flush_requests",
             "Flush requests the fold sent to the summarizer, by trigger.",
             ["trigger"],
-            registry=registry,
         ),
-        flush_attempts=Counter(
-            name("flush_attempts"),
+        flush_attempts=counter(
+            "flush_attempts",
             "Flush attempts finished (one flush-metrics record each), by trigger and outcome.",
             ["trigger", "outcome"],
-            registry=registry,
         ),
-        compactions=Counter(
-            name("compactions"),
+        compactions=counter(
+            "compactions",
             "Compaction events the fold read, by outcome: applied, ignored (answers nothing "
             "outstanding), ledger (a ledger pass, not the pruning fold's), unreadable.",
             ["outcome"],
-            registry=registry,
         ),
-        journal_replays=Counter(
-            name("journal_replays"),
+        journal_replays=counter(
+            "journal_replays",
             "Batch journals a crashed worker left behind and this one completed.",
-            registry=registry,
         ),
-        requests_resent=Counter(
-            name("requests_resent"),
+        requests_resent=counter(
+            "requests_resent",
             "Outstanding requests a recovered fold worker sent again, by kind: pruning (a "
             "flush), ledger (a pass).",
             ["kind"],
-            registry=registry,
         ),
-        records_recovered=Counter(
-            name("state_records_recovered"),
+        records_recovered=counter(
+            "state_records_recovered",
             "Changelog records a fold worker read back into its state table in recoveries (at "
             "start and on every assignment): the whole changelog with memory://, what the "
             "local store misses with rocksdb://.",
-            registry=registry,
         ),
-        dead_letters=Counter(
-            name("dead_letters"),
+        dead_letters=counter(
+            "dead_letters",
             "Records this worker sent to the dead-letter topic, by kind of fault: undecodable, "
             "newer-schema, key-mismatch, unexpected-kind, invalid-request, fold-error.",
             ["kind"],
-            registry=registry,
         ),
-        summarizer_requests=Counter(
-            name("summarizer_requests"),
+        summarizer_requests=counter(
+            "summarizer_requests",
             "Flush requests the summarizer answered, by outcome: answered, error (the model "
             "port raised; answered with an error compaction).",
             ["outcome"],
-            registry=registry,
         ),
-        summarizer_batches=Counter(
-            name("summarizer_batches"),
+        summarizer_batches=counter(
+            "summarizer_batches",
             "Batch results in the summarizer's answers, by outcome: summarized, failed, "
             "skipped-trivial, skipped-deduped.",
             ["outcome"],
-            registry=registry,
         ),
         summarizer_duration=Histogram(
             name("summarizer_call_duration_seconds"),
@@ -147,21 +139,18 @@ def create(registry: CollectorRegistry) -> Metrics:
             "Model port calls running now.",
             registry=registry,
         ),
-        summarizer_tokens=Counter(
-            name("summarizer_tokens"),
+        summarizer_tokens=counter(
+            "summarizer_tokens",
             "Model tokens the summarizer used, by kind: input, output.",
             ["kind"],
-            registry=registry,
         ),
-        summarizer_cost=Counter(
-            name("summarizer_cost_dollars"),
+        summarizer_cost=counter(
+            "summarizer_cost_dollars",
             "Model cost the summarizer's port reported, in dollars.",
-            registry=registry,
         ),
-        summarizer_model_calls=Counter(
-            name("summarizer_model_calls"),
+        summarizer_model_calls=counter(
+            "summarizer_model_calls",
             "Model calls the summarizer's port made (the offline port counts one per batch).",
-            registry=registry,
         ),
     )
 
