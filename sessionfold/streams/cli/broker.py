@@ -14,96 +14,88 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.text import Text
+from typer.models import OptionInfo
 
 from sessionfold.streams.tools import broker as kafka_broker
 
 _err = Console(stderr=True, highlight=False)
 
+
+def _option(flag: str, text: str, **checks: str | int | bool) -> OptionInfo:
+    """A broker option: its default is resolved by the broker config, so none is shown."""
+    return typer.Option(flag, help=text, show_default=False, **checks)
+
+
+def _port_option(flag: str, text: str, envvar: str, highest: int = 65535) -> OptionInfo:
+    """A broker option naming a port, 1 to `highest`."""
+    return _option(flag, text, envvar=envvar, min=1, max=highest)
+
+
 PortOpt = Annotated[
     int | None,
-    typer.Option(
+    _port_option(
         "--port",
-        envvar=kafka_broker.ENV_PORT,
-        min=1,
-        max=65534,
-        help="Broker port on 127.0.0.1 (default 9092); the controller listens on port + 1.",
-        show_default=False,
+        "Broker port on 127.0.0.1 (default 9092); the controller listens on port + 1.",
+        kafka_broker.ENV_PORT,
+        highest=65534,
     ),
 ]
 ControllerPortOpt = Annotated[
     int | None,
-    typer.Option(
+    _port_option(
         "--controller-port",
-        envvar=kafka_broker.ENV_CONTROLLER_PORT,
-        min=1,
-        max=65535,
-        help="KRaft controller port (default: --port + 1).",
-        show_default=False,
+        "KRaft controller port (default: --port + 1).",
+        kafka_broker.ENV_CONTROLLER_PORT,
     ),
 ]
 DataDirOpt = Annotated[
     Path | None,
-    typer.Option(
+    _option(
         "--data-dir",
+        "Broker data dir (default: $XDG_DATA_HOME/sessionfold/kafka-<port>).",
         envvar=kafka_broker.ENV_DATA_DIR,
         file_okay=False,
-        help="Broker data dir (default: $XDG_DATA_HOME/sessionfold/kafka-<port>).",
-        show_default=False,
     ),
 ]
 VersionOpt = Annotated[
     str | None,
-    typer.Option(
+    _option(
         "--kafka-version",
+        f"Apache Kafka version from Maven Central (default {kafka_broker.DEFAULT_KAFKA_VERSION}).",
         envvar=kafka_broker.ENV_VERSION,
-        help=(
-            "Apache Kafka version from Maven Central "
-            f"(default {kafka_broker.DEFAULT_KAFKA_VERSION})."
-        ),
-        show_default=False,
     ),
 ]
-
-
 SaslSslPortOpt = Annotated[
     int | None,
-    typer.Option(
+    _port_option(
         "--sasl-ssl-port",
-        envvar=kafka_broker.ENV_SASL_SSL_PORT,
-        min=1,
-        max=65535,
-        help="Also open a SASL_SSL listener for clients on this 127.0.0.1 port (needs "
+        "Also open a SASL_SSL listener for clients on this 127.0.0.1 port (needs "
         "--tls-certfile, --tls-keyfile and --sasl-users-file).",
-        show_default=False,
+        kafka_broker.ENV_SASL_SSL_PORT,
     ),
 ]
 TlsCertfileOpt = Annotated[
     Path | None,
-    typer.Option(
+    _option(
         "--tls-certfile",
-        dir_okay=False,
-        help="PEM certificate (chain) of the SASL_SSL listener; clients check it against "
+        "PEM certificate (chain) of the SASL_SSL listener; clients check it against "
         "their --ssl-cafile.",
-        show_default=False,
+        dir_okay=False,
     ),
 ]
 TlsKeyfileOpt = Annotated[
     Path | None,
-    typer.Option(
-        "--tls-keyfile",
-        dir_okay=False,
-        help="PEM private key (PKCS#8, unencrypted) of --tls-certfile.",
-        show_default=False,
+    _option(
+        "--tls-keyfile", "PEM private key (PKCS#8, unencrypted) of --tls-certfile.", dir_okay=False
     ),
 ]
 SaslUsersFileOpt = Annotated[
     Path | None,
-    typer.Option(
+    _option(
         "--sasl-users-file",
-        dir_okay=False,
-        help="Users of the SASL_SSL listener, one name:password a line; each can log in with "
+        "Users of the SASL_SSL listener, one name:password a line; each can log in with "
         "PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512.",
-        show_default=False,
+        dir_okay=False,
     ),
 ]
 

@@ -10,6 +10,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from typer.models import OptionInfo
 
 from sessionfold.projections.pruning.config import ConfigError, PruneConfig, load_config
 from sessionfold.streams.kafka import security as ks
@@ -74,68 +75,57 @@ Ledger = Annotated[
 # `kafka_security_options`. There is no password option: the password comes from
 # SESSIONFOLD_SASL_PASSWORD or --sasl-password-file, never from a command line that `ps` shows.
 _SECURITY_HELP = "Kafka security (docs/security-kafka.md)"
+
+
+def _security_option(flag: str, envvar: str, text: str) -> OptionInfo:
+    """One option of the Kafka security block, listed in its own help panel."""
+    return typer.Option(flag, envvar=envvar, help=text, rich_help_panel=_SECURITY_HELP)
+
+
 SecurityProtocol = Annotated[
     str,
-    typer.Option(
-        "--security-protocol",
-        envvar=ks.ENV_PROTOCOL,
-        help="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.",
-        rich_help_panel=_SECURITY_HELP,
+    _security_option(
+        "--security-protocol", ks.ENV_PROTOCOL, "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."
     ),
 ]
 SslCafile = Annotated[
     Path | None,
-    typer.Option(
+    _security_option(
         "--ssl-cafile",
-        envvar=ks.ENV_CAFILE,
-        help="PEM CA certificate(s) the brokers' certificates are checked against "
+        ks.ENV_CAFILE,
+        "PEM CA certificate(s) the brokers' certificates are checked against "
         "(default: the system's).",
-        rich_help_panel=_SECURITY_HELP,
     ),
 ]
 SslCertfile = Annotated[
     Path | None,
-    typer.Option(
+    _security_option(
         "--ssl-certfile",
-        envvar=ks.ENV_CERTFILE,
-        help="PEM client certificate (chain), for brokers that require one.",
-        rich_help_panel=_SECURITY_HELP,
+        ks.ENV_CERTFILE,
+        "PEM client certificate (chain), for brokers that require one.",
     ),
 ]
 SslKeyfile = Annotated[
     Path | None,
-    typer.Option(
-        "--ssl-keyfile",
-        envvar=ks.ENV_KEYFILE,
-        help="PEM private key of --ssl-certfile (if not in that file).",
-        rich_help_panel=_SECURITY_HELP,
+    _security_option(
+        "--ssl-keyfile", ks.ENV_KEYFILE, "PEM private key of --ssl-certfile (if not in that file)."
     ),
 ]
 SaslMechanism = Annotated[
     str,
-    typer.Option(
-        "--sasl-mechanism",
-        envvar=ks.ENV_MECHANISM,
-        help="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.",
-        rich_help_panel=_SECURITY_HELP,
+    _security_option(
+        "--sasl-mechanism", ks.ENV_MECHANISM, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."
     ),
 ]
 SaslUsername = Annotated[
-    str | None,
-    typer.Option(
-        "--sasl-username",
-        envvar=ks.ENV_USERNAME,
-        help="SASL user name.",
-        rich_help_panel=_SECURITY_HELP,
-    ),
+    str | None, _security_option("--sasl-username", ks.ENV_USERNAME, "SASL user name.")
 ]
 SaslPasswordFile = Annotated[
     Path | None,
-    typer.Option(
+    _security_option(
         "--sasl-password-file",
-        envvar=ks.ENV_PASSWORD_FILE,
-        help=f"File whose first line is the SASL password (else env {ks.ENV_PASSWORD}).",
-        rich_help_panel=_SECURITY_HELP,
+        ks.ENV_PASSWORD_FILE,
+        f"File whose first line is the SASL password (else env {ks.ENV_PASSWORD}).",
     ),
 ]
 
