@@ -8,7 +8,7 @@ not run the pass rebuilds the same state from the transcript. Every payload carr
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,7 +19,7 @@ STATE_FORMAT = 1
 #: The span record version this build writes and reads; any other is skipped silently.
 SPAN_RECORD_VERSION = 1
 #: `producer` of our compaction entries' `details`, and the marker of our payloads.
-LEDGER_PRODUCER = "sessionfold-ledger"
+LEDGER_PRODUCER: Final = "sessionfold-ledger"
 #: customType of the span record entry appended after our compaction entry.
 SPAN_RECORD_TYPE = "sessionfold-ledger.span"
 

@@ -152,7 +152,7 @@ class LedgerFold:
         self.store.put(ledger_key(head["session"], "head"), head)
 
     def _put_row(self, head: dict[str, Any], kind: str, row: dict[str, Any]) -> int:
-        number = head["n"].get(kind, 0) + 1  # .get: a head from before a kind existed
+        number: int = head["n"].get(kind, 0) + 1  # .get: a head from before a kind existed
         head["n"][kind] = number
         self.store.put(ledger_key(head["session"], kind, number), row)
         return number
@@ -221,7 +221,7 @@ class LedgerFold:
         if entry.get("type") == "session" or not isinstance(entry_id, str):
             return False
         id_key = ledger_key(head["session"], "id", entry_id)
-        first = self.store.get(id_key)
+        first: int | None = self.store.get(id_key)  # the seq that first folded this id
         if first is None:
             self.store.put(id_key, seq)
             return False
@@ -292,9 +292,17 @@ class LedgerFold:
             self._tool_result(head, message, entry_id, seq, span, cleanup)
         elif role == "bashExecution" and isinstance(message.get("command"), str):
             outcome = commands.execution_outcome(message)
-            output = message.get("output") if isinstance(message.get("output"), str) else ""
+            output = message.get("output")
             self._command(
-                head, message["command"], outcome, output, "user", entry_id, seq, span, None
+                head,
+                message["command"],
+                outcome,
+                output if isinstance(output, str) else "",
+                "user",
+                entry_id,
+                seq,
+                span,
+                None,
             )
 
     def _tool_result(
@@ -436,7 +444,8 @@ class LedgerFold:
             return []
         # pi's own (or another extension's) compaction: the span ends here; judge it ourselves,
         # taking over from that compactor: its summary (head and tail) goes into the prompt.
-        summary = entry.get("summary") if isinstance(entry.get("summary"), str) else ""
+        found = entry.get("summary")
+        summary = found if isinstance(found, str) else ""
         config = self.config
         cut = len(summary) > config.takeover_head_chars + config.takeover_tail_chars
         self.store.put(

@@ -62,7 +62,7 @@ def load_head(store: Store, session_id: str) -> dict[str, Any] | None:
     return head if isinstance(head, dict) else None
 
 
-def rows(store: Store, session_id: str, kind: str, first: int, last: int) -> list[dict]:
+def rows(store: Store, session_id: str, kind: str, first: int, last: int) -> list[dict[str, Any]]:
     """Rows kind/first..kind/last that exist, in order."""
     found = []
     for number in range(first, last + 1):
@@ -72,7 +72,7 @@ def rows(store: Store, session_id: str, kind: str, first: int, last: int) -> lis
     return found
 
 
-def all_rows(store: Store, head: dict[str, Any], kind: str) -> list[dict]:
+def all_rows(store: Store, head: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     """Every row of a kind the head counts."""
     return rows(store, head["session"], kind, 1, head["n"].get(kind, 0))
 
@@ -82,7 +82,7 @@ def span_has_content(head: dict[str, Any]) -> bool:
     return any(head["n"][kind] >= head["first"][kind] for kind in SPAN_KINDS)
 
 
-def open_rows(store: Store, head: dict[str, Any], kind: str) -> list[dict]:
+def open_rows(store: Store, head: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     """The rows of a kind that belong to the open span."""
     return rows(store, head["session"], kind, head["first"][kind], head["n"][kind])
 
@@ -96,7 +96,7 @@ def snapshot(store: Store, session_id: str, at_span: int | None = None) -> dict[
     head = load_head(store, session_id) or new_head(session_id)
     last = head["span"] if at_span is None else max(0, min(at_span, head["span"]))
 
-    def within(row: dict) -> bool:
+    def within(row: dict[str, Any]) -> bool:
         return at_span is None or int(row.get("span", 0)) <= last
 
     rules = []

@@ -153,7 +153,10 @@ class PruneConfig(_Section):
 
 DEFAULT_CONFIG = PruneConfig()
 
-_SECTIONS = {"chainCompression": ChainCompressionConfig, "purgeErrors": PurgeErrorsConfig}
+_SECTIONS: dict[str, type[BaseModel]] = {
+    "chainCompression": ChainCompressionConfig,
+    "purgeErrors": PurgeErrorsConfig,
+}
 
 
 def _camel(name: str) -> str:
@@ -164,7 +167,7 @@ def _camel(name: str) -> str:
 
 def _canonical(raw: Mapping[str, Any], where: str = "") -> dict[str, Any]:
     """Keys renamed to camelCase, legacy keys dropped, unknown keys refused by name."""
-    model = _SECTIONS.get(where.rstrip("."), PruneConfig) if where else PruneConfig
+    model: type[BaseModel] = _SECTIONS.get(where.rstrip("."), PruneConfig) if where else PruneConfig
     out: dict[str, Any] = {}
     for name, value in raw.items():
         if not isinstance(name, str):

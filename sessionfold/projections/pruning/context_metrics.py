@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from sessionfold.projections.jsjson import js_json_length, js_number_text
 from sessionfold.projections.store import Store, key
@@ -256,7 +256,7 @@ def load_head(store: Store, session_id: str) -> dict[str, Any]:
 
 
 def _row(store: Store, session_id: str, n: int) -> dict[str, Any]:
-    return store.get(key(session_id, "m", n))
+    return cast(dict[str, Any], store.get(key(session_id, "m", n)))
 
 
 def fold_row(store: Store, session_id: str, state: dict[str, Any], row: dict[str, Any]) -> None:

@@ -70,7 +70,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from sessionfold.projections.jsjson import js_json_length, js_number_text
 from sessionfold.projections.pruning import context_metrics as metrics
@@ -199,7 +199,12 @@ def branch_rows(store: Store, session_id: str, start: int = 0) -> Iterator[dict[
     """The current branch's message rows from position `start`, in order."""
     count = head(store, session_id)["n"]
     for n in range(start, count):
-        yield store.get(key(session_id, "m", n))
+        yield _row(store, session_id, n)
+
+
+def _row(store: Store, session_id: str, n: int) -> dict[str, Any]:
+    """The message row at position n, which the head's count says exists."""
+    return cast(dict[str, Any], store.get(key(session_id, "m", n)))
 
 
 def rows_for_occurrence(store: Store, session_id: str, occ: str) -> list[dict[str, Any]]:
@@ -225,12 +230,12 @@ def message_of(entry: dict[str, Any]) -> dict[str, Any] | None:
     if kind != "custom_message":
         return None
     # pi's createCustomMessage: undefined fields vanish from JSON.stringify, so leave them out.
-    message: dict[str, Any] = {"role": "custom"}
+    custom: dict[str, Any] = {"role": "custom"}
     for field in ("customType", "content", "display", "details"):
         if field in entry:
-            message[field] = entry[field]
-    message["timestamp"] = iso_to_ms(entry.get("timestamp"))
-    return message
+            custom[field] = entry[field]
+    custom["timestamp"] = iso_to_ms(entry.get("timestamp"))
+    return custom
 
 
 def tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -431,22 +436,25 @@ def _nearest_call_path(
     """The `path` arg of the nearest assistant before position n that has call `call_id`."""
     if call_id is None:
         return None
-    found = store.get(key(session_id, "c", call_id))
+    found: dict[str, Any] | None = store.get(key(session_id, "c", call_id))
     if found is None:
         return None  # no assistant on any branch ever had this id
+    path: str | None = found["path"]
     if found["g"] == state["gen"]:
-        return found["path"]  # written since the last switch: on this branch, the latest one
-    row = store.get(key(session_id, "m", found["n"])) if found["n"] < n else None
+        return path  # written since the last switch: on this branch, the latest one
+    row: dict[str, Any] | None = (
+        store.get(key(session_id, "m", found["n"])) if found["n"] < n else None
+    )
     if row is not None and row["id"] == found["id"]:
-        return found["path"]
+        return path
     # The index points into an abandoned branch: look back on this one (rare, after a switch).
     for m in range(n - 1, -1, -1):
-        row = store.get(key(session_id, "m", m))
+        row = _row(store, session_id, m)
         if row["role"] != "assistant":
             continue
         for call in row["calls"]:
             if call["id"] == call_id:
-                return call.get("path")
+                return cast(str | None, call.get("path"))
     return None
 
 

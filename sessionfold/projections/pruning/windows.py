@@ -268,7 +268,7 @@ def on_switch(session: Session) -> None:
             group += 1
         elif role == "assistant":
             win = _window_of(session, row)
-        elif role == "toolResult" and _pairs(session, win, row):
+        elif role == "toolResult" and win is not None and _pairs(session, win, row):
             window = windows.setdefault(win["turn"], {"a": win["a"], "r": {}})
             window["r"].setdefault(row["callId"], row["seq"])
     _restore_frontier(session)
@@ -280,10 +280,10 @@ def on_switch(session: Session) -> None:
     head["group"], head["win"], head["gate"] = group, win, None
 
 
-def _pairs(session: Session, win: dict[str, Any] | None, row: dict[str, Any]) -> bool:
+def _pairs(session: Session, win: dict[str, Any], row: dict[str, Any]) -> bool:
     """Whether a result row pairs with the window's calls and its facts are still kept."""
     seq = row.get("seq")
-    if win is None or seq is None or row["callId"] not in win["ids"]:
+    if seq is None or row["callId"] not in win["ids"]:
         return False
     return session.store.get(row_key(session.session_id, "r", seq)) is not None
 

@@ -21,7 +21,7 @@ from sessionfold.projections.pruning import index
 from sessionfold.projections.pruning.capture import call_arguments, result_text
 from sessionfold.projections.pruning.config import PruneConfig
 from sessionfold.projections.pruning.context_metrics import Protection
-from sessionfold.projections.pruning.digest import occurrence_key
+from sessionfold.projections.pruning.digest import occurrence_key, tool_calls
 from sessionfold.projections.store import Store
 from sessionfold.projections.views.base import SUMMARY_TYPE, split_occurrence
 from sessionfold.projections.views.chains import (
@@ -29,7 +29,6 @@ from sessionfold.projections.views.chains import (
     Diagnostic,
     grace_keys,
     log_ref,
-    tool_calls,
 )
 
 _SYNTHETIC_ID = re.compile(r'^<compressed-chain id="([^"]+)"')
@@ -293,7 +292,9 @@ def is_summary_message(message: Mapping[str, Any]) -> bool:
     return message.get("role") == "custom" and message.get("customType") == SUMMARY_TYPE
 
 
-def _summary_overlaps(message: Mapping[str, Any], keys: set[str], bare_ids: set[str]) -> bool:
+def _summary_overlaps(
+    message: Mapping[str, Any], keys: set[str], bare_ids: set[str | None]
+) -> bool:
     details = message.get("details")
     refs = details.get("toolCallRefs") if isinstance(details, dict) else None
     for ref in refs or ():
@@ -407,11 +408,11 @@ def _chain_phase(
     strip: set[int] = set()
     insert: dict[int, tuple[str, dict[str, Any]]] = {}
     dropped_keys: set[str] = set()
-    dropped_bare: set[str] = set()
+    dropped_bare: set[str | None] = set()  # a call without an id counts as None
     for entry, start, end in accepted:
         protected_ids = set(entry.protected_tool_call_ids)
         kept: list[tuple[str, str]] = []
-        in_range: list[str] = []
+        in_range: list[str | None] = []
         for position in range(start + 1, end):
             drop.add(position)
             message = messages[position]
