@@ -27,7 +27,7 @@ SPAN_RECORD_TYPE = "sessionfold-ledger.span"
 class StateFormatError(ValueError):
     """A ledger record written by a newer sessionfold: refused by name, never misread."""
 
-    def __init__(self, found: object, what: str = "ledger record") -> None:
+    def __init__(self, found: int, what: str = "ledger record") -> None:
         self.found = found
         super().__init__(
             f"{what} has stateFormat {found}, newer than this sessionfold reads "

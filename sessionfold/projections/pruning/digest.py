@@ -74,6 +74,13 @@ from typing import Any, cast
 
 from sessionfold.projections.jsjson import js_json_length, js_number_text
 from sessionfold.projections.pruning import context_metrics as metrics
+from sessionfold.projections.pruning.records import (
+    CallFacts,
+    CallIndex,
+    DigestHead,
+    MessageRow,
+    TreeNode,
+)
 from sessionfold.projections.store import Store, key
 
 _COMPRESSED_CHAIN_PREFIX = "<compressed-chain"
@@ -83,7 +90,7 @@ _COMPRESSED_CHAIN_PREFIX = "<compressed-chain"
 class Appended:
     """What an entry changed on the branch: the message row that joined it, and/or a switch."""
 
-    row: dict[str, Any] | None
+    row: MessageRow | None
     switched: bool = False
 
 
@@ -134,7 +141,7 @@ def is_folded(store: Store, session_id: str, entry_id: Any) -> bool:
     return _folded_before(store, session_id, metrics.load_head(store, session_id), entry_id)
 
 
-def _folded_before(store: Store, session_id: str, state: dict[str, Any], entry_id: str) -> bool:
+def _folded_before(store: Store, session_id: str, state: DigestHead, entry_id: str) -> bool:
     # A node written by an event whose head write a crash lost has `k` equal to the head's:
     # that event is being folded again, not a second entry with the id.
     known = store.get(key(session_id, "t", entry_id))
@@ -144,7 +151,7 @@ def _folded_before(store: Store, session_id: str, state: dict[str, Any], entry_i
 def _append(
     store: Store,
     session_id: str,
-    state: dict[str, Any],
+    state: DigestHead,
     entry_id: str,
     parent: str | None,
     entry: dict[str, Any],
@@ -155,8 +162,8 @@ def _append(
     switched = parent != state["leaf"]
     if switched:
         _move_branch(store, session_id, state, parent)
-    node: dict[str, Any] = {"p": parent, "k": state["k"]}
-    row = None
+    node: TreeNode = {"p": parent, "k": state["k"]}
+    row: MessageRow | None = None
     message = message_of(entry)
     if message is not None:
         row = _append_row(store, session_id, state, message, entry, seq)
@@ -184,30 +191,30 @@ def apply_reload(store: Store, session_id: str, leaf_id: str | None = None) -> b
     return True
 
 
-def head(store: Store, session_id: str) -> dict[str, Any]:
+def head(store: Store, session_id: str) -> DigestHead:
     """The session's head record (a fresh one for an unknown session)."""
     state = store.get(key(session_id, "h"))
     return metrics.empty_head() if state is None else state
 
 
-def row_at(store: Store, session_id: str, n: int) -> dict[str, Any] | None:
+def row_at(store: Store, session_id: str, n: int) -> MessageRow | None:
     """The message row at branch position n, or None."""
     return store.get(key(session_id, "m", n))
 
 
-def branch_rows(store: Store, session_id: str, start: int = 0) -> Iterator[dict[str, Any]]:
+def branch_rows(store: Store, session_id: str, start: int = 0) -> Iterator[MessageRow]:
     """The current branch's message rows from position `start`, in order."""
     count = head(store, session_id)["n"]
     for n in range(start, count):
         yield _row(store, session_id, n)
 
 
-def _row(store: Store, session_id: str, n: int) -> dict[str, Any]:
+def _row(store: Store, session_id: str, n: int) -> MessageRow:
     """The message row at position n, which the head's count says exists."""
-    return cast(dict[str, Any], store.get(key(session_id, "m", n)))
+    return cast(MessageRow, store.get(key(session_id, "m", n)))
 
 
-def rows_for_occurrence(store: Store, session_id: str, occ: str) -> list[dict[str, Any]]:
+def rows_for_occurrence(store: Store, session_id: str, occ: str) -> list[MessageRow]:
     """The branch's toolResult rows whose occurrence key is `occ`."""
     count = head(store, session_id)["n"]
     found = []
@@ -321,12 +328,10 @@ def _is_passthrough(message: dict[str, Any]) -> bool:
 # --- rows ------------------------------------------------------------------------------------
 
 
-def _new_row(
-    message: dict[str, Any], entry: dict[str, Any], n: int, seq: int | None
-) -> dict[str, Any]:
+def _new_row(message: dict[str, Any], entry: dict[str, Any], n: int, seq: int | None) -> MessageRow:
     timestamp = message.get("timestamp")
     ets = entry.get("timestamp")
-    row: dict[str, Any] = {
+    row: MessageRow = {
         "n": n,
         "id": entry["id"],
         "role": message.get("role"),
@@ -343,9 +348,9 @@ def _number_or_none(value: Any) -> int | float | None:
     return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _assistant_facts(message: dict[str, Any], row: dict[str, Any], turn: int) -> None:
+def _assistant_facts(message: dict[str, Any], row: MessageRow, turn: int) -> None:
     content = message.get("content")
-    calls = []
+    calls: list[CallFacts] = []
     think = 0
     if isinstance(content, list):
         for block in content:
@@ -355,7 +360,7 @@ def _assistant_facts(message: dict[str, Any], row: dict[str, Any], turn: int) ->
             if kind == "thinking":
                 think += js_json_length(block)
             elif kind == "toolCall":
-                call: dict[str, Any] = {"id": block.get("id"), "name": block.get("name")}
+                call: CallFacts = {"id": block.get("id"), "name": block.get("name")}
                 path = _call_path(block)
                 if path is not None:
                     call["path"] = path
@@ -367,7 +372,7 @@ def _assistant_facts(message: dict[str, Any], row: dict[str, Any], turn: int) ->
     row["calls"] = calls
 
 
-def _result_facts(message: dict[str, Any], row: dict[str, Any]) -> None:
+def _result_facts(message: dict[str, Any], row: MessageRow) -> None:
     call_id = message.get("toolCallId")
     row["callId"] = call_id if isinstance(call_id, str) else None
     row["tool"] = message.get("toolName")
@@ -379,11 +384,11 @@ def _result_facts(message: dict[str, Any], row: dict[str, Any]) -> None:
 def _append_row(
     store: Store,
     session_id: str,
-    state: dict[str, Any],
+    state: DigestHead,
     message: dict[str, Any],
     entry: dict[str, Any],
     seq: int | None,
-) -> dict[str, Any]:
+) -> MessageRow:
     n = state["n"]
     row = _new_row(message, entry, n, seq)
     role = row["role"]
@@ -407,7 +412,7 @@ def _append_row(
     return row
 
 
-def _index_row(store: Store, session_id: str, state: dict[str, Any], row: dict[str, Any]) -> None:
+def _index_row(store: Store, session_id: str, state: DigestHead, row: MessageRow) -> None:
     """Point the call-id and occurrence indexes at a row that just joined the branch."""
     role = row["role"]
     if role == "assistant":
@@ -431,20 +436,18 @@ def _index_row(store: Store, session_id: str, state: dict[str, Any], row: dict[s
 
 
 def _nearest_call_path(
-    store: Store, session_id: str, state: dict[str, Any], call_id: str | None, n: int
+    store: Store, session_id: str, state: DigestHead, call_id: str | None, n: int
 ) -> str | None:
     """The `path` arg of the nearest assistant before position n that has call `call_id`."""
     if call_id is None:
         return None
-    found: dict[str, Any] | None = store.get(key(session_id, "c", call_id))
+    found: CallIndex | None = store.get(key(session_id, "c", call_id))
     if found is None:
         return None  # no assistant on any branch ever had this id
     path: str | None = found["path"]
     if found["g"] == state["gen"]:
         return path  # written since the last switch: on this branch, the latest one
-    row: dict[str, Any] | None = (
-        store.get(key(session_id, "m", found["n"])) if found["n"] < n else None
-    )
+    row: MessageRow | None = store.get(key(session_id, "m", found["n"])) if found["n"] < n else None
     if row is not None and row["id"] == found["id"]:
         return path
     # The index points into an abandoned branch: look back on this one (rare, after a switch).
@@ -454,7 +457,7 @@ def _nearest_call_path(
             continue
         for call in row["calls"]:
             if call["id"] == call_id:
-                return cast(str | None, call.get("path"))
+                return call.get("path")
     return None
 
 
@@ -462,7 +465,7 @@ def _nearest_call_path(
 
 
 def _parent_of(
-    store: Store, session_id: str, state: dict[str, Any], parent: Any, entry_id: str
+    store: Store, session_id: str, state: DigestHead, parent: Any, entry_id: str
 ) -> str | None:
     """The entry's parent in the tree; None for a root (null, itself, or missing: pi's getTree),
     except that after a gap a missing parent is the gap's entry (see the module docstring)."""
@@ -474,10 +477,10 @@ def _parent_of(
     return parent
 
 
-def _move_branch(store: Store, session_id: str, state: dict[str, Any], target: str | None) -> None:
+def _move_branch(store: Store, session_id: str, state: DigestHead, target: str | None) -> None:
     """Make the branch end at entry `target`: swap the differing rows, rebuild the metrics."""
     count = state["n"]
-    adopted: list[tuple[str, dict[str, Any]]] = []
+    adopted: list[tuple[str, MessageRow]] = []
     keep = 0
     current = target
     while current is not None:
@@ -510,7 +513,7 @@ def _move_branch(store: Store, session_id: str, state: dict[str, Any], target: s
     metrics.rebuild(store, session_id, state)
 
 
-def _unpark(store: Store, session_id: str, entry_id: str, node: dict[str, Any]) -> None:
+def _unpark(store: Store, session_id: str, entry_id: str, node: TreeNode) -> None:
     """Drop the parked copy of a row that is back on the branch (written after the row)."""
     store.put(key(session_id, "t", entry_id), {k: v for k, v in node.items() if k != "r"})
 
