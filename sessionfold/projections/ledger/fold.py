@@ -41,15 +41,12 @@ from sessionfold.events.ledger import (
 )
 from sessionfold.projections.ledger import commands
 from sessionfold.projections.ledger.config import LedgerConfig
+from sessionfold.projections.ledger.pass_rows import note_row, rule_lift, rule_row, value_row
 from sessionfold.projections.ledger.records import (
     AnomalyDetail,
     AnomalyRow,
     LedgerHead,
     LedgerRow,
-    NoteRow,
-    RuleLift,
-    RuleRow,
-    ValueRow,
 )
 from sessionfold.projections.ledger.rules import lift_check
 from sessionfold.projections.ledger.state import (
@@ -585,22 +582,9 @@ class LedgerFold:
                 self._lift(head, event, payload.span, seq, entry)
             elif isinstance(event, NoteEvent):
                 kind = "D" if event.kind == "decision" else "X"
-                note: NoteRow = {
-                    "id": event.id,
-                    "text": event.text,
-                    "evidence": list(event.evidence),
-                    "span": payload.span,
-                }
-                self._put_row(head, kind, note)
+                self._put_row(head, kind, note_row(event, payload.span))
             elif isinstance(event, ValueEvent):
-                value: ValueRow = {
-                    "id": event.id,
-                    "value": event.value,
-                    "turn": event.turn,
-                    "what": event.what,
-                    "span": payload.span,
-                }
-                self._put_row(head, "V", value)
+                self._put_row(head, "V", value_row(event, payload.span))
             head["n"]["ev"] = max(head["n"]["ev"], event.n)
         self.store.put(ledger_key(session, "S", payload.span), record.model_dump(mode="json"))
         head["n"]["S"] = payload.span
@@ -638,17 +622,7 @@ class LedgerFold:
         ):
             self._anomaly(head, "rule-refused", seq, entry, rule=event.id, u=event.u)
             return
-        row: RuleRow = {
-            "id": event.id,
-            "u": event.u,
-            "entry": event.entry,
-            "words": event.words,
-            "start": event.start,
-            "end": event.end,
-            "span": span,
-            "lifted": None,
-        }
-        self._put_row(head, "R", row)
+        self._put_row(head, "R", rule_row(event, span))
 
     def _lift(
         self, head: LedgerHead, event: LiftEvent, span: int, seq: int | None, entry: str | None
@@ -671,9 +645,8 @@ class LedgerFold:
         ):
             self._anomaly(head, "lift-refused", seq, entry, rule=event.rule, u=event.by)
             return
-        lifted: RuleLift = {"by": event.by, "entry": event.entry, "span": span}
+        lifted = rule_lift(event, span)
         if event.replacedBy:
-            lifted["replacedBy"] = event.replacedBy
             # The replacement remembers what it replaced: lifting it later must name more.
             successor_key = ledger_key(session, "R", event.replacedBy[1:])
             successor = self.store.get(successor_key)

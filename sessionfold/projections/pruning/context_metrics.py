@@ -30,6 +30,7 @@ from functools import lru_cache
 from typing import Any, cast
 
 from sessionfold.projections.jsjson import js_json_length, js_number_text
+from sessionfold.projections.pruning.message_facts import is_text_only_assistant
 from sessionfold.projections.pruning.records import ContextMetricsState, DigestHead, MessageRow
 from sessionfold.projections.store import Store, key
 
@@ -534,7 +535,7 @@ def naive_snapshot(
     """The snapshot recomputed from §9.2 over a branch's message dicts (projection of §9.1)."""
     summarized = frozenset(summarized)
     chars = [js_json_length(m) for m in messages]
-    text_only = [_naive_text_only(m) for m in messages]
+    text_only = [is_text_only_assistant(m) for m in messages]
     last_text_only = max((i for i, t in enumerate(text_only) if t), default=-1)
     open_start = last_text_only + 1
     thinking = sum(
@@ -549,15 +550,6 @@ def naive_snapshot(
         largest = max(largest, sum(chars[start : end + 1]))
     gap = _naive_gap(messages, chars, frontier, summarized, protection)
     return _snapshot(thinking, largest, sum(chars[open_start:]), sum(chars), gap)
-
-
-def _naive_text_only(message: Mapping[str, Any]) -> bool:
-    if message.get("role") != "assistant":
-        return False
-    content = message.get("content")
-    if not isinstance(content, list):
-        return True
-    return not any(isinstance(b, dict) and b.get("type") == "toolCall" for b in content)
 
 
 def _naive_passthrough(message: Mapping[str, Any]) -> bool:

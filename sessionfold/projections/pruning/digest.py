@@ -20,7 +20,7 @@ Public API (all pure folds over a `Store`; no I/O, clock or randomness):
   with occurrence key `occ` (normally one).
 - `head(store, session_id) -> dict`: the session's head record (treat as read-only).
 Helpers: `message_of(entry)` (the message an entry puts on the branch), `occurrence_key(id, ts)`,
-`is_text_only_assistant(message)`, `iso_to_ms(iso)`.
+`iso_to_ms(iso)`; `message_facts.is_text_only_assistant(message)` says what a final reply is.
 
 A message row (JSON-ready dict) has, for every role: `n` (0-based position among the branch's
 messages), `id` (entry id), `role`, `chars` (= JSON.stringify(message).length), `ts` (the
@@ -74,6 +74,7 @@ from typing import Any, cast
 
 from sessionfold.projections.jsjson import js_json_length, js_number_text
 from sessionfold.projections.pruning import context_metrics as metrics
+from sessionfold.projections.pruning.message_facts import call_path
 from sessionfold.projections.pruning.records import (
     CallFacts,
     CallIndex,
@@ -291,25 +292,6 @@ def _js_string(value: Any) -> str:
     return "[object Object]"
 
 
-def is_text_only_assistant(message: dict[str, Any]) -> bool:
-    """An assistant message without toolCall blocks (non-array content counts): a final reply."""
-    if message.get("role") != "assistant":
-        return False
-    content = message.get("content")
-    if not isinstance(content, list):
-        return True
-    return not any(isinstance(b, dict) and b.get("type") == "toolCall" for b in content)
-
-
-def _call_path(block: dict[str, Any]) -> str | None:
-    # §3.2: the protection predicate receives `input ?? arguments`.
-    args = block.get("input")
-    if args is None:
-        args = block.get("arguments")
-    path = args.get("path") if isinstance(args, dict) else None
-    return path if isinstance(path, str) else None
-
-
 def _is_passthrough(message: dict[str, Any]) -> bool:
     content = message.get("content")
     if isinstance(content, str):
@@ -361,7 +343,7 @@ def _assistant_facts(message: dict[str, Any], row: MessageRow, turn: int) -> Non
                 think += js_json_length(block)
             elif kind == "toolCall":
                 call: CallFacts = {"id": block.get("id"), "name": block.get("name")}
-                path = _call_path(block)
+                path = call_path(block)
                 if path is not None:
                     call["path"] = path
                 calls.append(call)

@@ -34,6 +34,7 @@ from sessionfold.events.flush import is_pruning_compaction, read_compaction
 from sessionfold.projections.pruning import digest, flushing, windows
 from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
+from sessionfold.projections.pruning.message_facts import is_text_only_assistant
 from sessionfold.projections.store import Store
 
 log = logging.getLogger(__name__)
@@ -168,7 +169,7 @@ def _process_entry(session: pruning.Session, envelope: EntryEnvelope) -> list[En
     # Step 2: a final reply flushes before it is folded (agent-message trigger, §2.4).
     if (
         message is not None
-        and windows.is_text_only(message)
+        and is_text_only_assistant(message)
         and session.config.enabled
         and session.config.pruneOn == "agent-message"
         and session.head["me"] != envelope.seq

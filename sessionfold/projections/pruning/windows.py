@@ -30,6 +30,7 @@ from sessionfold.projections.pruning.capture import (
     result_text,
 )
 from sessionfold.projections.pruning.frontier import trim_batches
+from sessionfold.projections.pruning.message_facts import call_path
 from sessionfold.projections.pruning.records import (
     AssistantFacts,
     MessageRow,
@@ -61,20 +62,6 @@ def on_row(session: Session, row: MessageRow, message: dict[str, Any]) -> bool:
     return False
 
 
-def _call_path(block: dict[str, Any]) -> str | None:
-    # The protection predicate receives `input ?? arguments` (reference §3.2).
-    args = block.get("input")
-    if args is None:
-        args = block.get("arguments")
-    path = args.get("path") if isinstance(args, dict) else None
-    return path if isinstance(path, str) else None
-
-
-def is_text_only(message: dict[str, Any]) -> bool:
-    """An assistant message without toolCall blocks (non-array content counts): a final reply."""
-    return message.get("role") == "assistant" and not digest.tool_calls(message)
-
-
 def _open_turn(session: Session, row: MessageRow, message: dict[str, Any]) -> bool:
     head = session.head
     _note_usage(session, message)
@@ -91,7 +78,7 @@ def _open_turn(session: Session, row: MessageRow, message: dict[str, Any]) -> bo
             "id": b["id"],
             "name": str(b.get("name")),
             "args": call_arguments(b),
-            "path": _call_path(b),
+            "path": call_path(b),
         }
         for b in blocks
     ]
