@@ -13,6 +13,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sessionfold.events.envelope import CompactionEnvelope, FlushRequestEnvelope, OpaquePayload
+from sessionfold.events.errors import NewerFormatError
 
 #: The ledger state format this build writes and the newest it reads.
 STATE_FORMAT = 1
@@ -24,15 +25,11 @@ LEDGER_PRODUCER: Final = "sessionfold-ledger"
 SPAN_RECORD_TYPE = "sessionfold-ledger.span"
 
 
-class StateFormatError(ValueError):
+class StateFormatError(NewerFormatError):
     """A ledger record written by a newer sessionfold: refused by name, never misread."""
 
     def __init__(self, found: int, what: str = "ledger record") -> None:
-        self.found = found
-        super().__init__(
-            f"{what} has stateFormat {found}, newer than this sessionfold reads "
-            f"({STATE_FORMAT}); upgrade sessionfold to read it"
-        )
+        super().__init__(found, f"{what} has stateFormat {found},", STATE_FORMAT)
 
 
 class _Frozen(BaseModel):

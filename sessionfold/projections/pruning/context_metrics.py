@@ -30,7 +30,7 @@ from functools import lru_cache
 from typing import Any, cast
 
 from sessionfold.projections.jsjson import js_json_length, js_number_text
-from sessionfold.projections.pruning.message_facts import is_text_only_assistant
+from sessionfold.projections.pruning.message_facts import is_passthrough, is_text_only_assistant
 from sessionfold.projections.pruning.records import ContextMetricsState, DigestHead, MessageRow
 from sessionfold.projections.store import Store, key
 
@@ -552,20 +552,6 @@ def naive_snapshot(
     return _snapshot(thinking, largest, sum(chars[open_start:]), sum(chars), gap)
 
 
-def _naive_passthrough(message: Mapping[str, Any]) -> bool:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content.lstrip().startswith("<compressed-chain")
-    if isinstance(content, list) and content and isinstance(content[0], dict):
-        text = content[0].get("text")
-        return (
-            content[0].get("type") == "text"
-            and isinstance(text, str)
-            and text.lstrip().startswith("<compressed-chain")
-        )
-    return False
-
-
 def _naive_chains(
     messages: Sequence[Mapping[str, Any]], text_only: list[bool]
 ) -> list[tuple[int, int]]:
@@ -575,7 +561,7 @@ def _naive_chains(
     for i, message in enumerate(messages):
         role = message.get("role")
         if role == "user":
-            if _naive_passthrough(message):
+            if is_passthrough(message):
                 continue
             if start is not None:
                 next_user = next(

@@ -74,7 +74,7 @@ from typing import Any, cast
 
 from sessionfold.projections.jsjson import js_json_length, js_number_text
 from sessionfold.projections.pruning import context_metrics as metrics
-from sessionfold.projections.pruning.message_facts import call_path
+from sessionfold.projections.pruning.message_facts import call_path, is_passthrough
 from sessionfold.projections.pruning.records import (
     CallFacts,
     CallIndex,
@@ -83,8 +83,6 @@ from sessionfold.projections.pruning.records import (
     TreeNode,
 )
 from sessionfold.projections.store import Store, key
-
-_COMPRESSED_CHAIN_PREFIX = "<compressed-chain"
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,21 +290,6 @@ def _js_string(value: Any) -> str:
     return "[object Object]"
 
 
-def _is_passthrough(message: dict[str, Any]) -> bool:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content.lstrip().startswith(_COMPRESSED_CHAIN_PREFIX)
-    if not isinstance(content, list) or not content:
-        return False
-    first = content[0]
-    return (
-        isinstance(first, dict)
-        and first.get("type") == "text"
-        and isinstance(first.get("text"), str)
-        and first["text"].lstrip().startswith(_COMPRESSED_CHAIN_PREFIX)
-    )
-
-
 # --- rows ------------------------------------------------------------------------------------
 
 
@@ -381,7 +364,7 @@ def _append_row(
         path = _nearest_call_path(store, session_id, state, row["callId"], n)
         if path is not None:
             row["path"] = path
-    elif role == "user" and _is_passthrough(message):
+    elif role == "user" and is_passthrough(message):
         row["pass"] = True
     elif role == "custom" and "customType" in message:
         row["customType"] = message["customType"]

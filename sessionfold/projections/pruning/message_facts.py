@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+_COMPRESSED_CHAIN_PREFIX = "<compressed-chain"
+
 
 def is_text_only_assistant(message: Mapping[str, Any]) -> bool:
     """An assistant message without toolCall blocks (non-array content counts): a final reply."""
@@ -18,6 +20,22 @@ def is_text_only_assistant(message: Mapping[str, Any]) -> bool:
     if not isinstance(content, list):
         return True
     return not any(isinstance(b, dict) and b.get("type") == "toolCall" for b in content)
+
+
+def is_passthrough(message: Mapping[str, Any]) -> bool:
+    """A user message whose text starts with `<compressed-chain`: a chain synthetic."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content.lstrip().startswith(_COMPRESSED_CHAIN_PREFIX)
+    if not isinstance(content, list) or not content:
+        return False
+    first = content[0]
+    return (
+        isinstance(first, dict)
+        and first.get("type") == "text"
+        and isinstance(first.get("text"), str)
+        and first["text"].lstrip().startswith(_COMPRESSED_CHAIN_PREFIX)
+    )
 
 
 def call_path(block: Mapping[str, Any]) -> str | None:

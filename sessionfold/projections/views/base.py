@@ -253,11 +253,8 @@ def _interleave(
 def _context_message(entry: dict[str, Any]) -> dict[str, Any] | None:
     """The AgentMessage an entry contributes to pi's context (§1.8 step 6), or None."""
     kind = entry.get("type")
-    if kind == "message":
-        message = entry.get("message")
-        return message if isinstance(message, dict) else None
-    if kind == "custom_message":
-        return digest.message_of(entry)
+    if kind in ("message", "custom_message"):
+        return digest.message_of(entry)  # the same message the branch digest folds
     if kind == "branch_summary" and entry.get("summary"):
         return {
             "role": "branchSummary",
