@@ -91,12 +91,6 @@ class Usage(_Open):
     totalTokens: int | None = None  # missing in old files: sum the four counts instead
     cost: Cost | None = None
 
-    def context_tokens(self) -> int:
-        """Context size as pi reads it: totalTokens, else the sum of the four counts."""
-        if self.totalTokens:
-            return self.totalTokens
-        return self.input + self.output + self.cacheRead + self.cacheWrite
-
 
 class UserMessage(_Open):
     role: Literal["user"]

@@ -500,11 +500,6 @@ def set_protection(store: Store, session_id: str, protection: Protection) -> Non
     store.put(key(session_id, "h"), state)
 
 
-def protection_of(store: Store, session_id: str) -> Protection:
-    """The session's protection config."""
-    return _protection_of(load_head(store, session_id)["mx"])
-
-
 # --- reading ---------------------------------------------------------------------------------
 
 
