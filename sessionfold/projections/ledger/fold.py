@@ -45,6 +45,9 @@ from sessionfold.projections.ledger.pass_rows import note_row, rule_lift, rule_r
 from sessionfold.projections.ledger.records import (
     AnomalyDetail,
     AnomalyRow,
+    BashCall,
+    FileCall,
+    ForeignSummary,
     LedgerHead,
     LedgerRow,
 )
@@ -292,15 +295,20 @@ class LedgerFold:
                 )
         elif role == "assistant":
             for call_id, command in commands.bash_calls(message):
-                self.store.put(
-                    ledger_key(head["session"], "call", call_id),
-                    {"command": command[: config.command_chars], "seq": seq, "entry": entry_id},
-                )
+                bash: BashCall = {
+                    "command": command[: config.command_chars],
+                    "seq": seq,
+                    "entry": entry_id,
+                }
+                self.store.put(ledger_key(head["session"], "call", call_id), bash)
             for call_id, path, op in commands.file_calls(message):
-                self.store.put(
-                    ledger_key(head["session"], "call", call_id),
-                    {"file": path[: config.path_chars], "op": op, "seq": seq, "entry": entry_id},
-                )
+                file: FileCall = {
+                    "file": path[: config.path_chars],
+                    "op": op,
+                    "seq": seq,
+                    "entry": entry_id,
+                }
+                self.store.put(ledger_key(head["session"], "call", call_id), file)
         elif role == "toolResult":
             self._tool_result(head, message, entry_id, seq, span, cleanup)
         elif role == "bashExecution" and isinstance(message.get("command"), str):
@@ -461,16 +469,14 @@ class LedgerFold:
         summary = found if isinstance(found, str) else ""
         config = self.config
         cut = len(summary) > config.takeover_head_chars + config.takeover_tail_chars
-        self.store.put(
-            ledger_key(head["session"], "foreign"),
-            {
-                "entry": entry_id,
-                "seq": seq,
-                "chars": len(summary),
-                "head": summary[: config.takeover_head_chars] if cut else summary,
-                "tail": summary[-config.takeover_tail_chars :] if cut else "",
-            },
-        )
+        foreign: ForeignSummary = {
+            "entry": entry_id,
+            "seq": seq,
+            "chars": len(summary),
+            "head": summary[: config.takeover_head_chars] if cut else summary,
+            "tail": summary[-config.takeover_tail_chars :] if cut else "",
+        }
+        self.store.put(ledger_key(head["session"], "foreign"), foreign)
         head["foreign"] = {"entry": entry_id, "seq": seq}
         return self._request(head, seq, "compaction", entry_id)
 

@@ -36,6 +36,7 @@ from sessionfold.projections.pruning.flush_request import plan_from_row, plan_ro
 from sessionfold.projections.pruning.frontier import trim_batch
 from sessionfold.projections.pruning.records import (
     AttemptInfo,
+    FrontierRow,
     OutstandingRequest,
     ResultFacts,
     Spill,
@@ -278,7 +279,8 @@ def _set_frontier(session: Session, frontier: Frontier) -> None:
     head["frontier"] = frontier.model_dump()
     head["fn"] += 1
     leaf = digest.head(store, sid)["leaf"]
-    store.put(row_key(sid, "f", head["fn"]), {"frontier": head["frontier"], "leaf": leaf})
+    moved: FrontierRow = {"frontier": head["frontier"], "leaf": leaf}
+    store.put(row_key(sid, "f", head["fn"]), moved)
     metrics.on_frontier(store, sid, head["frontier"])
     _collect_dead_turns(session, frontier.last_attempted_turn_index)
 

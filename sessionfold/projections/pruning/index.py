@@ -118,7 +118,11 @@ def add_summary(
     request_id: str,
 ) -> None:
     """Store summary `number`: the text that replaces its calls in context."""
-    store.put(
-        _k(session_id, "s", number),
-        {"text": text, "refs": list(refs), "keys": list(keys), "turn": turn, "req": request_id},
-    )
+    row: SummaryRow = {
+        "text": text,
+        "refs": list(refs),
+        "keys": list(keys),
+        "turn": turn,
+        "req": request_id,
+    }
+    store.put(_k(session_id, "s", number), row)

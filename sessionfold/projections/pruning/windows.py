@@ -32,6 +32,7 @@ from sessionfold.projections.pruning.capture import (
 from sessionfold.projections.pruning.frontier import trim_batches
 from sessionfold.projections.pruning.message_facts import call_path
 from sessionfold.projections.pruning.records import (
+    AssistantCall,
     AssistantFacts,
     MessageRow,
     PendingTurn,
@@ -73,7 +74,7 @@ def _open_turn(session: Session, row: MessageRow, message: dict[str, Any]) -> bo
     head["gate"] = gate
     if not blocks or seq is None:
         return True  # a turn without tool calls ends with its message
-    calls = [
+    calls: list[AssistantCall] = [
         {
             "id": b["id"],
             "name": str(b.get("name")),
@@ -82,16 +83,14 @@ def _open_turn(session: Session, row: MessageRow, message: dict[str, Any]) -> bo
         }
         for b in blocks
     ]
-    session.store.put(
-        row_key(session.session_id, "a", seq),
-        {
-            "turn": turn,
-            "ts": _batch_timestamp(row),
-            "text": assistant_text(message),
-            "group": head["group"],
-            "calls": calls,
-        },
-    )
+    facts: AssistantFacts = {
+        "turn": turn,
+        "ts": _batch_timestamp(row),
+        "text": assistant_text(message),
+        "group": head["group"],
+        "calls": calls,
+    }
+    session.store.put(row_key(session.session_id, "a", seq), facts)
     ids = [c["id"] for c in calls]
     head["win"] = {"turn": turn, "a": seq, "ids": ids, "names": [c["name"] for c in calls]}
     gate["wait"] = list(dict.fromkeys(ids))
@@ -145,7 +144,8 @@ def _pair_result(session: Session, row: MessageRow, message: dict[str, Any]) -> 
     if win is None or seq is None or call_id not in win["ids"]:
         return False
     window_key = row_key(session.session_id, "w", win["turn"])
-    window = session.store.get(window_key) or {"a": win["a"], "r": {}}
+    stored: PendingTurn | None = session.store.get(window_key)
+    window: PendingTurn = stored or {"a": win["a"], "r": {}}
     if call_id in window["r"]:
         return False
     name = win["names"][win["ids"].index(call_id)]
