@@ -71,7 +71,6 @@ from sizing import (
 )
 
 from sessionfold.events.envelope import decode, encode
-from sessionfold.projections.pruning.config import load_config
 from sessionfold.streams.kafka.security import (
     ENV_NAMES,
     PLAINTEXT,
@@ -84,6 +83,7 @@ from sessionfold.streams.kafka.topic_reader import key_partition
 from sessionfold.streams.kafka.topics import Topics, ensure_topics
 from sessionfold.streams.publishing.publisher import make_producer
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
+from sessionfold.streams.runtime.config_files import load_config
 from sessionfold.streams.runtime.embedded import EmbeddedRuntime, fold_files
 from sessionfold.streams.tools import broker
 from sessionfold.streams.tools.synthetic import generate_session, write_fleet, write_session

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
 
+from sessionfold.events.errors import error_locations
+
 
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
@@ -88,12 +90,6 @@ class Usage(_Open):
     cacheWrite: int = 0
     totalTokens: int | None = None  # missing in old files: sum the four counts instead
     cost: Cost | None = None
-
-    def context_tokens(self) -> int:
-        """Context size as pi reads it: totalTokens, else the sum of the four counts."""
-        if self.totalTokens:
-            return self.totalTokens
-        return self.input + self.output + self.cacheRead + self.cacheWrite
 
 
 class UserMessage(_Open):
@@ -176,11 +172,19 @@ _ROLES = {
 }
 
 
+_ROLE_TAGS = _ROLES | {"hookMessage"}
+
+
+def _tag(value: Any, field: str, known: set[str]) -> str:
+    """The union member a raw dict or a model names in `field`; "unknown" for any other name."""
+    found = value.get(field) if isinstance(value, dict) else getattr(value, field, None)
+    return found if found in known else "unknown"
+
+
 def _role_kind(value: Any) -> str:
-    role = value.get("role") if isinstance(value, dict) else getattr(value, "role", None)
-    if role == "hookMessage":  # v2 name of custom; migration renames it, tolerate it anyway
-        return "custom"
-    return role if role in _ROLES else "unknown"
+    kind = _tag(value, "role", _ROLE_TAGS)
+    # hookMessage: v2 name of custom; migration renames it, tolerate it anyway.
+    return "custom" if kind == "hookMessage" else kind
 
 
 AgentMessage = Annotated[
@@ -295,8 +299,7 @@ _ENTRY_TYPES = {
 
 
 def _entry_kind(value: Any) -> str:
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return kind if kind in _ENTRY_TYPES else "unknown"
+    return _tag(value, "type", _ENTRY_TYPES)
 
 
 SessionEntry = Annotated[
@@ -326,7 +329,5 @@ def parse_entry(raw: dict[str, Any]) -> SessionEntry:
     try:
         return _SESSION_ENTRY.validate_python(raw)
     except ValidationError as exc:
-        where = ", ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['type']}" for e in exc.errors()[:5]
-        )
+        where = error_locations(exc)
         raise EntryError(f"invalid {str(raw.get('type'))[:40]!r} entry ({where})") from None

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from sessionfold.events.errors import NewerFormatError, error_locations
 from sessionfold.events.lines import DEPTH_REASON, ENVELOPE_DEPTH, may_be_too_deep, too_deep
 
 #: The envelope schema this build writes and the newest one it reads.
@@ -46,15 +47,11 @@ SESSION_EVENT_KINDS = frozenset(
 )
 
 
-class SchemaVersionError(ValueError):
+class SchemaVersionError(NewerFormatError):
     """An envelope written by a newer sessionfold: refused by name, never misread."""
 
     def __init__(self, found: int) -> None:
-        self.found = found
-        super().__init__(
-            f"envelope schema_version {found} is newer than this sessionfold reads "
-            f"({SCHEMA_VERSION}); upgrade sessionfold to read it"
-        )
+        super().__init__(found, f"envelope schema_version {found} is", SCHEMA_VERSION)
 
 
 class Payload(BaseModel):
@@ -243,7 +240,4 @@ def from_dict(raw: Any) -> Envelope:
         return _ENVELOPE.validate_python(raw)
     except ValidationError as exc:
         # Field locations and error types only: the input may hold message text.
-        where = ", ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['type']}" for e in exc.errors()[:5]
-        )
-        raise EnvelopeError(f"invalid envelope ({where})") from None
+        raise EnvelopeError(f"invalid envelope ({error_locations(exc)})") from None

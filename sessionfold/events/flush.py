@@ -8,7 +8,7 @@ two. Field names are snake_case like the envelope's.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field
 
@@ -29,7 +29,7 @@ Disposition = Literal["summarize", "skipped-trivial", "skipped-deduped"]
 ResultOutcome = Literal["summarized", "skipped-trivial", "skipped-deduped", "failed"]
 
 #: The `producer` of a pruning compaction; a ledger pass result on the same topic has another.
-PRUNING_PRODUCER = "sessionfold-pruning"
+PRUNING_PRODUCER: Final = "sessionfold-pruning"
 
 
 class MetricsSnapshot(Payload):

@@ -8,31 +8,28 @@ not run the pass rebuilds the same state from the transcript. Every payload carr
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from sessionfold.events.envelope import CompactionEnvelope, FlushRequestEnvelope, OpaquePayload
+from sessionfold.events.errors import NewerFormatError
 
 #: The ledger state format this build writes and the newest it reads.
 STATE_FORMAT = 1
 #: The span record version this build writes and reads; any other is skipped silently.
 SPAN_RECORD_VERSION = 1
 #: `producer` of our compaction entries' `details`, and the marker of our payloads.
-LEDGER_PRODUCER = "sessionfold-ledger"
+LEDGER_PRODUCER: Final = "sessionfold-ledger"
 #: customType of the span record entry appended after our compaction entry.
 SPAN_RECORD_TYPE = "sessionfold-ledger.span"
 
 
-class StateFormatError(ValueError):
+class StateFormatError(NewerFormatError):
     """A ledger record written by a newer sessionfold: refused by name, never misread."""
 
-    def __init__(self, found: object, what: str = "ledger record") -> None:
-        self.found = found
-        super().__init__(
-            f"{what} has stateFormat {found}, newer than this sessionfold reads "
-            f"({STATE_FORMAT}); upgrade sessionfold to read it"
-        )
+    def __init__(self, found: int, what: str = "ledger record") -> None:
+        super().__init__(found, f"{what} has stateFormat {found},", STATE_FORMAT)
 
 
 class _Frozen(BaseModel):

@@ -25,7 +25,9 @@ def file_version(header: dict[str, Any]) -> int:
     return version if isinstance(version, int) and version > 0 else 1
 
 
-def migrate_entry(entry: dict[str, Any], version: int, session_id: str, index: int) -> dict:
+def migrate_entry(
+    entry: dict[str, Any], version: int, session_id: str, index: int
+) -> dict[str, Any]:
     """Return `entry` in the v3 shape; `index` is its header-inclusive position in the file.
 
     The dict is changed in place where needed (it came straight from the parser); key order of

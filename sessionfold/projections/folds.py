@@ -9,9 +9,7 @@ ledger's pass requests as flush-requests records marked with the ledger's produc
 
 from __future__ import annotations
 
-from typing import Any
-
-from sessionfold.events.envelope import CompactionEnvelope
+from sessionfold.events.envelope import CompactionEnvelope, Envelope
 from sessionfold.events.ledger import is_ledger_compaction, request_envelope
 from sessionfold.projections.ledger.config import LedgerConfig
 from sessionfold.projections.ledger.fold import LedgerFold
@@ -21,8 +19,8 @@ from sessionfold.projections.store import Store
 
 
 def apply_folds(
-    store: Store, envelope: Any, prune: PruneConfig, ledger: LedgerConfig | None
-) -> list[Any]:
+    store: Store, envelope: Envelope, prune: PruneConfig, ledger: LedgerConfig | None
+) -> list[Envelope]:
     """Fold one envelope through pruning and (unless `ledger` is None) the ledger."""
     outputs = session_fold.apply(store, envelope, prune)
     if ledger is None:

@@ -33,7 +33,7 @@ def key(session_id: str, *parts: object) -> str:
     return "/".join((session_id, *map(str, parts)))
 
 
-class DictStore(dict):
+class DictStore(dict[str, Any]):
     """The embedded runtime's store: a plain dict with the Store methods.
 
     `get` is dict's own and `put` is item assignment, bound without a Python frame of their

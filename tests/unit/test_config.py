@@ -11,9 +11,9 @@ from sessionfold.projections.pruning.config import (
     ConfigError,
     build_config,
     deep_merge,
-    load_config,
     parse_override,
 )
+from sessionfold.streams.runtime.config_files import load_config
 
 
 def test_defaults_match_the_reference_except_enabled() -> None:

@@ -10,7 +10,6 @@ span closes narrative-less and its messages are offered again by the next pass.
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections import Counter
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from sessionfold.ports.ledger.prompt import build_prompt, fit_whole
 from sessionfold.ports.ledger.turns import TurnsOutcome, run_turns
 from sessionfold.ports.ledger.verify import Verdict, apply_replies, verify
 from sessionfold.projections.ledger.config import LedgerConfig
+from sessionfold.projections.ledger.pass_rows import apply_to_state
 from sessionfold.projections.ledger.render import render
 from sessionfold.projections.ledger.text import clip
 
@@ -237,49 +237,6 @@ def _events(context: PassContext, verdict: Verdict) -> list[LedgerEvent]:
             ValueEvent(n=next_n(), id=f"V{counters['V']}", value=value, turn=turn, what=what)
         )
     return events
-
-
-def apply_to_state(
-    state: dict[str, Any], events: list[LedgerEvent], record: SpanRecord
-) -> dict[str, Any]:
-    """The snapshot after a pass: what the fold's `apply_pass` writes, applied to a copy."""
-    after = copy.deepcopy(state)
-    rules = {row["id"]: row for row in after["rules"]}
-    for event in events:
-        if isinstance(event, RuleEvent):
-            row = {
-                "id": event.id,
-                "u": event.u,
-                "entry": event.entry,
-                "words": event.words,
-                "start": event.start,
-                "end": event.end,
-                "span": record.span,
-                "lifted": None,
-            }
-            after["rules"].append(row)
-            rules[event.id] = row
-        elif isinstance(event, LiftEvent) and event.rule in rules:
-            lifted = {"by": event.by, "entry": event.entry, "span": record.span}
-            if event.replacedBy:
-                lifted["replacedBy"] = event.replacedBy
-                successor = rules.get(event.replacedBy)
-                if successor is not None:
-                    successor["replaces"] = [*successor.get("replaces", []), event.rule]
-            rules[event.rule]["lifted"] = lifted
-        elif isinstance(event, NoteEvent):
-            name = "decisions" if event.kind == "decision" else "deadEnds"
-            row = {"id": event.id, "text": event.text, "evidence": list(event.evidence)}
-            after[name].append({**row, "span": record.span})
-        elif isinstance(event, ValueEvent):
-            row = {"id": event.id, "value": event.value, "turn": event.turn, "what": event.what}
-            after["values"].append({**row, "span": record.span})
-    after["spans"] = [*after["spans"], record.model_dump(mode="json")]
-    after["span"] = record.span
-    after["now"] = record.now
-    if record.world is not None:
-        after["world"] = record.world
-    return after
 
 
 def _last_objective(context: PassContext) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Any
+from typing import Any, Unpack
 
 import orjson
 from pydantic import ValidationError
@@ -20,6 +20,7 @@ from sessionfold.events.envelope import (
     SESSION_EVENT_KINDS,
     CompactionEnvelope,
     EntryEnvelope,
+    Envelope,
     Kind,
     PlaceholderEnvelope,
     WorldEnvelope,
@@ -40,6 +41,16 @@ from sessionfold.events.ledger import (
 )
 from sessionfold.projections.ledger import commands
 from sessionfold.projections.ledger.config import LedgerConfig
+from sessionfold.projections.ledger.pass_rows import note_row, rule_lift, rule_row, value_row
+from sessionfold.projections.ledger.records import (
+    AnomalyDetail,
+    AnomalyRow,
+    BashCall,
+    FileCall,
+    ForeignSummary,
+    LedgerHead,
+    LedgerRow,
+)
 from sessionfold.projections.ledger.rules import lift_check
 from sessionfold.projections.ledger.state import (
     ledger_key,
@@ -78,7 +89,7 @@ class LedgerFold:
 
     # --- entry points -------------------------------------------------------------------
 
-    def apply(self, envelope: Any) -> list[PassRequest]:
+    def apply(self, envelope: Envelope) -> list[PassRequest]:
         """Fold one envelope; return the pass requests it raises (zero or one)."""
         if isinstance(envelope, CompactionEnvelope):
             return self.apply_pass(envelope.payload.model_dump())
@@ -136,7 +147,7 @@ class LedgerFold:
 
     # --- head, rows, anomalies ----------------------------------------------------------
 
-    def _head(self, session_id: str) -> dict[str, Any]:
+    def _head(self, session_id: str) -> LedgerHead:
         head = load_head(self.store, session_id)
         if head is None:
             return new_head(session_id)
@@ -148,20 +159,25 @@ class LedgerFold:
             self._anomaly(head, "state-format-newer", None, None, found=exc.found)
         return head
 
-    def _put_head(self, head: dict[str, Any]) -> None:
+    def _put_head(self, head: LedgerHead) -> None:
         self.store.put(ledger_key(head["session"], "head"), head)
 
-    def _put_row(self, head: dict[str, Any], kind: str, row: dict[str, Any]) -> int:
-        number = head["n"].get(kind, 0) + 1  # .get: a head from before a kind existed
+    def _put_row(self, head: LedgerHead, kind: str, row: LedgerRow) -> int:
+        number: int = head["n"].get(kind, 0) + 1  # .get: a head from before a kind existed
         head["n"][kind] = number
         self.store.put(ledger_key(head["session"], kind, number), row)
         return number
 
     def _anomaly(
-        self, head: dict[str, Any], code: str, seq: int | None, entry: str | None, **detail: Any
+        self,
+        head: LedgerHead,
+        code: str,
+        seq: int | None,
+        entry: str | None,
+        **detail: Unpack[AnomalyDetail],
     ) -> None:
         number = head["n"]["A"] + 1
-        row = {"id": f"A{number}", "code": code, "seq": seq, "entry": entry, **detail}
+        row: AnomalyRow = {"id": f"A{number}", "code": code, "seq": seq, "entry": entry, **detail}
         self._put_row(head, "A", row)
         log.warning("ledger anomaly", extra={"ledger": {"code": code, "seq": seq}})
 
@@ -190,7 +206,7 @@ class LedgerFold:
         self._put_head(head)
         return []
 
-    def _event(self, head: dict[str, Any], envelope: Any) -> list[PassRequest]:
+    def _event(self, head: LedgerHead, envelope: Envelope) -> list[PassRequest]:
         requests: list[PassRequest] = []
         cleanup: list[str] = []
         if isinstance(envelope, EntryEnvelope):
@@ -211,7 +227,7 @@ class LedgerFold:
             self.store.delete(stale)
         return requests
 
-    def _second_id(self, head: dict[str, Any], entry: dict[str, Any], seq: int) -> bool:
+    def _second_id(self, head: LedgerHead, entry: dict[str, Any], seq: int) -> bool:
         """True when an earlier event folded an entry with this entry's id; else note the id.
 
         pi never reuses an id; the reader dead-letters a second one, and the pruning fold
@@ -221,14 +237,14 @@ class LedgerFold:
         if entry.get("type") == "session" or not isinstance(entry_id, str):
             return False
         id_key = ledger_key(head["session"], "id", entry_id)
-        first = self.store.get(id_key)
+        first: int | None = self.store.get(id_key)  # the seq that first folded this id
         if first is None:
             self.store.put(id_key, seq)
             return False
         return first != seq  # the same seq: this event again, after a crash before its head
 
     def _entry(
-        self, head: dict[str, Any], entry: dict[str, Any], seq: int, cleanup: list[str]
+        self, head: LedgerHead, entry: dict[str, Any], seq: int, cleanup: list[str]
     ) -> list[PassRequest]:
         kind = entry.get("type")
         entry_id = entry.get("id") if isinstance(entry.get("id"), str) else None
@@ -252,7 +268,7 @@ class LedgerFold:
 
     def _message(
         self,
-        head: dict[str, Any],
+        head: LedgerHead,
         message: dict[str, Any],
         entry_id: str | None,
         seq: int,
@@ -279,27 +295,40 @@ class LedgerFold:
                 )
         elif role == "assistant":
             for call_id, command in commands.bash_calls(message):
-                self.store.put(
-                    ledger_key(head["session"], "call", call_id),
-                    {"command": command[: config.command_chars], "seq": seq, "entry": entry_id},
-                )
+                bash: BashCall = {
+                    "command": command[: config.command_chars],
+                    "seq": seq,
+                    "entry": entry_id,
+                }
+                self.store.put(ledger_key(head["session"], "call", call_id), bash)
             for call_id, path, op in commands.file_calls(message):
-                self.store.put(
-                    ledger_key(head["session"], "call", call_id),
-                    {"file": path[: config.path_chars], "op": op, "seq": seq, "entry": entry_id},
-                )
+                file: FileCall = {
+                    "file": path[: config.path_chars],
+                    "op": op,
+                    "seq": seq,
+                    "entry": entry_id,
+                }
+                self.store.put(ledger_key(head["session"], "call", call_id), file)
         elif role == "toolResult":
             self._tool_result(head, message, entry_id, seq, span, cleanup)
         elif role == "bashExecution" and isinstance(message.get("command"), str):
             outcome = commands.execution_outcome(message)
-            output = message.get("output") if isinstance(message.get("output"), str) else ""
+            output = message.get("output")
             self._command(
-                head, message["command"], outcome, output, "user", entry_id, seq, span, None
+                head,
+                message["command"],
+                outcome,
+                output if isinstance(output, str) else "",
+                "user",
+                entry_id,
+                seq,
+                span,
+                None,
             )
 
     def _tool_result(
         self,
-        head: dict[str, Any],
+        head: LedgerHead,
         message: dict[str, Any],
         entry_id: str | None,
         seq: int,
@@ -351,7 +380,7 @@ class LedgerFold:
             )
 
     def _file(
-        self, head: dict[str, Any], path: str, op: str, entry: str | None, seq: int, span: int
+        self, head: LedgerHead, path: str, op: str, entry: str | None, seq: int, span: int
     ) -> None:
         """A file read or modified, once per (path, op): the first time it happened."""
         digest = hashlib.sha256(path.encode()).hexdigest()[:20]
@@ -368,7 +397,7 @@ class LedgerFold:
 
     def _command(
         self,
-        head: dict[str, Any],
+        head: LedgerHead,
         command: str,
         outcome: commands.Outcome,
         output: str,
@@ -422,7 +451,7 @@ class LedgerFold:
         )
 
     def _compaction(
-        self, head: dict[str, Any], entry: dict[str, Any], entry_id: str | None, seq: int
+        self, head: LedgerHead, entry: dict[str, Any], entry_id: str | None, seq: int
     ) -> list[PassRequest]:
         if is_ours(entry):
             details = entry["details"]
@@ -436,19 +465,18 @@ class LedgerFold:
             return []
         # pi's own (or another extension's) compaction: the span ends here; judge it ourselves,
         # taking over from that compactor: its summary (head and tail) goes into the prompt.
-        summary = entry.get("summary") if isinstance(entry.get("summary"), str) else ""
+        found = entry.get("summary")
+        summary = found if isinstance(found, str) else ""
         config = self.config
         cut = len(summary) > config.takeover_head_chars + config.takeover_tail_chars
-        self.store.put(
-            ledger_key(head["session"], "foreign"),
-            {
-                "entry": entry_id,
-                "seq": seq,
-                "chars": len(summary),
-                "head": summary[: config.takeover_head_chars] if cut else summary,
-                "tail": summary[-config.takeover_tail_chars :] if cut else "",
-            },
-        )
+        foreign: ForeignSummary = {
+            "entry": entry_id,
+            "seq": seq,
+            "chars": len(summary),
+            "head": summary[: config.takeover_head_chars] if cut else summary,
+            "tail": summary[-config.takeover_tail_chars :] if cut else "",
+        }
+        self.store.put(ledger_key(head["session"], "foreign"), foreign)
         head["foreign"] = {"entry": entry_id, "seq": seq}
         return self._request(head, seq, "compaction", entry_id)
 
@@ -472,7 +500,7 @@ class LedgerFold:
     # --- passes -------------------------------------------------------------------------
 
     def _request(
-        self, head: dict[str, Any], seq: int, trigger: str, entry_id: str | None
+        self, head: LedgerHead, seq: int, trigger: str, entry_id: str | None
     ) -> list[PassRequest]:
         if not span_has_content(head):
             return []  # nothing new since the last pass (e.g. pi's entry after our own pass)
@@ -511,7 +539,7 @@ class LedgerFold:
         ]
 
     def _apply_payload(
-        self, head: dict[str, Any], raw: dict[str, Any], seq: int | None, entry: str | None
+        self, head: LedgerHead, raw: dict[str, Any], seq: int | None, entry: str | None
     ) -> list[PassRequest]:
         try:
             check_state_format(raw.get("stateFormat"), "ledger pass result")
@@ -542,13 +570,13 @@ class LedgerFold:
         self.store.put(answered, True)
         return []
 
-    def _release(self, head: dict[str, Any], rid: Any) -> None:
+    def _release(self, head: LedgerHead, rid: Any) -> None:
         if rid is not None and head["pending"] == rid:
             head["pending"] = None
         self._put_head(head)
 
     def _close(
-        self, head: dict[str, Any], payload: LedgerPassPayload, seq: int | None, entry: str | None
+        self, head: LedgerHead, payload: LedgerPassPayload, seq: int | None, entry: str | None
     ) -> None:
         record = payload.record
         assert record is not None
@@ -560,11 +588,9 @@ class LedgerFold:
                 self._lift(head, event, payload.span, seq, entry)
             elif isinstance(event, NoteEvent):
                 kind = "D" if event.kind == "decision" else "X"
-                row = {"id": event.id, "text": event.text, "evidence": list(event.evidence)}
-                self._put_row(head, kind, {**row, "span": payload.span})
+                self._put_row(head, kind, note_row(event, payload.span))
             elif isinstance(event, ValueEvent):
-                row = {"id": event.id, "value": event.value, "turn": event.turn}
-                self._put_row(head, "V", {**row, "what": event.what, "span": payload.span})
+                self._put_row(head, "V", value_row(event, payload.span))
             head["n"]["ev"] = max(head["n"]["ev"], event.n)
         self.store.put(ledger_key(session, "S", payload.span), record.model_dump(mode="json"))
         head["n"]["S"] = payload.span
@@ -591,7 +617,7 @@ class LedgerFold:
         )
 
     def _rule(
-        self, head: dict[str, Any], event: RuleEvent, span: int, seq: int | None, entry: str | None
+        self, head: LedgerHead, event: RuleEvent, span: int, seq: int | None, entry: str | None
     ) -> None:
         # The store's own checks: the next id, and words that stand in the message there.
         user = self.store.get(ledger_key(head["session"], "u", event.u[1:]))
@@ -602,20 +628,10 @@ class LedgerFold:
         ):
             self._anomaly(head, "rule-refused", seq, entry, rule=event.id, u=event.u)
             return
-        row = {
-            "id": event.id,
-            "u": event.u,
-            "entry": event.entry,
-            "words": event.words,
-            "start": event.start,
-            "end": event.end,
-            "span": span,
-            "lifted": None,
-        }
-        self._put_row(head, "R", row)
+        self._put_row(head, "R", rule_row(event, span))
 
     def _lift(
-        self, head: dict[str, Any], event: LiftEvent, span: int, seq: int | None, entry: str | None
+        self, head: LedgerHead, event: LiftEvent, span: int, seq: int | None, entry: str | None
     ) -> None:
         session = head["session"]
         number = event.rule[1:]
@@ -635,9 +651,8 @@ class LedgerFold:
         ):
             self._anomaly(head, "lift-refused", seq, entry, rule=event.rule, u=event.by)
             return
-        lifted = {"by": event.by, "entry": event.entry, "span": span}
+        lifted = rule_lift(event, span)
         if event.replacedBy:
-            lifted["replacedBy"] = event.replacedBy
             # The replacement remembers what it replaced: lifting it later must name more.
             successor_key = ledger_key(session, "R", event.replacedBy[1:])
             successor = self.store.get(successor_key)
@@ -646,7 +661,7 @@ class LedgerFold:
                 self.store.put(successor_key, {**successor, "replaces": replaces})
         self.store.put(ledger_key(session, "R", number), {**rule, "lifted": lifted})
 
-    def _drain(self, head: dict[str, Any]) -> list[PassRequest]:
+    def _drain(self, head: LedgerHead) -> list[PassRequest]:
         """Fold the events the barrier held, in order, until one raises a pass again."""
         requests: list[PassRequest] = []
         while head["buffer"] and head["pending"] is None:

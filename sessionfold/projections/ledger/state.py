@@ -19,11 +19,12 @@ One event writes the head and a row or two, so a write never grows with the sess
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from sessionfold.events.ledger import STATE_FORMAT
+from sessionfold.projections.ledger.records import LedgerHead
 from sessionfold.projections.store import Store, key
 
 #: Counters in the head, one per kind of numbered row, plus `ev` for accepted pass events.
@@ -37,7 +38,7 @@ def ledger_key(session_id: str, *parts: object) -> str:
     return key(session_id, "ledger", *parts)
 
 
-def new_head(session_id: str) -> dict[str, Any]:
+def new_head(session_id: str) -> LedgerHead:
     """The head of an empty ledger."""
     return {
         "stateFormat": STATE_FORMAT,
@@ -56,13 +57,13 @@ def new_head(session_id: str) -> dict[str, Any]:
     }
 
 
-def load_head(store: Store, session_id: str) -> dict[str, Any] | None:
+def load_head(store: Store, session_id: str) -> LedgerHead | None:
     """The stored head, or None when the session has no ledger yet."""
     head = store.get(ledger_key(session_id, "head"))
-    return head if isinstance(head, dict) else None
+    return cast(LedgerHead, head) if isinstance(head, dict) else None
 
 
-def rows(store: Store, session_id: str, kind: str, first: int, last: int) -> list[dict]:
+def rows(store: Store, session_id: str, kind: str, first: int, last: int) -> list[dict[str, Any]]:
     """Rows kind/first..kind/last that exist, in order."""
     found = []
     for number in range(first, last + 1):
@@ -72,17 +73,17 @@ def rows(store: Store, session_id: str, kind: str, first: int, last: int) -> lis
     return found
 
 
-def all_rows(store: Store, head: dict[str, Any], kind: str) -> list[dict]:
+def all_rows(store: Store, head: LedgerHead, kind: str) -> list[dict[str, Any]]:
     """Every row of a kind the head counts."""
     return rows(store, head["session"], kind, 1, head["n"].get(kind, 0))
 
 
-def span_has_content(head: dict[str, Any]) -> bool:
+def span_has_content(head: LedgerHead) -> bool:
     """True when the open span holds a user message, a command or an error."""
     return any(head["n"][kind] >= head["first"][kind] for kind in SPAN_KINDS)
 
 
-def open_rows(store: Store, head: dict[str, Any], kind: str) -> list[dict]:
+def open_rows(store: Store, head: LedgerHead, kind: str) -> list[dict[str, Any]]:
     """The rows of a kind that belong to the open span."""
     return rows(store, head["session"], kind, head["first"][kind], head["n"][kind])
 
@@ -96,7 +97,7 @@ def snapshot(store: Store, session_id: str, at_span: int | None = None) -> dict[
     head = load_head(store, session_id) or new_head(session_id)
     last = head["span"] if at_span is None else max(0, min(at_span, head["span"]))
 
-    def within(row: dict) -> bool:
+    def within(row: dict[str, Any]) -> bool:
         return at_span is None or int(row.get("span", 0)) <= last
 
     rules = []

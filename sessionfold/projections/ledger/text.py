@@ -103,11 +103,6 @@ def quotable_regions(text: str) -> list[Region]:
     return [region] if region else []
 
 
-def is_goal_message(text: str) -> bool:
-    """True for a pi-goal `/goal` message (goal tags or a leading /goal command)."""
-    return bool(goal_objectives(text) or _GOAL_COMMAND.match(text))
-
-
 def quotable_text(text: str) -> str:
     """The user's own words of a message: its quotable regions joined by a blank line."""
     return "\n\n".join(text[a:b] for a, b in quotable_regions(text))

@@ -1,4 +1,4 @@
-"""The pruning configuration (reference §11): defaults, validation, deep merge, TOML and overrides.
+"""The pruning configuration (reference §11): defaults, validation, deep merge and overrides.
 
 Keys are pi-condense's camelCase names (`minBatchChars`, `chainCompression.rollingWindow`);
 snake_case spellings are accepted as aliases. Unlike pi-condense, an invalid value is an error
@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-import tomllib
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -153,7 +151,10 @@ class PruneConfig(_Section):
 
 DEFAULT_CONFIG = PruneConfig()
 
-_SECTIONS = {"chainCompression": ChainCompressionConfig, "purgeErrors": PurgeErrorsConfig}
+_SECTIONS: dict[str, type[BaseModel]] = {
+    "chainCompression": ChainCompressionConfig,
+    "purgeErrors": PurgeErrorsConfig,
+}
 
 
 def _camel(name: str) -> str:
@@ -164,7 +165,7 @@ def _camel(name: str) -> str:
 
 def _canonical(raw: Mapping[str, Any], where: str = "") -> dict[str, Any]:
     """Keys renamed to camelCase, legacy keys dropped, unknown keys refused by name."""
-    model = _SECTIONS.get(where.rstrip("."), PruneConfig) if where else PruneConfig
+    model: type[BaseModel] = _SECTIONS.get(where.rstrip("."), PruneConfig) if where else PruneConfig
     out: dict[str, Any] = {}
     for name, value in raw.items():
         if not isinstance(name, str):
@@ -238,24 +239,8 @@ def _literal(value: str) -> Any:
         return value
 
 
-def load_toml(path: Path | str) -> dict[str, Any]:
-    """The settings a TOML file holds: its `[pruning]` table if it has one, else its top level."""
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(str(path), f"not valid TOML ({type(exc).__name__})") from None
-    pruning = data.get("pruning")
-    return dict(pruning) if isinstance(pruning, Mapping) else data
-
-
-def load_config(
-    path: Path | str | None = None,
-    overrides: Iterable[str] = (),
-    base: PruneConfig = DEFAULT_CONFIG,
-) -> PruneConfig:
-    """Defaults, then the TOML file if given, then each `key=value` override, validated."""
-    layers: list[Mapping[str, Any]] = []
-    if path is not None:
-        layers.append(load_toml(path))
-    layers.extend(parse_override(text) for text in overrides)
-    return build_config(*layers, base=base)
+def pruning_table(document: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings a parsed TOML document holds: its `[pruning]` table if it has one, else its
+    top level (reading the file is `streams.runtime.config_files`')."""
+    pruning = document.get("pruning")
+    return dict(pruning) if isinstance(pruning, Mapping) else dict(document)

@@ -27,9 +27,11 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from sessionfold.projections.jsjson import js_json_length, js_number_text
+from sessionfold.projections.pruning.message_facts import is_passthrough, is_text_only_assistant
+from sessionfold.projections.pruning.records import ContextMetricsState, DigestHead, MessageRow
 from sessionfold.projections.store import Store, key
 
 DEFAULT_PROTECTED_PATHS = ("**/skills/**/*.md",)
@@ -198,7 +200,7 @@ def _machine(glob: str) -> _GlobMachine:
     return _GlobMachine(table, skip1, skip2, 1 << state)
 
 
-def _protection_of(mx: dict[str, Any]) -> Protection:
+def _protection_of(mx: ContextMetricsState) -> Protection:
     config = mx.get("prot")
     if config is None:
         return DEFAULT_PROTECTION
@@ -219,7 +221,7 @@ def js_round(value: float) -> int:
 # --- state -----------------------------------------------------------------------------------
 
 
-def new_state() -> dict[str, Any]:
+def new_state() -> ContextMetricsState:
     """The metrics part (`mx`) of a fresh head record."""
     return {
         "tot": 0,
@@ -239,27 +241,27 @@ def new_state() -> dict[str, Any]:
     }
 
 
-def empty_head() -> dict[str, Any]:
+def empty_head() -> DigestHead:
     """A fresh head record (the digest's fields and the metrics')."""
     return {"leaf": None, "last": None, "k": 0, "n": 0, "turns": 0, "gen": 0, "mx": new_state()}
 
 
-def load_head(store: Store, session_id: str) -> dict[str, Any]:
+def load_head(store: Store, session_id: str) -> DigestHead:
     """A private copy of the head record to change and put back (never mutate a stored value:
     with a dict store that would write before the event's commit point)."""
-    stored = store.get(key(session_id, "h"))
+    stored: DigestHead | None = store.get(key(session_id, "h"))
     if stored is None:
         return empty_head()
-    mx = dict(stored["mx"])
+    mx = stored["mx"].copy()
     mx["gx"] = list(mx["gx"])
     return {**stored, "mx": mx}
 
 
-def _row(store: Store, session_id: str, n: int) -> dict[str, Any]:
-    return store.get(key(session_id, "m", n))
+def _row(store: Store, session_id: str, n: int) -> MessageRow:
+    return cast(MessageRow, store.get(key(session_id, "m", n)))
 
 
-def fold_row(store: Store, session_id: str, state: dict[str, Any], row: dict[str, Any]) -> None:
+def fold_row(store: Store, session_id: str, state: DigestHead, row: MessageRow) -> None:
     """Add one message row that joined the branch at its end to the running sums in `state`."""
     mx = state["mx"]
     chars = row["chars"]
@@ -281,7 +283,7 @@ def fold_row(store: Store, session_id: str, state: dict[str, Any], row: dict[str
 
 
 def _fold_chain(
-    mx: dict[str, Any], row: dict[str, Any], chars: int, role: str, text_only: bool
+    mx: ContextMetricsState, row: MessageRow, chars: int, role: str, text_only: bool
 ) -> None:
     """detectChains (§8.1) as a running sum: chains are index ranges over the projection."""
     if role == "user" and not row.get("pass"):
@@ -303,7 +305,7 @@ def _fold_chain(
         mx["cpre"] = -1
 
 
-def _fold_boundary(mx: dict[str, Any], row: dict[str, Any]) -> None:
+def _fold_boundary(mx: ContextMetricsState, row: MessageRow) -> None:
     """An assistant joined: it may be the frontier's turn, or the end of the boundary turn."""
     if mx["gb"] >= 0:
         if mx["gw"] is None:
@@ -318,7 +320,7 @@ def _fold_boundary(mx: dict[str, Any], row: dict[str, Any]) -> None:
         mx["gb"], mx["gt"], mx["gx"], mx["gw"], mx["gap"] = row["n"], row["turn"], excluded, None, 0
 
 
-def _excluded_ids(assistant: dict[str, Any], call_id: str) -> list[Any] | None:
+def _excluded_ids(assistant: MessageRow, call_id: str) -> list[Any] | None:
     """The boundary turn's call ids up to and including `call_id`; None when it is not there."""
     ids = [call["id"] for call in assistant["calls"]]
     if call_id not in ids:
@@ -333,20 +335,20 @@ def _after_boundary(n: int, call_id: Any, gb: int, gx: list[Any], gw: int | None
     return not (in_window and call_id in gx)
 
 
-def _eligible(store: Store, session_id: str, mx: dict[str, Any], row: dict[str, Any]) -> bool:
+def _eligible(store: Store, session_id: str, mx: ContextMetricsState, row: MessageRow) -> bool:
     """Summarization-eligible: not summarized (by occurrence key) and not protected."""
     if _marked(store, session_id, mx, row["occ"]):
         return False
     return not _protection_of(mx).protects(row["tool"], row.get("path"))
 
 
-def _counted(store: Store, session_id: str, mx: dict[str, Any], row: dict[str, Any]) -> bool:
+def _counted(store: Store, session_id: str, mx: ContextMetricsState, row: MessageRow) -> bool:
     return _after_boundary(row["n"], row["callId"], mx["gb"], mx["gx"], mx["gw"]) and _eligible(
         store, session_id, mx, row
     )
 
 
-def rebuild(store: Store, session_id: str, state: dict[str, Any]) -> None:
+def rebuild(store: Store, session_id: str, state: DigestHead) -> None:
     """Recompute `state`'s metrics and assistant count from the branch rows (after a switch)."""
     old = state["mx"]
     state["mx"] = new_state()
@@ -395,9 +397,9 @@ def _frontier_pair(frontier: Mapping[str, Any] | None) -> list[Any] | None:
 def _locate(
     store: Store,
     session_id: str,
-    state: dict[str, Any],
+    state: DigestHead,
     frontier: list[Any] | None,
-    mx: dict[str, Any],
+    mx: ContextMetricsState,
 ) -> tuple[int, list[Any]] | None:
     """The boundary assistant's position and excluded ids, or None (whole-branch window)."""
     if frontier is None:
@@ -416,7 +418,7 @@ def _locate(
 
 
 def _advance_boundary(
-    store: Store, session_id: str, state: dict[str, Any], gb: int, gx: list[Any]
+    store: Store, session_id: str, state: DigestHead, gb: int, gx: list[Any]
 ) -> None:
     """Move the boundary forward: only results between the old and the new window change."""
     mx = state["mx"]
@@ -439,7 +441,7 @@ def _advance_boundary(
 def _recompute_gap(
     store: Store,
     session_id: str,
-    state: dict[str, Any],
+    state: DigestHead,
     located: tuple[int, list[Any]] | None,
 ) -> None:
     """The gap from scratch over the branch (a backward move or an unresolvable boundary)."""
@@ -482,7 +484,7 @@ def is_summarized(store: Store, session_id: str, occ: str) -> bool:
     return _marked(store, session_id, load_head(store, session_id)["mx"], occ)
 
 
-def _marked(store: Store, session_id: str, mx: dict[str, Any], occ: str) -> bool:
+def _marked(store: Store, session_id: str, mx: ContextMetricsState, occ: str) -> bool:
     """A committed summarized mark: one left by a call whose head write was lost is not."""
     epoch = store.get(key(session_id, "s", occ))
     return epoch is not None and epoch < mx["ep"]
@@ -496,11 +498,6 @@ def set_protection(store: Store, session_id: str, protection: Protection) -> Non
     located = None if mx["gb"] < 0 else (mx["gb"], mx["gx"])
     _recompute_gap(store, session_id, state, located)
     store.put(key(session_id, "h"), state)
-
-
-def protection_of(store: Store, session_id: str) -> Protection:
-    """The session's protection config."""
-    return _protection_of(load_head(store, session_id)["mx"])
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -533,7 +530,7 @@ def naive_snapshot(
     """The snapshot recomputed from §9.2 over a branch's message dicts (projection of §9.1)."""
     summarized = frozenset(summarized)
     chars = [js_json_length(m) for m in messages]
-    text_only = [_naive_text_only(m) for m in messages]
+    text_only = [is_text_only_assistant(m) for m in messages]
     last_text_only = max((i for i, t in enumerate(text_only) if t), default=-1)
     open_start = last_text_only + 1
     thinking = sum(
@@ -550,29 +547,6 @@ def naive_snapshot(
     return _snapshot(thinking, largest, sum(chars[open_start:]), sum(chars), gap)
 
 
-def _naive_text_only(message: Mapping[str, Any]) -> bool:
-    if message.get("role") != "assistant":
-        return False
-    content = message.get("content")
-    if not isinstance(content, list):
-        return True
-    return not any(isinstance(b, dict) and b.get("type") == "toolCall" for b in content)
-
-
-def _naive_passthrough(message: Mapping[str, Any]) -> bool:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content.lstrip().startswith("<compressed-chain")
-    if isinstance(content, list) and content and isinstance(content[0], dict):
-        text = content[0].get("text")
-        return (
-            content[0].get("type") == "text"
-            and isinstance(text, str)
-            and text.lstrip().startswith("<compressed-chain")
-        )
-    return False
-
-
 def _naive_chains(
     messages: Sequence[Mapping[str, Any]], text_only: list[bool]
 ) -> list[tuple[int, int]]:
@@ -582,7 +556,7 @@ def _naive_chains(
     for i, message in enumerate(messages):
         role = message.get("role")
         if role == "user":
-            if _naive_passthrough(message):
+            if is_passthrough(message):
                 continue
             if start is not None:
                 next_user = next(

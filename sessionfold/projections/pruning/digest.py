@@ -20,7 +20,7 @@ Public API (all pure folds over a `Store`; no I/O, clock or randomness):
   with occurrence key `occ` (normally one).
 - `head(store, session_id) -> dict`: the session's head record (treat as read-only).
 Helpers: `message_of(entry)` (the message an entry puts on the branch), `occurrence_key(id, ts)`,
-`is_text_only_assistant(message)`, `iso_to_ms(iso)`.
+`iso_to_ms(iso)`; `message_facts.is_text_only_assistant(message)` says what a final reply is.
 
 A message row (JSON-ready dict) has, for every role: `n` (0-based position among the branch's
 messages), `id` (entry id), `role`, `chars` (= JSON.stringify(message).length), `ts` (the
@@ -70,20 +70,26 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from sessionfold.projections.jsjson import js_json_length, js_number_text
 from sessionfold.projections.pruning import context_metrics as metrics
+from sessionfold.projections.pruning.message_facts import call_path, is_passthrough
+from sessionfold.projections.pruning.records import (
+    CallFacts,
+    CallIndex,
+    DigestHead,
+    MessageRow,
+    TreeNode,
+)
 from sessionfold.projections.store import Store, key
-
-_COMPRESSED_CHAIN_PREFIX = "<compressed-chain"
 
 
 @dataclass(frozen=True, slots=True)
 class Appended:
     """What an entry changed on the branch: the message row that joined it, and/or a switch."""
 
-    row: dict[str, Any] | None
+    row: MessageRow | None
     switched: bool = False
 
 
@@ -134,7 +140,7 @@ def is_folded(store: Store, session_id: str, entry_id: Any) -> bool:
     return _folded_before(store, session_id, metrics.load_head(store, session_id), entry_id)
 
 
-def _folded_before(store: Store, session_id: str, state: dict[str, Any], entry_id: str) -> bool:
+def _folded_before(store: Store, session_id: str, state: DigestHead, entry_id: str) -> bool:
     # A node written by an event whose head write a crash lost has `k` equal to the head's:
     # that event is being folded again, not a second entry with the id.
     known = store.get(key(session_id, "t", entry_id))
@@ -144,7 +150,7 @@ def _folded_before(store: Store, session_id: str, state: dict[str, Any], entry_i
 def _append(
     store: Store,
     session_id: str,
-    state: dict[str, Any],
+    state: DigestHead,
     entry_id: str,
     parent: str | None,
     entry: dict[str, Any],
@@ -155,8 +161,8 @@ def _append(
     switched = parent != state["leaf"]
     if switched:
         _move_branch(store, session_id, state, parent)
-    node: dict[str, Any] = {"p": parent, "k": state["k"]}
-    row = None
+    node: TreeNode = {"p": parent, "k": state["k"]}
+    row: MessageRow | None = None
     message = message_of(entry)
     if message is not None:
         row = _append_row(store, session_id, state, message, entry, seq)
@@ -184,25 +190,30 @@ def apply_reload(store: Store, session_id: str, leaf_id: str | None = None) -> b
     return True
 
 
-def head(store: Store, session_id: str) -> dict[str, Any]:
+def head(store: Store, session_id: str) -> DigestHead:
     """The session's head record (a fresh one for an unknown session)."""
     state = store.get(key(session_id, "h"))
     return metrics.empty_head() if state is None else state
 
 
-def row_at(store: Store, session_id: str, n: int) -> dict[str, Any] | None:
+def row_at(store: Store, session_id: str, n: int) -> MessageRow | None:
     """The message row at branch position n, or None."""
     return store.get(key(session_id, "m", n))
 
 
-def branch_rows(store: Store, session_id: str, start: int = 0) -> Iterator[dict[str, Any]]:
+def branch_rows(store: Store, session_id: str, start: int = 0) -> Iterator[MessageRow]:
     """The current branch's message rows from position `start`, in order."""
     count = head(store, session_id)["n"]
     for n in range(start, count):
-        yield store.get(key(session_id, "m", n))
+        yield _row(store, session_id, n)
 
 
-def rows_for_occurrence(store: Store, session_id: str, occ: str) -> list[dict[str, Any]]:
+def _row(store: Store, session_id: str, n: int) -> MessageRow:
+    """The message row at position n, which the head's count says exists."""
+    return cast(MessageRow, store.get(key(session_id, "m", n)))
+
+
+def rows_for_occurrence(store: Store, session_id: str, occ: str) -> list[MessageRow]:
     """The branch's toolResult rows whose occurrence key is `occ`."""
     count = head(store, session_id)["n"]
     found = []
@@ -225,12 +236,12 @@ def message_of(entry: dict[str, Any]) -> dict[str, Any] | None:
     if kind != "custom_message":
         return None
     # pi's createCustomMessage: undefined fields vanish from JSON.stringify, so leave them out.
-    message: dict[str, Any] = {"role": "custom"}
+    custom: dict[str, Any] = {"role": "custom"}
     for field in ("customType", "content", "display", "details"):
         if field in entry:
-            message[field] = entry[field]
-    message["timestamp"] = iso_to_ms(entry.get("timestamp"))
-    return message
+            custom[field] = entry[field]
+    custom["timestamp"] = iso_to_ms(entry.get("timestamp"))
+    return custom
 
 
 def tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -279,49 +290,13 @@ def _js_string(value: Any) -> str:
     return "[object Object]"
 
 
-def is_text_only_assistant(message: dict[str, Any]) -> bool:
-    """An assistant message without toolCall blocks (non-array content counts): a final reply."""
-    if message.get("role") != "assistant":
-        return False
-    content = message.get("content")
-    if not isinstance(content, list):
-        return True
-    return not any(isinstance(b, dict) and b.get("type") == "toolCall" for b in content)
-
-
-def _call_path(block: dict[str, Any]) -> str | None:
-    # §3.2: the protection predicate receives `input ?? arguments`.
-    args = block.get("input")
-    if args is None:
-        args = block.get("arguments")
-    path = args.get("path") if isinstance(args, dict) else None
-    return path if isinstance(path, str) else None
-
-
-def _is_passthrough(message: dict[str, Any]) -> bool:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content.lstrip().startswith(_COMPRESSED_CHAIN_PREFIX)
-    if not isinstance(content, list) or not content:
-        return False
-    first = content[0]
-    return (
-        isinstance(first, dict)
-        and first.get("type") == "text"
-        and isinstance(first.get("text"), str)
-        and first["text"].lstrip().startswith(_COMPRESSED_CHAIN_PREFIX)
-    )
-
-
 # --- rows ------------------------------------------------------------------------------------
 
 
-def _new_row(
-    message: dict[str, Any], entry: dict[str, Any], n: int, seq: int | None
-) -> dict[str, Any]:
+def _new_row(message: dict[str, Any], entry: dict[str, Any], n: int, seq: int | None) -> MessageRow:
     timestamp = message.get("timestamp")
     ets = entry.get("timestamp")
-    row: dict[str, Any] = {
+    row: MessageRow = {
         "n": n,
         "id": entry["id"],
         "role": message.get("role"),
@@ -338,9 +313,9 @@ def _number_or_none(value: Any) -> int | float | None:
     return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _assistant_facts(message: dict[str, Any], row: dict[str, Any], turn: int) -> None:
+def _assistant_facts(message: dict[str, Any], row: MessageRow, turn: int) -> None:
     content = message.get("content")
-    calls = []
+    calls: list[CallFacts] = []
     think = 0
     if isinstance(content, list):
         for block in content:
@@ -350,8 +325,8 @@ def _assistant_facts(message: dict[str, Any], row: dict[str, Any], turn: int) ->
             if kind == "thinking":
                 think += js_json_length(block)
             elif kind == "toolCall":
-                call: dict[str, Any] = {"id": block.get("id"), "name": block.get("name")}
-                path = _call_path(block)
+                call: CallFacts = {"id": block.get("id"), "name": block.get("name")}
+                path = call_path(block)
                 if path is not None:
                     call["path"] = path
                 calls.append(call)
@@ -362,7 +337,7 @@ def _assistant_facts(message: dict[str, Any], row: dict[str, Any], turn: int) ->
     row["calls"] = calls
 
 
-def _result_facts(message: dict[str, Any], row: dict[str, Any]) -> None:
+def _result_facts(message: dict[str, Any], row: MessageRow) -> None:
     call_id = message.get("toolCallId")
     row["callId"] = call_id if isinstance(call_id, str) else None
     row["tool"] = message.get("toolName")
@@ -374,11 +349,11 @@ def _result_facts(message: dict[str, Any], row: dict[str, Any]) -> None:
 def _append_row(
     store: Store,
     session_id: str,
-    state: dict[str, Any],
+    state: DigestHead,
     message: dict[str, Any],
     entry: dict[str, Any],
     seq: int | None,
-) -> dict[str, Any]:
+) -> MessageRow:
     n = state["n"]
     row = _new_row(message, entry, n, seq)
     role = row["role"]
@@ -389,7 +364,7 @@ def _append_row(
         path = _nearest_call_path(store, session_id, state, row["callId"], n)
         if path is not None:
             row["path"] = path
-    elif role == "user" and _is_passthrough(message):
+    elif role == "user" and is_passthrough(message):
         row["pass"] = True
     elif role == "custom" and "customType" in message:
         row["customType"] = message["customType"]
@@ -402,7 +377,7 @@ def _append_row(
     return row
 
 
-def _index_row(store: Store, session_id: str, state: dict[str, Any], row: dict[str, Any]) -> None:
+def _index_row(store: Store, session_id: str, state: DigestHead, row: MessageRow) -> None:
     """Point the call-id and occurrence indexes at a row that just joined the branch."""
     role = row["role"]
     if role == "assistant":
@@ -426,22 +401,23 @@ def _index_row(store: Store, session_id: str, state: dict[str, Any], row: dict[s
 
 
 def _nearest_call_path(
-    store: Store, session_id: str, state: dict[str, Any], call_id: str | None, n: int
+    store: Store, session_id: str, state: DigestHead, call_id: str | None, n: int
 ) -> str | None:
     """The `path` arg of the nearest assistant before position n that has call `call_id`."""
     if call_id is None:
         return None
-    found = store.get(key(session_id, "c", call_id))
+    found: CallIndex | None = store.get(key(session_id, "c", call_id))
     if found is None:
         return None  # no assistant on any branch ever had this id
+    path: str | None = found["path"]
     if found["g"] == state["gen"]:
-        return found["path"]  # written since the last switch: on this branch, the latest one
-    row = store.get(key(session_id, "m", found["n"])) if found["n"] < n else None
+        return path  # written since the last switch: on this branch, the latest one
+    row: MessageRow | None = store.get(key(session_id, "m", found["n"])) if found["n"] < n else None
     if row is not None and row["id"] == found["id"]:
-        return found["path"]
+        return path
     # The index points into an abandoned branch: look back on this one (rare, after a switch).
     for m in range(n - 1, -1, -1):
-        row = store.get(key(session_id, "m", m))
+        row = _row(store, session_id, m)
         if row["role"] != "assistant":
             continue
         for call in row["calls"]:
@@ -454,7 +430,7 @@ def _nearest_call_path(
 
 
 def _parent_of(
-    store: Store, session_id: str, state: dict[str, Any], parent: Any, entry_id: str
+    store: Store, session_id: str, state: DigestHead, parent: Any, entry_id: str
 ) -> str | None:
     """The entry's parent in the tree; None for a root (null, itself, or missing: pi's getTree),
     except that after a gap a missing parent is the gap's entry (see the module docstring)."""
@@ -466,10 +442,10 @@ def _parent_of(
     return parent
 
 
-def _move_branch(store: Store, session_id: str, state: dict[str, Any], target: str | None) -> None:
+def _move_branch(store: Store, session_id: str, state: DigestHead, target: str | None) -> None:
     """Make the branch end at entry `target`: swap the differing rows, rebuild the metrics."""
     count = state["n"]
-    adopted: list[tuple[str, dict[str, Any]]] = []
+    adopted: list[tuple[str, MessageRow]] = []
     keep = 0
     current = target
     while current is not None:
@@ -502,7 +478,7 @@ def _move_branch(store: Store, session_id: str, state: dict[str, Any], target: s
     metrics.rebuild(store, session_id, state)
 
 
-def _unpark(store: Store, session_id: str, entry_id: str, node: dict[str, Any]) -> None:
+def _unpark(store: Store, session_id: str, entry_id: str, node: TreeNode) -> None:
     """Drop the parked copy of a row that is back on the branch (written after the row)."""
     store.put(key(session_id, "t", entry_id), {k: v for k, v in node.items() if k != "r"})
 

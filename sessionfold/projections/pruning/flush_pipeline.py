@@ -16,6 +16,7 @@ from sessionfold.events.flush import (
     BatchResult,
     Disposition,
     Frontier,
+    FrontierOutcome,
     ModelUsage,
 )
 from sessionfold.projections.pruning.capture import Batch, Call, js_length, raw_chars
@@ -143,7 +144,7 @@ def walk_answers(plan: FlushPlan, answers: Mapping[int, BatchResult]) -> Walk:
         if text is None:
             break
         oversized = js_length(text) > raw_chars(kept)
-        kind = "skipped-oversized" if oversized else "summarized"
+        kind: FrontierOutcome = "skipped-oversized" if oversized else "summarized"
         processed.append(Processed(planned.batch, kind, kept, deduped, js_length(text)))
         if not oversized:
             summaries.append(Summary(index, text, planned.refs))

@@ -17,11 +17,12 @@ from sessionfold.events.flush import (
 )
 from sessionfold.projections.pruning.capture import Batch, Call
 from sessionfold.projections.pruning.flush_pipeline import FlushPlan, PlannedBatch
+from sessionfold.projections.pruning.records import AttemptInfo
 from sessionfold.projections.pruning.session import Session
 from sessionfold.projections.pruning.windows import frontier_of
 
 
-def request_payload(session: Session, plan: FlushPlan, info: dict[str, Any]) -> FlushRequestPayload:
+def request_payload(session: Session, plan: FlushPlan, info: AttemptInfo) -> FlushRequestPayload:
     """The flush request for a plan: every batch in order, the refs, the entry snapshot."""
     return FlushRequestPayload(
         request_id=info["id"],

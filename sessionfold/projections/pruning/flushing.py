@@ -13,6 +13,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from sessionfold.events.envelope import Envelope
 from sessionfold.events.flush import (
     AttemptOutcome,
     CompactionPayload,
@@ -33,6 +34,13 @@ from sessionfold.projections.pruning.flush_pipeline import (
 )
 from sessionfold.projections.pruning.flush_request import plan_from_row, plan_row, request_payload
 from sessionfold.projections.pruning.frontier import trim_batch
+from sessionfold.projections.pruning.records import (
+    AttemptInfo,
+    FrontierRow,
+    OutstandingRequest,
+    ResultFacts,
+    Spill,
+)
 from sessionfold.projections.pruning.session import Session, row_key
 from sessionfold.projections.pruning.triggers import (
     should_budget_flush,
@@ -52,7 +60,7 @@ log = logging.getLogger(__name__)
 # --- turn end (reference §2.3) ---------------------------------------------------------------
 
 
-def turn_end(session: Session, seq: int, time: str | None) -> list[Any]:
+def turn_end(session: Session, seq: int, time: str | None) -> list[Envelope]:
     """Evaluate the open turn's end: live capture, eager spill, queue, budget and delta gates."""
     head = session.head
     gate, head["gate"] = head["gate"], None
@@ -95,7 +103,7 @@ def _eager_spill(session: Session, batch: Batch) -> Batch | None:
     """Index oversized single results by pointer with a head preview, no model call (§5.2)."""
     store, sid, config = session.store, session.session_id, session.config
     spilled: list[Call] = []
-    spills: list[dict[str, Any]] = []
+    spills: list[Spill] = []
     kept: list[Call] = []
     for call in batch.calls:
         if call.raw_chars < config.spillThreshold or index.is_summarized(store, sid, call.key):
@@ -109,8 +117,9 @@ def _eager_spill(session: Session, batch: Batch) -> Batch | None:
             session.head["stats"]["deduped_calls"] += 1
             _forget_result(session, call)
             continue
-        facts = store.get(row_key(sid, "r", call.seq)) or {}
-        spill = facts.get("spill") or {"bytes": call.raw_chars, "preview": ""}
+        facts: ResultFacts | None = store.get(row_key(sid, "r", call.seq))
+        kept_spill = facts.get("spill") if facts is not None else None
+        spill: Spill = kept_spill or {"bytes": call.raw_chars, "preview": ""}
         spilled.append(call)
         spills.append(spill)
     if spilled:
@@ -145,7 +154,7 @@ def _attempt_id(session: Session, seq: int) -> str:
     return f"{session.session_id}:{seq}"
 
 
-def start_flush(session: Session, trigger: Trigger, seq: int, time: str | None) -> list[Any]:
+def start_flush(session: Session, trigger: Trigger, seq: int, time: str | None) -> list[Envelope]:
     """Start a flush attempt: a flush request when the model is needed, else its whole result."""
     head = session.head
     if session.busy:
@@ -154,7 +163,7 @@ def start_flush(session: Session, trigger: Trigger, seq: int, time: str | None) 
     if trigger == "message-end":
         head["me"] = seq
     snapshot = metrics.snapshot(session.store, session.session_id)
-    info = {
+    info: AttemptInfo = {
         "id": _attempt_id(session, seq),
         "n": head["attempts"],
         "seq": seq,
@@ -202,12 +211,12 @@ def _register_aliases(session: Session, plan: FlushPlan) -> None:
             session.head["stats"]["reclaimed_chars"] += call.raw_chars
 
 
-def apply_compaction(session: Session, payload: CompactionPayload) -> list[Any] | None:
+def apply_compaction(session: Session, payload: CompactionPayload) -> list[Envelope] | None:
     """Apply the answer to the outstanding request; None when it answers nothing outstanding."""
     if not session.busy or payload.request_id != session.head["out"]:
         return None  # a second answer, or an answer to nothing: ignored
     plan_key = row_key(session.session_id, "q", payload.request_id)
-    info = session.store.get(plan_key)
+    info: OutstandingRequest | None = session.store.get(plan_key)
     session.store.delete(plan_key)
     session.head["out"] = None
     if info is None:
@@ -217,7 +226,9 @@ def apply_compaction(session: Session, payload: CompactionPayload) -> list[Any] 
     return finish_flush(session, plan, walk_answers(plan, answers), info)
 
 
-def finish_flush(session: Session, plan: FlushPlan, walk: Walk, info: dict[str, Any]) -> list[Any]:
+def finish_flush(
+    session: Session, plan: FlushPlan, walk: Walk, info: AttemptInfo
+) -> list[Envelope]:
     """Index the kept summaries, advance the frontier, update stats, record the attempt."""
     head, store, sid = session.head, session.store, session.session_id
     stats = head["stats"]
@@ -268,7 +279,8 @@ def _set_frontier(session: Session, frontier: Frontier) -> None:
     head["frontier"] = frontier.model_dump()
     head["fn"] += 1
     leaf = digest.head(store, sid)["leaf"]
-    store.put(row_key(sid, "f", head["fn"]), {"frontier": head["frontier"], "leaf": leaf})
+    moved: FrontierRow = {"frontier": head["frontier"], "leaf": leaf}
+    store.put(row_key(sid, "f", head["fn"]), moved)
     metrics.on_frontier(store, sid, head["frontier"])
     _collect_dead_turns(session, frontier.last_attempted_turn_index)
 
@@ -291,7 +303,7 @@ def _collect_dead_turns(session: Session, frontier_turn: int) -> None:
 
 
 def _record_attempt(
-    session: Session, info: dict[str, Any], processed: int, outcome: AttemptOutcome
+    session: Session, info: AttemptInfo, processed: int, outcome: AttemptOutcome
 ) -> Any:
     """The one flush-metrics record of an attempt, kept in state and returned as an envelope."""
     payload = FlushMetricsPayload(

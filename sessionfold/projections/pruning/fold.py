@@ -16,7 +16,6 @@ and resumes at the step after it.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -25,6 +24,7 @@ from sessionfold.events.envelope import (
     CommandEnvelope,
     CompactionEnvelope,
     EntryEnvelope,
+    Envelope,
     Kind,
     PlaceholderEnvelope,
     ReloadEnvelope,
@@ -34,12 +34,13 @@ from sessionfold.events.flush import is_pruning_compaction, read_compaction
 from sessionfold.projections.pruning import digest, flushing, windows
 from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
+from sessionfold.projections.pruning.message_facts import is_text_only_assistant
 from sessionfold.projections.store import Store
 
 log = logging.getLogger(__name__)
 
 
-def apply(store: Store, envelope: Any, config: PruneConfig = DEFAULT_CONFIG) -> list[Any]:
+def apply(store: Store, envelope: Envelope, config: PruneConfig = DEFAULT_CONFIG) -> list[Envelope]:
     """Fold one envelope into the session's state; return the envelopes it produces."""
     if isinstance(envelope, CompactionEnvelope):
         return _apply_compaction(store, envelope, config)
@@ -60,7 +61,9 @@ def apply(store: Store, envelope: Any, config: PruneConfig = DEFAULT_CONFIG) -> 
     return outputs
 
 
-def _apply_compaction(store: Store, envelope: CompactionEnvelope, config: PruneConfig) -> list[Any]:
+def _apply_compaction(
+    store: Store, envelope: CompactionEnvelope, config: PruneConfig
+) -> list[Envelope]:
     if not is_pruning_compaction(envelope):
         return []  # a ledger pass result: the ledger fold's
     try:
@@ -80,9 +83,9 @@ def _apply_compaction(store: Store, envelope: CompactionEnvelope, config: PruneC
     return outputs
 
 
-def _release_held(session: pruning.Session) -> list[Any]:
+def _release_held(session: pruning.Session) -> list[Envelope]:
     """Fold the held events in order until one raises the barrier again."""
-    outputs: list[Any] = []
+    outputs: list[Envelope] = []
     while not session.busy:
         envelope = pruning.take_held(session)
         if envelope is None:
@@ -91,7 +94,7 @@ def _release_held(session: pruning.Session) -> list[Any]:
     return outputs
 
 
-def _process(session: pruning.Session, envelope: Any) -> list[Any]:
+def _process(session: pruning.Session, envelope: Envelope) -> list[Envelope]:
     if isinstance(envelope, EntryEnvelope):
         return _process_entry(session, envelope)
     if isinstance(envelope, PlaceholderEnvelope):
@@ -114,7 +117,7 @@ def _process(session: pruning.Session, envelope: Any) -> list[Any]:
     return outputs + _process_command(session, envelope)
 
 
-def _close_turn(session: pruning.Session, envelope: Any) -> list[Any]:
+def _close_turn(session: pruning.Session, envelope: Envelope) -> list[Envelope]:
     """Evaluate a still open turn end before `envelope`; hold it if that raised the barrier."""
     if not windows.gate_open(session):
         return []
@@ -124,7 +127,7 @@ def _close_turn(session: pruning.Session, envelope: Any) -> list[Any]:
     return outputs
 
 
-def _process_command(session: pruning.Session, envelope: CommandEnvelope) -> list[Any]:
+def _process_command(session: pruning.Session, envelope: CommandEnvelope) -> list[Envelope]:
     name = envelope.payload.name
     if name == "config":
         pruning.set_overrides(session, envelope.payload.settings)
@@ -134,7 +137,7 @@ def _process_command(session: pruning.Session, envelope: CommandEnvelope) -> lis
     return []  # compact: chain compression is not folded here
 
 
-def _process_placeholder(session: pruning.Session, envelope: PlaceholderEnvelope) -> list[Any]:
+def _process_placeholder(session: pruning.Session, envelope: PlaceholderEnvelope) -> list[Envelope]:
     """A dead-lettered entry's place: folded as a non-message entry would be (no turn, no flush)."""
     payload = envelope.payload
     appended = digest.apply_placeholder(
@@ -145,7 +148,7 @@ def _process_placeholder(session: pruning.Session, envelope: PlaceholderEnvelope
     return []
 
 
-def _process_entry(session: pruning.Session, envelope: EntryEnvelope) -> list[Any]:
+def _process_entry(session: pruning.Session, envelope: EntryEnvelope) -> list[Envelope]:
     entry = envelope.payload.entry
     if digest.is_folded(session.store, session.session_id, entry.get("id")):
         # A second entry with an id (the reader dead-letters it; another producer may not):
@@ -157,7 +160,7 @@ def _process_entry(session: pruning.Session, envelope: EntryEnvelope) -> list[An
         return []
     message = digest.message_of(entry)
     role = message.get("role") if message is not None else None
-    outputs: list[Any] = []
+    outputs: list[Envelope] = []
     # Step 1: a non-result message ends the previous assistant's turn.
     if role not in (None, "toolResult"):
         outputs.extend(_close_turn(session, envelope))
@@ -166,7 +169,7 @@ def _process_entry(session: pruning.Session, envelope: EntryEnvelope) -> list[An
     # Step 2: a final reply flushes before it is folded (agent-message trigger, §2.4).
     if (
         message is not None
-        and windows.is_text_only(message)
+        and is_text_only_assistant(message)
         and session.config.enabled
         and session.config.pruneOn == "agent-message"
         and session.head["me"] != envelope.seq

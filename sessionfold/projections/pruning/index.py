@@ -15,10 +15,10 @@ Nothing here holds a tool output beyond a spilled result's capped head preview.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from sessionfold.projections.pruning import context_metrics as metrics
 from sessionfold.projections.pruning.capture import Call
+from sessionfold.projections.pruning.records import IndexRecord, Spill, SummaryRow
 from sessionfold.projections.store import Store, key
 
 
@@ -26,7 +26,7 @@ def _k(session_id: str, *parts: object) -> str:
     return key(session_id, "pr", *parts)
 
 
-def record(store: Store, session_id: str, occ: str) -> dict[str, Any] | None:
+def record(store: Store, session_id: str, occ: str) -> IndexRecord | None:
     """The index record of an occurrence key, or None."""
     return store.get(_k(session_id, "i", occ))
 
@@ -46,12 +46,12 @@ def resolve_ref(store: Store, session_id: str, ref: str) -> str | None:
     return store.get(_k(session_id, "ref", ref))
 
 
-def summary(store: Store, session_id: str, number: int) -> dict[str, Any] | None:
+def summary(store: Store, session_id: str, number: int) -> SummaryRow | None:
     """Summary number `number` (1-based), or None."""
     return store.get(_k(session_id, "s", number))
 
 
-def _base_record(call: Call, turn: int, timestamp: int) -> dict[str, Any]:
+def _base_record(call: Call, turn: int, timestamp: int) -> IndexRecord:
     return {
         "id": call.tool_call_id,
         "tool": call.tool_name,
@@ -74,7 +74,7 @@ def add_batch(
     timestamp: int,
     refs: Sequence[str] = (),
     summary_number: int | None = None,
-    spills: Sequence[dict[str, Any]] = (),
+    spills: Sequence[Spill] = (),
 ) -> None:
     """Index a batch's calls (pi-condense's addBatch): records, refs, canonical hashes."""
     for position, call in enumerate(calls):
@@ -118,7 +118,11 @@ def add_summary(
     request_id: str,
 ) -> None:
     """Store summary `number`: the text that replaces its calls in context."""
-    store.put(
-        _k(session_id, "s", number),
-        {"text": text, "refs": list(refs), "keys": list(keys), "turn": turn, "req": request_id},
-    )
+    row: SummaryRow = {
+        "text": text,
+        "refs": list(refs),
+        "keys": list(keys),
+        "turn": turn,
+        "req": request_id,
+    }
+    store.put(_k(session_id, "s", number), row)

@@ -29,6 +29,7 @@ from sessionfold.projections.pruning.config import (
     build_config,
     deep_merge,
 )
+from sessionfold.projections.pruning.records import PruneHead, PruneStats
 from sessionfold.projections.store import Store, key
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ def row_key(session_id: str, *parts: object) -> str:
     return key(session_id, "pr", *parts)
 
 
-def new_stats() -> dict[str, Any]:
+def new_stats() -> PruneStats:
     """Zeroed stats: model calls, tokens, cost, and what pruning indexed and reclaimed."""
     return {
         "calls": 0,
@@ -56,7 +57,7 @@ def new_stats() -> dict[str, Any]:
     }
 
 
-def new_head() -> dict[str, Any]:
+def new_head() -> PruneHead:
     """The pruning head record of a session nothing has been folded into."""
     return {
         "seq": 0,  # highest session-event seq accepted (applied or held)
@@ -92,7 +93,7 @@ class Session:
     store: Store
     session_id: str
     base: PruneConfig
-    head: dict[str, Any]
+    head: PruneHead
     config: PruneConfig
     protection: metrics.Protection
 
@@ -106,7 +107,7 @@ class Session:
         return self.head["out"] is not None
 
 
-def load_head(store: Store, session_id: str) -> dict[str, Any]:
+def load_head(store: Store, session_id: str) -> PruneHead:
     """The session's pruning head record (a fresh one for an unknown session)."""
     return store.get(row_key(session_id, "h")) or new_head()
 
@@ -161,7 +162,7 @@ def set_overrides(session: Session, settings: dict[str, Any]) -> None:
 # --- the flush barrier -----------------------------------------------------------------------
 
 
-def hold(session: Session, envelope: Any) -> None:
+def hold(session: Session, envelope: Envelope) -> None:
     """Keep a session event until the outstanding compaction is applied."""
     session.store.put(
         row_key(session.session_id, "held", envelope.seq), envelope.model_dump(mode="json")

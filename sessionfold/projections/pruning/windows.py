@@ -30,6 +30,16 @@ from sessionfold.projections.pruning.capture import (
     result_text,
 )
 from sessionfold.projections.pruning.frontier import trim_batches
+from sessionfold.projections.pruning.message_facts import call_path
+from sessionfold.projections.pruning.records import (
+    AssistantCall,
+    AssistantFacts,
+    MessageRow,
+    PendingTurn,
+    ResultFacts,
+    ToolWindow,
+    TurnGate,
+)
 from sessionfold.projections.pruning.session import Session, row_key
 from sessionfold.projections.store import key
 
@@ -41,7 +51,7 @@ def gate_open(session: Session) -> bool:
     return session.head["gate"] is not None
 
 
-def on_row(session: Session, row: dict[str, Any], message: dict[str, Any]) -> bool:
+def on_row(session: Session, row: MessageRow, message: dict[str, Any]) -> bool:
     """Fold one message that joined the branch; True when its turn has just ended."""
     role = row["role"]
     if role == "user":
@@ -53,52 +63,37 @@ def on_row(session: Session, row: dict[str, Any], message: dict[str, Any]) -> bo
     return False
 
 
-def _call_path(block: dict[str, Any]) -> str | None:
-    # The protection predicate receives `input ?? arguments` (reference §3.2).
-    args = block.get("input")
-    if args is None:
-        args = block.get("arguments")
-    path = args.get("path") if isinstance(args, dict) else None
-    return path if isinstance(path, str) else None
-
-
-def is_text_only(message: dict[str, Any]) -> bool:
-    """An assistant message without toolCall blocks (non-array content counts): a final reply."""
-    return message.get("role") == "assistant" and not digest.tool_calls(message)
-
-
-def _open_turn(session: Session, row: dict[str, Any], message: dict[str, Any]) -> bool:
+def _open_turn(session: Session, row: MessageRow, message: dict[str, Any]) -> bool:
     head = session.head
     _note_usage(session, message)
     blocks = [b for b in digest.tool_calls(message) if isinstance(b.get("id"), str)]
     seq = row.get("seq")
     turn = row["turn"]
     _close_window(session)
-    head["gate"] = {"turn": turn, "has": False, "wait": []}
+    gate: TurnGate = {"turn": turn, "has": False, "wait": []}
+    head["gate"] = gate
     if not blocks or seq is None:
         return True  # a turn without tool calls ends with its message
-    calls = [
+    calls: list[AssistantCall] = [
         {
             "id": b["id"],
             "name": str(b.get("name")),
             "args": call_arguments(b),
-            "path": _call_path(b),
+            "path": call_path(b),
         }
         for b in blocks
     ]
-    session.store.put(
-        row_key(session.session_id, "a", seq),
-        {
-            "turn": turn,
-            "ts": _batch_timestamp(row),
-            "text": assistant_text(message),
-            "group": head["group"],
-            "calls": calls,
-        },
-    )
+    facts: AssistantFacts = {
+        "turn": turn,
+        "ts": _batch_timestamp(row),
+        "text": assistant_text(message),
+        "group": head["group"],
+        "calls": calls,
+    }
+    session.store.put(row_key(session.session_id, "a", seq), facts)
     ids = [c["id"] for c in calls]
     head["win"] = {"turn": turn, "a": seq, "ids": ids, "names": [c["name"] for c in calls]}
-    head["gate"]["wait"] = list(dict.fromkeys(ids))
+    gate["wait"] = list(dict.fromkeys(ids))
     # pi ends an errored or aborted turn at once, with no tool results.
     return row.get("stop") in ("error", "aborted")
 
@@ -111,11 +106,12 @@ def _close_window(session: Session) -> None:
         session.store.delete(row_key(session.session_id, "a", win["a"]))
 
 
-def _batch_timestamp(row: dict[str, Any]) -> int:
+def _batch_timestamp(row: MessageRow) -> int:
     """The entry's ISO timestamp in ms, else the message's, else 0 (a fold has no clock)."""
     ms = digest.iso_to_ms(row.get("ets"))
-    if ms is None and isinstance(row.get("ts"), int | float):
-        ms = int(row["ts"])
+    ts = row.get("ts")
+    if ms is None and isinstance(ts, int | float):
+        ms = int(ts)
     return ms if ms is not None else 0
 
 
@@ -139,7 +135,7 @@ def note_usage_event(session: Session, tokens: int | None, window: int | None) -
         session.head["window"] = window
 
 
-def _pair_result(session: Session, row: dict[str, Any], message: dict[str, Any]) -> bool:
+def _pair_result(session: Session, row: MessageRow, message: dict[str, Any]) -> bool:
     """Pair a result with the latest assistant's call (first result per id wins, §3.2)."""
     head = session.head
     win = head["win"]
@@ -148,7 +144,8 @@ def _pair_result(session: Session, row: dict[str, Any], message: dict[str, Any])
     if win is None or seq is None or call_id not in win["ids"]:
         return False
     window_key = row_key(session.session_id, "w", win["turn"])
-    window = session.store.get(window_key) or {"a": win["a"], "r": {}}
+    stored: PendingTurn | None = session.store.get(window_key)
+    window: PendingTurn = stored or {"a": win["a"], "r": {}}
     if call_id in window["r"]:
         return False
     name = win["names"][win["ids"].index(call_id)]
@@ -168,11 +165,11 @@ def _pair_result(session: Session, row: dict[str, Any], message: dict[str, Any])
 
 
 def _result_facts(
-    session: Session, row: dict[str, Any], message: dict[str, Any], tool_name: str
-) -> dict[str, Any]:
+    session: Session, row: MessageRow, message: dict[str, Any], tool_name: str
+) -> ResultFacts:
     text = result_text(message)
     raw = js_length(text)
-    facts: dict[str, Any] = {
+    facts: ResultFacts = {
         "key": row["occ"],
         "raw": raw,
         "hash": content_hash(tool_name, text),
@@ -259,7 +256,7 @@ def on_switch(session: Session) -> None:
     store, sid, head = session.store, session.session_id, session.head
     for turn in head["pending"]:
         store.delete(row_key(sid, "w", turn))
-    windows: dict[int, dict[str, Any]] = {}
+    windows: dict[int, PendingTurn] = {}
     win = None
     group = 0
     for row in digest.branch_rows(store, sid):
@@ -268,7 +265,7 @@ def on_switch(session: Session) -> None:
             group += 1
         elif role == "assistant":
             win = _window_of(session, row)
-        elif role == "toolResult" and _pairs(session, win, row):
+        elif role == "toolResult" and win is not None and _pairs(session, win, row):
             window = windows.setdefault(win["turn"], {"a": win["a"], "r": {}})
             window["r"].setdefault(row["callId"], row["seq"])
     _restore_frontier(session)
@@ -280,17 +277,19 @@ def on_switch(session: Session) -> None:
     head["group"], head["win"], head["gate"] = group, win, None
 
 
-def _pairs(session: Session, win: dict[str, Any] | None, row: dict[str, Any]) -> bool:
+def _pairs(session: Session, win: ToolWindow, row: MessageRow) -> bool:
     """Whether a result row pairs with the window's calls and its facts are still kept."""
     seq = row.get("seq")
-    if win is None or seq is None or row["callId"] not in win["ids"]:
+    if seq is None or row["callId"] not in win["ids"]:
         return False
     return session.store.get(row_key(session.session_id, "r", seq)) is not None
 
 
-def _window_of(session: Session, row: dict[str, Any]) -> dict[str, Any] | None:
+def _window_of(session: Session, row: MessageRow) -> ToolWindow | None:
     seq = row.get("seq")
-    facts = session.store.get(row_key(session.session_id, "a", seq)) if seq is not None else None
+    if seq is None:
+        return None
+    facts: AssistantFacts | None = session.store.get(row_key(session.session_id, "a", seq))
     if facts is None:
         return None
     ids = [c["id"] for c in facts["calls"]]

@@ -17,9 +17,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope
+from sessionfold.events.envelope import EntryEnvelope, Envelope, PlaceholderEnvelope
 from sessionfold.projections.pruning import digest, index
 from sessionfold.projections.pruning import session as pruning
+from sessionfold.projections.pruning.records import SummaryRow
 from sessionfold.projections.store import Store
 
 SUMMARY_TYPE = "context-prune-summary"
@@ -38,7 +39,7 @@ class LogEntry:
     placeholder: bool = False
 
 
-def log_entry(envelope: Any) -> LogEntry | None:
+def log_entry(envelope: Envelope) -> LogEntry | None:
     """The log entry of an entry or placeholder envelope; None for any other envelope."""
     if isinstance(envelope, EntryEnvelope):
         return LogEntry(envelope.seq, envelope.payload.entry)
@@ -198,7 +199,7 @@ def _role(entry: dict[str, Any]) -> str | None:
 
 
 def _summary_message(
-    store: Store, session_id: str, row: dict[str, Any], at_ms: int | None
+    store: Store, session_id: str, row: SummaryRow, at_ms: int | None
 ) -> dict[str, Any]:
     """The `custom` message pi-condense's session delivery logs for one batch summary."""
     refs = []
@@ -209,8 +210,8 @@ def _summary_message(
         if stamp is not None:
             item["resultTimestamp"] = stamp
         refs.append(item)
-        record = index.record(store, session_id, key) or {}
-        names.append(record.get("tool"))
+        record = index.record(store, session_id, key)
+        names.append(record["tool"] if record is not None else None)
     details: dict[str, Any] = {"toolCallRefs": refs, "toolNames": names, "turnIndex": row["turn"]}
     message: dict[str, Any] = {
         "role": "custom",
@@ -252,11 +253,8 @@ def _interleave(
 def _context_message(entry: dict[str, Any]) -> dict[str, Any] | None:
     """The AgentMessage an entry contributes to pi's context (§1.8 step 6), or None."""
     kind = entry.get("type")
-    if kind == "message":
-        message = entry.get("message")
-        return message if isinstance(message, dict) else None
-    if kind == "custom_message":
-        return digest.message_of(entry)
+    if kind in ("message", "custom_message"):
+        return digest.message_of(entry)  # the same message the branch digest folds
     if kind == "branch_summary" and entry.get("summary"):
         return {
             "role": "branchSummary",

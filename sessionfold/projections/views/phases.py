@@ -21,7 +21,7 @@ from sessionfold.projections.pruning import index
 from sessionfold.projections.pruning.capture import call_arguments, result_text
 from sessionfold.projections.pruning.config import PruneConfig
 from sessionfold.projections.pruning.context_metrics import Protection
-from sessionfold.projections.pruning.digest import occurrence_key
+from sessionfold.projections.pruning.digest import occurrence_key, tool_calls
 from sessionfold.projections.store import Store
 from sessionfold.projections.views.base import SUMMARY_TYPE, split_occurrence
 from sessionfold.projections.views.chains import (
@@ -29,7 +29,6 @@ from sessionfold.projections.views.chains import (
     Diagnostic,
     grace_keys,
     log_ref,
-    tool_calls,
 )
 
 _SYNTHETIC_ID = re.compile(r'^<compressed-chain id="([^"]+)"')
@@ -90,12 +89,15 @@ class PruneInputs:
         return Protection(self.config.protectedTools, self.config.protectedPaths)
 
 
-class _Sink:
-    """Diagnostics of one render, deduplicated by (kind, key) as the DiagnosticSink does."""
+class _Render:
+    """What one render collects: diagnostics (deduplicated by (kind, key) as the DiagnosticSink
+    does), the removals, and the ids of the stubs phase 1 made (their removal is reported once)."""
 
     def __init__(self) -> None:
         self.items: list[Diagnostic] = []
         self._seen: set[tuple[str, str]] = set()
+        self.removed: list[Removal] = []
+        self.stubs: set[int] = set()
 
     def report(self, kind: str, key: str, detail: str) -> None:
         """Record one diagnostic unless its (kind, key) was reported in this render."""
@@ -109,10 +111,8 @@ def prune_messages(messages: list[dict[str, Any]], inputs: PruneInputs) -> Prune
     """pi-condense's `pruneMessages` (§7): the four phases, the return contract, the removals."""
     if not inputs.config.enabled:
         return PruneResult(messages, False)
-    sink = _Sink()
-    removed: list[Removal] = []
-    stubs: set[int] = set()  # ids of the stubs phase 1 made (their removal is reported once)
-    current = _stub_phase(messages, inputs, removed, stubs)
+    render = _Render()
+    current = _stub_phase(messages, inputs, render)
     if inputs.config.purgeErrors.enabled:
         current = purge_errors(
             current,
@@ -120,11 +120,11 @@ def prune_messages(messages: list[dict[str, Any]], inputs: PruneInputs) -> Prune
             inputs.config.purgeErrors.minArgChars,
         )
     if inputs.config.chainCompression.enabled and inputs.chains:
-        current = _chain_phase(current, inputs, sink, removed, stubs)
-    current = _sweep_phase(current, inputs, sink, removed, stubs)
+        current = _chain_phase(current, inputs, render)
+    current = _sweep_phase(current, inputs, render)
     if current is messages:
-        return PruneResult(messages, False, diagnostics=sink.items)
-    return PruneResult(current, True, messages, removed, sink.items)
+        return PruneResult(messages, False, diagnostics=render.items)
+    return PruneResult(current, True, messages, render.removed, render.items)
 
 
 # --- phase 1: stubs (§7.2, §7.3) -------------------------------------------------------------
@@ -133,8 +133,7 @@ def prune_messages(messages: list[dict[str, Any]], inputs: PruneInputs) -> Prune
 def _stub_phase(
     messages: list[dict[str, Any]],
     inputs: PruneInputs,
-    removed: list[Removal],
-    stubs: set[int],
+    render: _Render,
 ) -> list[dict[str, Any]]:
     store, sid = inputs.store, inputs.session_id
     protection = inputs.protection
@@ -167,8 +166,8 @@ def _stub_phase(
         if out is None:
             out = list(messages)
         out[position] = stub
-        stubs.add(id(stub))
-        removed.append(Removal(inputs.origin.get(id(message)), key, ref or key, "stub"))
+        render.stubs.add(id(stub))
+        render.removed.append(Removal(inputs.origin.get(id(message)), key, ref or key, "stub"))
     return messages if out is None else out
 
 
@@ -293,7 +292,9 @@ def is_summary_message(message: Mapping[str, Any]) -> bool:
     return message.get("role") == "custom" and message.get("customType") == SUMMARY_TYPE
 
 
-def _summary_overlaps(message: Mapping[str, Any], keys: set[str], bare_ids: set[str]) -> bool:
+def _summary_overlaps(
+    message: Mapping[str, Any], keys: set[str], bare_ids: set[str | None]
+) -> bool:
     details = message.get("details")
     refs = details.get("toolCallRefs") if isinstance(details, dict) else None
     for ref in refs or ():
@@ -360,9 +361,7 @@ def synthetic_message(
 def _chain_phase(
     messages: list[dict[str, Any]],
     inputs: PruneInputs,
-    sink: _Sink,
-    removed: list[Removal],
-    stubs: set[int],
+    render: _Render,
 ) -> list[dict[str, Any]]:
     entries = sorted(inputs.chains, key=lambda e: e.start_user_timestamp)
     existing = {
@@ -375,7 +374,7 @@ def _chain_phase(
     for entry in entries:
         span = _resolve(entry, positions)
         if span is None:
-            sink.report(
+            render.report(
                 "unresolved-range",
                 entry.block_id,
                 f"blockId={entry.block_id} start={entry.start_user_timestamp} "
@@ -389,7 +388,7 @@ def _chain_phase(
         entry, start, _end = candidate
         nested = any(o is not candidate and o[1] < start < o[2] for o in resolved)
         if nested or start in claimed:
-            sink.report(
+            render.report(
                 "unresolved-range", f"overlap:{entry.block_id}", f"blockId={entry.block_id}"
             )
             continue
@@ -407,11 +406,11 @@ def _chain_phase(
     strip: set[int] = set()
     insert: dict[int, tuple[str, dict[str, Any]]] = {}
     dropped_keys: set[str] = set()
-    dropped_bare: set[str] = set()
+    dropped_bare: set[str | None] = set()  # a call without an id counts as None
     for entry, start, end in accepted:
         protected_ids = set(entry.protected_tool_call_ids)
         kept: list[tuple[str, str]] = []
-        in_range: list[str] = []
+        in_range: list[str | None] = []
         for position in range(start + 1, end):
             drop.add(position)
             message = messages[position]
@@ -429,7 +428,7 @@ def _chain_phase(
                     dropped_bare.add(block.get("id"))
         recorded = {split_occurrence(str(i))[0] for i in entry.dropped_tool_call_ids}
         if recorded != set(in_range):
-            sink.report(
+            render.report(
                 "range-id-mismatch",
                 entry.block_id,
                 f"blockId={entry.block_id} recorded={len(recorded)} actual={len(set(in_range))}",
@@ -447,8 +446,7 @@ def _chain_phase(
                 _report_drop(
                     message,
                     inputs,
-                    removed,
-                    stubs,
+                    render,
                     "chain",
                     kept_ids=_protected_at(accepted, position),
                 )
@@ -493,13 +491,12 @@ def _without_thinking(message: dict[str, Any]) -> dict[str, Any]:
 def _report_drop(
     message: Mapping[str, Any],
     inputs: PruneInputs,
-    removed: list[Removal],
-    stubs: set[int],
+    render: _Render,
     how: str,
     kept_ids: Collection[str] = frozenset(),
 ) -> None:
     """Record an output leaving the list (a stub's output was reported when it was stubbed)."""
-    if id(message) in stubs or message.get("toolCallId") in kept_ids:
+    if id(message) in render.stubs or message.get("toolCallId") in kept_ids:
         return  # already reported, or relocated verbatim into the synthetic
     key = occurrence_key(message.get("toolCallId"), message.get("timestamp"))
     seq = inputs.origin.get(id(message))
@@ -508,7 +505,7 @@ def _report_drop(
         ref: str | None = row.get("ref") or key
     else:
         ref = log_ref(seq) if seq is not None else None
-    removed.append(Removal(seq, key, ref, how))
+    render.removed.append(Removal(seq, key, ref, how))
 
 
 # --- phase 4: orphan sweep (§7.6) ------------------------------------------------------------
@@ -536,9 +533,7 @@ def orphan_positions(messages: Sequence[Mapping[str, Any]]) -> list[int]:
 def _sweep_phase(
     messages: list[dict[str, Any]],
     inputs: PruneInputs,
-    sink: _Sink,
-    removed: list[Removal],
-    stubs: set[int],
+    render: _Render,
 ) -> list[dict[str, Any]]:
     orphans = orphan_positions(messages)
     if not orphans:
@@ -546,12 +541,12 @@ def _sweep_phase(
     swept = [str(messages[p].get("toolCallId")) for p in orphans]
     digest = hashlib.sha1(",".join(sorted(swept)).encode("utf-8", "surrogatepass")).hexdigest()
     more = f" ... +{len(swept) - 5} more" if len(swept) > 5 else ""
-    sink.report(
+    render.report(
         "orphan-sweep",
         digest[:16],
         f"swept {len(swept)} orphan toolResult(s): {', '.join(swept[:5])}{more}",
     )
     dropped = set(orphans)
     for position in orphans:
-        _report_drop(messages[position], inputs, removed, stubs, "orphan")
+        _report_drop(messages[position], inputs, render, "orphan")
     return [m for p, m in enumerate(messages) if p not in dropped]

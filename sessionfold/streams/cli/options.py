@@ -12,9 +12,10 @@ import typer
 from rich.console import Console
 from typer.models import OptionInfo
 
-from sessionfold.projections.pruning.config import ConfigError, PruneConfig, load_config
+from sessionfold.projections.pruning.config import ConfigError, PruneConfig
 from sessionfold.streams.kafka import security as ks
 from sessionfold.streams.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX
+from sessionfold.streams.runtime.config_files import load_config
 from sessionfold.streams.web.auth import MIN_TOKEN_CHARS
 
 Bootstrap = Annotated[
