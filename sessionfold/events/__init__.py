@@ -1,6 +1,6 @@
 """Event contracts: the envelope, pi session entries, migration and serialization.
 
-No module is private to it.
+Private to it: `errors` (the base of its refusals, and the way they name a field).
 """
 
 __all__ = ["entries", "envelope", "flush", "ledger", "lines", "migration"]

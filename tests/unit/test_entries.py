@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import example, given
+from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -19,7 +19,6 @@ from sessionfold.events.entries import (
     UnknownBlock,
     UnknownEntry,
     UnknownMessage,
-    Usage,
     UserMessage,
     parse_entry,
 )
@@ -124,23 +123,6 @@ def test_a_long_type_is_cut_in_the_error() -> None:
     with pytest.raises(EntryError) as caught:
         parse_entry({"type": "m" * 80})
     assert "m" * 41 not in str(caught.value)
-
-
-@given(
-    total=st.none() | st.integers(min_value=0, max_value=10**6),
-    counts=st.lists(st.integers(min_value=0, max_value=10**6), min_size=4, max_size=4),
-)
-@example(total=0, counts=[1, 2, 3, 4])  # a 0 total counts as missing
-def test_context_tokens_is_total_tokens_else_the_sum(total: int | None, counts: list[int]) -> None:
-    """totalTokens when it is set and not 0, else input + output + cacheRead + cacheWrite."""
-    usage = Usage(
-        input=counts[0],
-        output=counts[1],
-        cacheRead=counts[2],
-        cacheWrite=counts[3],
-        totalTokens=total,
-    )
-    assert usage.context_tokens() == (total or sum(counts))
 
 
 @given(

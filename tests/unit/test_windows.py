@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pruning_session import assistant, driver, result, user
 
-from sessionfold.projections.pruning import windows
+from sessionfold.projections.pruning import message_facts, windows
 
 
 def test_a_turn_without_tool_calls_ends_with_its_message() -> None:
@@ -123,9 +123,9 @@ def test_a_usage_event_sets_tokens_and_only_a_positive_window() -> None:
 
 def test_is_text_only() -> None:
     """An assistant without tool calls is a final reply; other roles never are."""
-    assert windows.is_text_only(assistant())
-    assert not windows.is_text_only(assistant("c1"))
-    assert not windows.is_text_only(user())
+    assert message_facts.is_text_only_assistant(assistant())
+    assert not message_facts.is_text_only_assistant(assistant("c1"))
+    assert not message_facts.is_text_only_assistant(user())
 
 
 def test_a_reload_closes_the_gate_and_rearms_on_ready_work() -> None:

@@ -3,8 +3,10 @@
 Modules: `fold` (events into the Store), `state` (keys, head, snapshot), `commands` (bash and
 file calls, exit codes), `values` (values a later turn may need, read from command output),
 `text` (message text, sanitizer), `heuristics` (reading standing rules and withdrawals),
-`rules` (the lift check), `render` (the summary), `view` (the ledger's document), `facts`.
-The model-calling compaction pass is in `sessionfold.ports.ledger`. No module is private to it.
+`rules` (the lift check), `render` (the summary), `view` (the ledger's document), `facts`,
+`pass_rows` (a pass result's rows and state update, shared with the pass). Private to it:
+`records` (the stored rows' types). The model-calling compaction pass is in
+`sessionfold.ports.ledger`.
 """
 
 __all__ = [
@@ -13,6 +15,7 @@ __all__ = [
     "facts",
     "fold",
     "heuristics",
+    "pass_rows",
     "render",
     "rules",
     "state",

@@ -1,6 +1,7 @@
 """The pruning projections: branch digest, frontier, pending batches, index, flushes, metrics.
 
-Private to it: `flush_request` (the request and stored plan `flushing` builds).
+Private to it: `flush_request` (the request and stored plan `flushing` builds) and
+`message_facts` (the text-only and chain checks the folds share).
 """
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "fold",
     "frontier",
     "index",
+    "records",
     "session",
     "triggers",
     "windows",
