@@ -22,9 +22,11 @@ from sessionfold.events.envelope import (
     CompactionEnvelope,
     FlushMetricsEnvelope,
     FlushRequestEnvelope,
+    LedgerRequestEnvelope,
+    PruningRequestEnvelope,
 )
 from sessionfold.events.flush import read_request, wrap
-from sessionfold.events.ledger import answer_envelope, is_ledger_request, read_ledger_request
+from sessionfold.events.ledger import answer_envelope, read_ledger_request
 from sessionfold.ports.ledger.model import DiffModel, OfflineModel
 from sessionfold.ports.ledger.pass_ import fallback_payload, run_pass
 from sessionfold.ports.summarizer import ModelPort, OfflineSummarizer
@@ -55,14 +57,14 @@ def fold_step(
     return apply_folds(store, envelope, config, ledger)
 
 
-def answer(summarizer: ModelPort, request: FlushRequestEnvelope) -> CompactionEnvelope:
+def answer(summarizer: ModelPort, request: PruningRequestEnvelope) -> CompactionEnvelope:
     """The compaction envelope answering one (pruning) flush request."""
     compaction = summarizer.summarize(read_request(request))
     return wrap(compaction, request.seq)  # type: ignore[return-value]
 
 
 def answer_ledger(
-    model: DiffModel, request: FlushRequestEnvelope, config: LedgerConfig = DEFAULT_LEDGER
+    model: DiffModel, request: LedgerRequestEnvelope, config: LedgerConfig = DEFAULT_LEDGER
 ) -> CompactionEnvelope:
     """The compaction envelope answering one ledger pass request.
 
@@ -132,11 +134,11 @@ class EmbeddedRuntime:
             envelope = queue.popleft()
             self.log[topic_of(envelope)].append(envelope)
             if isinstance(envelope, FlushRequestEnvelope):
-                if is_ledger_request(envelope):
+                if isinstance(envelope, LedgerRequestEnvelope):
                     compaction = answer_ledger(
                         self.diff_model, envelope, self.ledger or DEFAULT_LEDGER
                     )
-                else:
+                elif isinstance(envelope, PruningRequestEnvelope):
                     compaction = answer(self.summarizer, envelope)
                 self.log[COMPACTION_EVENTS].append(compaction)
                 queue.extend(self.fold(compaction))

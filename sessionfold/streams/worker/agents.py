@@ -41,6 +41,8 @@ from sessionfold.events.envelope import (
     FlushMetricsEnvelope,
     FlushRequestEnvelope,
     Kind,
+    LedgerRequestEnvelope,
+    PruningCompactionEnvelope,
     SchemaVersionError,
     decode,
     encode,
@@ -48,12 +50,11 @@ from sessionfold.events.envelope import (
 )
 from sessionfold.events.flush import (
     CompactionPayload,
-    is_pruning_compaction,
     read_compaction,
     read_request,
     wrap,
 )
-from sessionfold.events.ledger import is_ledger_request, read_ledger_request
+from sessionfold.events.ledger import read_ledger_request
 from sessionfold.ports.ledger.model import DiffModel, OfflineModel
 from sessionfold.ports.summarizer import ModelPort
 from sessionfold.projections.folds import apply_folds
@@ -177,12 +178,12 @@ PRUNING_FOLD, LEDGER_FOLD = "pr", "ledger"
 
 def request_fold(envelope: FlushRequestEnvelope) -> str:
     """Which fold raised a request: the ledger (a pass) or pruning (a flush)."""
-    return LEDGER_FOLD if is_ledger_request(envelope) else PRUNING_FOLD
+    return LEDGER_FOLD if isinstance(envelope, LedgerRequestEnvelope) else PRUNING_FOLD
 
 
 def request_id_of(envelope: FlushRequestEnvelope) -> str | None:
     """The id a request's answer must name."""
-    if is_ledger_request(envelope):
+    if isinstance(envelope, LedgerRequestEnvelope):
         return read_ledger_request(envelope).get("request")
     return getattr(envelope.payload, "request_id", None)
 
@@ -250,7 +251,7 @@ def outstanding_requests(table: Backend, partitions: int, active: set[int]) -> l
 
 
 def _compaction_outcome(store: Store, envelope: CompactionEnvelope) -> str:
-    if not is_pruning_compaction(envelope):
+    if not isinstance(envelope, PruningCompactionEnvelope):
         return "ledger"
     try:
         payload = read_compaction(envelope)
@@ -329,7 +330,7 @@ def read_request_record(record: SourceRecord) -> FlushRequestEnvelope | Fault:
         return envelope
     if not isinstance(envelope, FlushRequestEnvelope):
         return Fault("unexpected-kind", f"{envelope.kind.value} is not a flush request")
-    if is_ledger_request(envelope):
+    if isinstance(envelope, LedgerRequestEnvelope):
         request = read_ledger_request(envelope)
         if not all(isinstance(request.get(k), t) for k, t in _LEDGER_REQUEST_FIELDS.items()):
             return Fault("invalid-request", "ledger pass request lacks its ids")
@@ -406,7 +407,7 @@ def observe_answer(metrics: Metrics, compaction: Any, outcome: str, seconds: flo
     """Count one summarizer answer: duration, usage, batch outcomes."""
     metrics.summarizer_requests.labels(outcome=outcome).inc()
     metrics.summarizer_duration.observe(seconds)
-    if not is_pruning_compaction(compaction):
+    if not isinstance(compaction, PruningCompactionEnvelope):
         return  # a ledger pass: its calls and sizes go to its span record
     payload = read_compaction(compaction)
     metrics.summarizer_tokens.labels(kind="input").inc(payload.usage.input_tokens)
@@ -793,7 +794,7 @@ class SummarizeRuntime:
             return ack
         with self.metrics.summarizer_in_progress.track_inprogress():
             started = time.perf_counter()
-            if is_ledger_request(request):
+            if isinstance(request, LedgerRequestEnvelope):
                 compaction = await asyncio.to_thread(
                     answer_ledger, self.diff_model, request, self.ledger
                 )
