@@ -1,1 +1,1 @@
-"""The ledger's model-calling compaction pass: context, prompt, verification, turns, driver."""
+"""The ledger's model-calling compaction pass: context, prompt, verification, turns."""
