@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
 
 from sessionfold.events.errors import NewerFormatError, error_locations
 from sessionfold.events.lines import DEPTH_REASON, ENVELOPE_DEPTH, may_be_too_deep, too_deep
@@ -175,13 +175,33 @@ class PlaceholderEnvelope(_EnvelopeBase):
 
 
 class FlushRequestEnvelope(_EnvelopeBase):
+    """A flush-requests record: a pruning flush or a ledger pass (the subclasses)."""
+
     kind: Literal[Kind.FLUSH_REQUEST] = Kind.FLUSH_REQUEST
     payload: OpaquePayload
 
 
+class PruningRequestEnvelope(FlushRequestEnvelope):
+    """A flush that needs the model (events/flush.py reads its payload)."""
+
+
+class LedgerRequestEnvelope(FlushRequestEnvelope):
+    """A ledger pass request: its payload names the ledger's producer."""
+
+
 class CompactionEnvelope(_EnvelopeBase):
+    """A compaction-events record; one of no producer we know is neither fold's."""
+
     kind: Literal[Kind.COMPACTION] = Kind.COMPACTION
     payload: OpaquePayload
+
+
+class PruningCompactionEnvelope(CompactionEnvelope):
+    """The summarizer's answer to a pruning flush request."""
+
+
+class LedgerPassEnvelope(CompactionEnvelope):
+    """A ledger pass result."""
 
 
 class FlushMetricsEnvelope(_EnvelopeBase):
@@ -189,18 +209,54 @@ class FlushMetricsEnvelope(_EnvelopeBase):
     payload: OpaquePayload
 
 
+#: `producer` of a pruning compaction's payload.
+PRUNING_PRODUCER: Final = "sessionfold-pruning"
+#: `producer` of a ledger pass request's and result's payload (and of our pi compaction entries).
+LEDGER_PRODUCER: Final = "sessionfold-ledger"
+
+# The wire tells the request and answer types apart only by the payload's producer; decoding
+# picks the class, so nothing past events/ compares producer strings. A tag that is not a kind
+# is named by its kind in error messages (`_TAG_KINDS`).
+_LEDGER_REQUEST, _UNKNOWN_COMPACTION, _LEDGER_PASS = "ledger-request", "other-compaction", "ledger"
+_TAG_KINDS = {
+    _LEDGER_REQUEST: Kind.FLUSH_REQUEST.value,
+    _UNKNOWN_COMPACTION: Kind.COMPACTION.value,
+    _LEDGER_PASS: Kind.COMPACTION.value,
+}
+
+
+def _tag(value: Any) -> Any:
+    """The union member an envelope (a dict or a model) decodes to: its kind, or its producer."""
+    if isinstance(value, dict):
+        kind, payload = value.get("kind"), value.get("payload")
+        producer = payload.get("producer") if isinstance(payload, dict) else None
+    else:
+        payload = getattr(value, "payload", None)
+        kind, producer = getattr(value, "kind", None), getattr(payload, "producer", None)
+    if kind == Kind.FLUSH_REQUEST:
+        return _LEDGER_REQUEST if producer == LEDGER_PRODUCER else Kind.FLUSH_REQUEST.value
+    if kind == Kind.COMPACTION:
+        if producer == PRUNING_PRODUCER:
+            return Kind.COMPACTION.value
+        return _LEDGER_PASS if producer == LEDGER_PRODUCER else _UNKNOWN_COMPACTION
+    return kind.value if isinstance(kind, Kind) else kind
+
+
 Envelope = Annotated[
-    EntryEnvelope
-    | ReloadEnvelope
-    | UsageEnvelope
-    | CommandEnvelope
-    | WorldEnvelope
-    | CompactRequestEnvelope
-    | PlaceholderEnvelope
-    | FlushRequestEnvelope
-    | CompactionEnvelope
-    | FlushMetricsEnvelope,
-    Field(discriminator="kind"),
+    Annotated[EntryEnvelope, Tag(Kind.ENTRY.value)]
+    | Annotated[ReloadEnvelope, Tag(Kind.RELOAD.value)]
+    | Annotated[UsageEnvelope, Tag(Kind.USAGE.value)]
+    | Annotated[CommandEnvelope, Tag(Kind.COMMAND.value)]
+    | Annotated[WorldEnvelope, Tag(Kind.WORLD.value)]
+    | Annotated[CompactRequestEnvelope, Tag(Kind.COMPACT_REQUEST.value)]
+    | Annotated[PlaceholderEnvelope, Tag(Kind.PLACEHOLDER.value)]
+    | Annotated[PruningRequestEnvelope, Tag(Kind.FLUSH_REQUEST.value)]
+    | Annotated[LedgerRequestEnvelope, Tag(_LEDGER_REQUEST)]
+    | Annotated[PruningCompactionEnvelope, Tag(Kind.COMPACTION.value)]
+    | Annotated[LedgerPassEnvelope, Tag(_LEDGER_PASS)]
+    | Annotated[CompactionEnvelope, Tag(_UNKNOWN_COMPACTION)]
+    | Annotated[FlushMetricsEnvelope, Tag(Kind.FLUSH_METRICS.value)],
+    Discriminator(_tag),
 ]
 
 _ENVELOPE = TypeAdapter(Envelope)
@@ -240,4 +296,4 @@ def from_dict(raw: Any) -> Envelope:
         return _ENVELOPE.validate_python(raw)
     except ValidationError as exc:
         # Field locations and error types only: the input may hold message text.
-        raise EnvelopeError(f"invalid envelope ({error_locations(exc)})") from None
+        raise EnvelopeError(f"invalid envelope ({error_locations(exc, tags=_TAG_KINDS)})") from None

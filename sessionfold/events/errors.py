@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import ValidationError
 
 
@@ -16,8 +18,16 @@ class NewerFormatError(ValueError):
         )
 
 
-def error_locations(exc: ValidationError, most: int = 5) -> str:
-    """The first `most` errors as `loc.path: type`: field locations and types, never the input."""
-    return ", ".join(
-        f"{'.'.join(str(p) for p in e['loc'])}: {e['type']}" for e in exc.errors()[:most]
-    )
+def error_locations(
+    exc: ValidationError, most: int = 5, tags: Mapping[str, str] | None = None
+) -> str:
+    """The first `most` errors as `loc.path: type`: field locations and types, never the input.
+
+    `tags` names a union's internal tags as the wire does (a tag at the head of a path).
+    """
+    return ", ".join(f"{_where(e['loc'], tags or {})}: {e['type']}" for e in exc.errors()[:most])
+
+
+def _where(loc: tuple[int | str, ...], tags: Mapping[str, str]) -> str:
+    head = [tags.get(str(loc[0]), loc[0])] if loc else []
+    return ".".join(str(p) for p in head + list(loc[1:]))

@@ -2,22 +2,24 @@
 
 The fold writes a flush request when a flush needs the model, the summarizer answers it with one
 compaction, and every flush attempt ends in exactly one flush-metrics record. On the wire these
-travel as the envelope's opaque payload; `wrap` and the `read_*` functions convert between the
-two. Field names are snake_case like the envelope's.
+travel as the envelope's opaque payload, in their own envelope classes (a pruning request and a
+pruning compaction, told apart from the ledger's at decode time); `wrap` and the `read_*`
+functions convert between the two. Field names are snake_case like the envelope's.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from sessionfold.events.envelope import (
-    CompactionEnvelope,
+    PRUNING_PRODUCER,
     FlushMetricsEnvelope,
-    FlushRequestEnvelope,
     OpaquePayload,
     Payload,
+    PruningCompactionEnvelope,
+    PruningRequestEnvelope,
 )
 
 Trigger = Literal["budget", "delta", "message-end", "manual", "rearmed"]
@@ -27,9 +29,6 @@ AttemptOutcome = Literal[
 ]
 Disposition = Literal["summarize", "skipped-trivial", "skipped-deduped"]
 ResultOutcome = Literal["summarized", "skipped-trivial", "skipped-deduped", "failed"]
-
-#: The `producer` of a pruning compaction; a ledger pass result on the same topic has another.
-PRUNING_PRODUCER: Final = "sessionfold-pruning"
 
 
 class MetricsSnapshot(Payload):
@@ -167,29 +166,24 @@ class FlushMetricsPayload(Payload):
 
 def wrap(
     payload: FlushRequestPayload | CompactionPayload | FlushMetricsPayload, seq: int
-) -> FlushRequestEnvelope | CompactionEnvelope | FlushMetricsEnvelope:
+) -> PruningRequestEnvelope | PruningCompactionEnvelope | FlushMetricsEnvelope:
     """The envelope that carries `payload` on its topic, with sequence number `seq`."""
     opaque = OpaquePayload(**payload.model_dump(mode="json"))
     session_id = payload.session_id
     time = getattr(payload, "time", None)
     if isinstance(payload, FlushRequestPayload):
-        return FlushRequestEnvelope(session_id=session_id, seq=seq, time=time, payload=opaque)
+        return PruningRequestEnvelope(session_id=session_id, seq=seq, time=time, payload=opaque)
     if isinstance(payload, CompactionPayload):
-        return CompactionEnvelope(session_id=session_id, seq=seq, payload=opaque)
+        return PruningCompactionEnvelope(session_id=session_id, seq=seq, payload=opaque)
     return FlushMetricsEnvelope(session_id=session_id, seq=seq, time=time, payload=opaque)
 
 
-def read_request(envelope: FlushRequestEnvelope) -> FlushRequestPayload:
+def read_request(envelope: PruningRequestEnvelope) -> FlushRequestPayload:
     """The typed payload of a flush-request envelope."""
     return FlushRequestPayload.model_validate(envelope.payload.model_dump())
 
 
-def is_pruning_compaction(envelope: CompactionEnvelope) -> bool:
-    """Whether a compaction envelope answers a flush request (not a ledger pass)."""
-    return getattr(envelope.payload, "producer", None) == PRUNING_PRODUCER
-
-
-def read_compaction(envelope: CompactionEnvelope) -> CompactionPayload:
+def read_compaction(envelope: PruningCompactionEnvelope) -> CompactionPayload:
     """The typed payload of a pruning compaction envelope."""
     return CompactionPayload.model_validate(envelope.payload.model_dump())
 

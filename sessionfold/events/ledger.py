@@ -8,19 +8,22 @@ not run the pass rebuilds the same state from the transcript. Every payload carr
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sessionfold.events.envelope import CompactionEnvelope, FlushRequestEnvelope, OpaquePayload
+from sessionfold.events.envelope import (
+    LEDGER_PRODUCER,
+    LedgerPassEnvelope,
+    LedgerRequestEnvelope,
+    OpaquePayload,
+)
 from sessionfold.events.errors import NewerFormatError
 
 #: The ledger state format this build writes and the newest it reads.
 STATE_FORMAT = 1
 #: The span record version this build writes and reads; any other is skipped silently.
 SPAN_RECORD_VERSION = 1
-#: `producer` of our compaction entries' `details`, and the marker of our payloads.
-LEDGER_PRODUCER: Final = "sessionfold-ledger"
 #: customType of the span record entry appended after our compaction entry.
 SPAN_RECORD_TYPE = "sessionfold-ledger.span"
 
@@ -154,31 +157,21 @@ def check_state_format(value: Any, what: str = "ledger record") -> None:
 # --- on the wire: a pass request on flush-requests, its result on compaction-events ----------
 
 
-def request_envelope(request: dict[str, Any]) -> FlushRequestEnvelope:
+def request_envelope(request: dict[str, Any]) -> LedgerRequestEnvelope:
     """The flush-requests record asking for one ledger pass (the request dict, marked ours)."""
     payload = OpaquePayload(**request, producer=LEDGER_PRODUCER)
-    return FlushRequestEnvelope(session_id=request["session"], seq=request["seq"], payload=payload)
+    return LedgerRequestEnvelope(session_id=request["session"], seq=request["seq"], payload=payload)
 
 
-def is_ledger_request(envelope: FlushRequestEnvelope) -> bool:
-    """Whether a flush-requests record asks for a ledger pass (not a pruning flush)."""
-    return getattr(envelope.payload, "producer", None) == LEDGER_PRODUCER
-
-
-def read_ledger_request(envelope: FlushRequestEnvelope) -> dict[str, Any]:
+def read_ledger_request(envelope: LedgerRequestEnvelope) -> dict[str, Any]:
     """The pass request a ledger flush-requests record carries, as the fold wrote it."""
     request = envelope.payload.model_dump(mode="json")
     request.pop("producer", None)
     return request
 
 
-def answer_envelope(payload: dict[str, Any]) -> CompactionEnvelope:
+def answer_envelope(payload: dict[str, Any]) -> LedgerPassEnvelope:
     """The compaction-events record carrying one pass result (its seq: the request's)."""
-    return CompactionEnvelope(
+    return LedgerPassEnvelope(
         session_id=payload["session"], seq=payload["seq"], payload=OpaquePayload(**payload)
     )
-
-
-def is_ledger_compaction(envelope: CompactionEnvelope) -> bool:
-    """Whether a compaction record is a ledger pass result."""
-    return getattr(envelope.payload, "producer", None) == LEDGER_PRODUCER

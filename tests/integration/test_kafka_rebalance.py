@@ -19,8 +19,7 @@ from conftest import unique_topic_prefix
 from kafka_workers import WorkerProcess, metric_sum, publish_tree, wait_converged
 from typer.testing import CliRunner
 
-from sessionfold.events.envelope import encode
-from sessionfold.events.ledger import is_ledger_request
+from sessionfold.events.envelope import LedgerRequestEnvelope, encode
 from sessionfold.streams.cli import app
 from sessionfold.streams.cli.worker import ENV_TEST_FOLD_HOOK
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file, session_files
@@ -41,7 +40,7 @@ def _freeze_point(paths: list[Path]) -> tuple[str, int]:
         for record in read_session_file(path):
             if not isinstance(record, DeadLetter):
                 runtime.publish(record)
-    requests = [e for e in runtime.log[FLUSH_REQUESTS] if not is_ledger_request(e)]
+    requests = [e for e in runtime.log[FLUSH_REQUESTS] if not isinstance(e, LedgerRequestEnvelope)]
     middle = requests[len(requests) // 2]
     return middle.session_id, middle.seq + 1
 

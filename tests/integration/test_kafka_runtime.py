@@ -33,9 +33,16 @@ from kafka_workers import (
 )
 from typer.testing import CliRunner
 
-from sessionfold.events.envelope import EntryEnvelope, EntryPayload, encode
-from sessionfold.events.flush import is_pruning_compaction, read_compaction
-from sessionfold.events.ledger import LEDGER_PRODUCER, is_ledger_request
+from sessionfold.events.envelope import (
+    EntryEnvelope,
+    EntryPayload,
+    LedgerPassEnvelope,
+    LedgerRequestEnvelope,
+    PruningCompactionEnvelope,
+    decode,
+    encode,
+)
+from sessionfold.events.flush import read_compaction
 from sessionfold.projections.pruning import index
 from sessionfold.streams.cli import app
 from sessionfold.streams.cli.worker import ENV_TEST_DELAY
@@ -93,7 +100,9 @@ def embedded(fleet: Path) -> Embedded:
             runtime.publish(record)
     attempts = [e.payload for e in runtime.log[FLUSH_METRICS]]
     compactions = [
-        read_compaction(e) for e in runtime.log[COMPACTION_EVENTS] if is_pruning_compaction(e)
+        read_compaction(e)
+        for e in runtime.log[COMPACTION_EVENTS]
+        if isinstance(e, PruningCompactionEnvelope)
     ]
     requests = runtime.log[FLUSH_REQUESTS]
     return Embedded(
@@ -101,7 +110,7 @@ def embedded(fleet: Path) -> Embedded:
         runtime=runtime,
         entries=len(runtime.log[SESSION_EVENTS]),
         flush_requests=Counter(e.payload.trigger for e in requests),
-        ledger_passes=sum(is_ledger_request(e) for e in requests),
+        ledger_passes=sum(isinstance(e, LedgerRequestEnvelope) for e in requests),
         flush_attempts=Counter((a.trigger, a.outcome) for a in attempts),
         batch_outcomes=Counter(r.outcome for c in compactions for r in c.results),
         model_calls=sum(c.usage.calls for c in compactions),
@@ -353,11 +362,11 @@ def _request_ids(bootstrap: str, topic: str) -> tuple[set[str], set[str]]:
     """Request ids on a flush-requests or compaction-events topic: pruning, ledger."""
     pruning, ledger = set(), set()
     for record in read_topic(bootstrap, topic):
-        payload = orjson.loads(record.value)["payload"]
-        if payload.get("producer") == LEDGER_PRODUCER:
-            ledger.add(payload["request"])
+        envelope = decode(record.value)
+        if isinstance(envelope, LedgerRequestEnvelope | LedgerPassEnvelope):
+            ledger.add(envelope.payload.request)
         else:
-            pruning.add(payload["request_id"])
+            pruning.add(envelope.payload.request_id)
     return pruning, ledger
 
 

@@ -18,7 +18,8 @@ from sessionfold.projections.pruning.config import build_config
 from sessionfold.projections.store import DictStore
 from sessionfold.streams.cli import fold as fold_cli
 from sessionfold.streams.publishing.session_file import read_session_file
-from sessionfold.streams.runtime.embedded import EmbeddedRuntime, fold_files, fold_step
+from sessionfold.streams.runtime.embedded import EmbeddedRuntime, fold_files
+from sessionfold.streams.runtime.step import fold_step
 
 SESSIONS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "sessions"
 BEFORE = "before-compaction.jsonl"

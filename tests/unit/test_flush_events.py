@@ -10,6 +10,7 @@ from sessionfold.events.envelope import (
     FlushMetricsEnvelope,
     FlushRequestEnvelope,
     OpaquePayload,
+    PruningCompactionEnvelope,
     decode,
     encode,
 )
@@ -23,7 +24,6 @@ from sessionfold.events.flush import (
     Frontier,
     MetricsSnapshot,
     ModelUsage,
-    is_pruning_compaction,
     read_compaction,
     read_flush_metrics,
     read_request,
@@ -105,15 +105,17 @@ def test_the_payload_travels_in_snake_case() -> None:
     assert b'"request_id":"s:4"' in wire
 
 
-def test_only_a_pruning_producer_marks_a_pruning_compaction() -> None:
-    """A compaction from another producer (the ledger pass) is not pruning's."""
+def test_only_a_pruning_producer_decodes_to_a_pruning_compaction() -> None:
+    """A compaction from another producer (the ledger pass, or unknown) is not pruning's."""
     pruning = wrap(COMPACTION, 1)
-    assert isinstance(pruning, CompactionEnvelope) and is_pruning_compaction(pruning)
+    assert isinstance(decode(encode(pruning)), PruningCompactionEnvelope)
     ledger = CompactionEnvelope(
         session_id="s", seq=1, payload=OpaquePayload(producer="sessionfold-ledger")
     )
-    assert not is_pruning_compaction(ledger)
-    assert not is_pruning_compaction(CompactionEnvelope(session_id="s", seq=1, payload={}))
+    for other in (ledger, CompactionEnvelope(session_id="s", seq=1, payload={})):
+        decoded = decode(encode(other))
+        assert isinstance(decoded, CompactionEnvelope)
+        assert not isinstance(decoded, PruningCompactionEnvelope)
 
 
 _USAGE = st.builds(

@@ -20,6 +20,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sessionfold.events.envelope import EntryEnvelope, EntryPayload, decode, encode
+from sessionfold.ports.ledger.model import OfflineModel
 from sessionfold.ports.summarizer import OfflineSummarizer
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.projections.store import DictStore
@@ -36,6 +37,7 @@ from sessionfold.streams.kafka.table_store import (
 from sessionfold.streams.kafka.topics import Topics
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
 from sessionfold.streams.runtime.embedded import fold_files
+from sessionfold.streams.runtime.step import Answerer
 from sessionfold.streams.tools.synthetic import generate_session, write_session
 from sessionfold.streams.web.state_api import session_document
 from sessionfold.streams.worker.agents import (
@@ -93,7 +95,8 @@ class Cluster:
         self.metrics = create(CollectorRegistry())
         self.tracker = SessionTracker(self.backend, DEFAULT_CONFIG, 1)
         self.fold = self.new_fold()
-        self.summarize = SummarizeRuntime(OfflineSummarizer(), self.send, TOPICS, self.metrics)
+        answerer = Answerer(OfflineSummarizer(), OfflineModel())
+        self.summarize = SummarizeRuntime(answerer, self.send, TOPICS, self.metrics)
         self.crashes = 0
 
     def new_fold(self) -> FoldRuntime:

@@ -12,7 +12,6 @@ import pytest
 from fake_openai import FakeOpenAI, answer, cut_off, http_error, json_answer
 
 from sessionfold.events.envelope import EntryEnvelope, EntryPayload
-from sessionfold.ports.ledger.driver import fold_records
 from sessionfold.ports.ledger.model import DiffModel
 from sessionfold.ports.ledger.prompt import INSTRUCTIONS
 from sessionfold.ports.ledger_http import (
@@ -28,6 +27,7 @@ from sessionfold.ports.model_http import (
     resolve_endpoint,
     resolve_fallback,
 )
+from sessionfold.streams.runtime.ledger_loop import fold_records
 
 FAST = Timeouts(idle_s=0.5, ceiling_s=3.0, connect_s=1.0)
 GOOD = {"labels": [{"message": "u1", "label": "rule"}], "narrative": "set a rule", "now": "idle"}

@@ -232,8 +232,8 @@ def test_a_failed_write_never_affects_a_pass(
 def test_an_observer_that_throws_is_counted_and_ignored(tmp_path: Path) -> None:
     """The driver swallows an observer's exception: the pass and its payload are unchanged."""
     from sessionfold.events.envelope import CompactRequestEnvelope, EntryEnvelope, EntryPayload
-    from sessionfold.ports.ledger.driver import EmbeddedLedger
     from sessionfold.ports.ledger.model import OfflineModel
+    from sessionfold.streams.runtime.ledger_loop import EmbeddedLedger
 
     class Broken:
         def started(self, request: Any) -> None:
@@ -309,14 +309,14 @@ def test_an_interrupted_run_writes_an_aborted_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ctrl-C during a pass: an `aborted` record naming the pass, exit 130."""
-    from sessionfold.ports.ledger import driver
+    from sessionfold.streams.runtime import step
 
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
     path = tmp_path / "ledger.jsonl"
     monkeypatch.setenv("SESSIONFOLD_LEDGER_LOG", str(path))
-    monkeypatch.setattr(driver, "run_pass", interrupted)
+    monkeypatch.setattr(step, "run_pass", interrupted)
     result = RUNNER.invoke(app, ["ledger", str(write_session(tmp_path / "s.jsonl"))])
     assert result.exit_code == 130
     aborted = lines(path)[-1]

@@ -16,7 +16,6 @@ from sessionfold.events.envelope import (
     OpaquePayload,
 )
 from sessionfold.events.ledger import LEDGER_PRODUCER, SPAN_RECORD_TYPE
-from sessionfold.ports.ledger.driver import EmbeddedLedger, fold_records
 from sessionfold.ports.ledger.model import OfflineModel
 from sessionfold.ports.ledger.pass_ import run_pass
 from sessionfold.projections.ledger.config import LedgerConfig
@@ -25,6 +24,7 @@ from sessionfold.projections.ledger.render import render
 from sessionfold.projections.ledger.state import canonical_json, load_head, snapshot
 from sessionfold.projections.store import DictStore
 from sessionfold.streams.publishing.session_file import read_session_file
+from sessionfold.streams.runtime.ledger_loop import EmbeddedLedger, fold_records
 
 SESSIONS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "sessions"
 REAL = ["before-compaction.jsonl", "large-session.jsonl"]

@@ -26,7 +26,6 @@ from sessionfold.events.envelope import (
     WorldPayload,
 )
 from sessionfold.ports.ledger import pass_
-from sessionfold.ports.ledger.driver import LedgerRun, fold_records
 from sessionfold.ports.ledger_http import HttpDiffModel
 from sessionfold.ports.model_http import (
     HttpModelClient,
@@ -36,6 +35,7 @@ from sessionfold.ports.model_http import (
 )
 from sessionfold.projections.ledger.config import LedgerConfig
 from sessionfold.projections.ledger.state import load_head, snapshot
+from sessionfold.streams.runtime.ledger_loop import LedgerRun, fold_records
 
 SID = "scenario"
 FAST = Timeouts(idle_s=0.5, ceiling_s=3.0, connect_s=1.0)

@@ -10,11 +10,11 @@ from test_ledger_verify import SID, Scripted, Session, labels, rules_of
 
 from sessionfold.events.envelope import CompactRequestEnvelope, EntryEnvelope, EntryPayload
 from sessionfold.events.ledger import LEDGER_PRODUCER
-from sessionfold.ports.ledger.driver import fold_records
 from sessionfold.ports.ledger.model import OfflineModel
 from sessionfold.ports.ledger.pass_ import run_pass
 from sessionfold.ports.ledger.prompt import prompt_text
 from sessionfold.projections.ledger.state import load_head, snapshot
+from sessionfold.streams.runtime.ledger_loop import fold_records
 
 
 def pi_compaction(session: Session, summary: str = "pi's summary of the work") -> list[dict]:

@@ -10,13 +10,13 @@ import pytest
 from test_ledger_verify import Session
 
 from sessionfold.events.envelope import EntryEnvelope
-from sessionfold.ports.ledger.driver import fold_records
 from sessionfold.ports.ledger.model import OfflineModel
 from sessionfold.projections.ledger import values as ledger_values
 from sessionfold.projections.ledger.facts import facts
 from sessionfold.projections.ledger.render import render
 from sessionfold.projections.ledger.values import command_values
 from sessionfold.streams.publishing.session_file import read_session_file
+from sessionfold.streams.runtime.ledger_loop import fold_records
 
 SESSIONS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "sessions"
 

@@ -15,13 +15,13 @@ from test_ledger_verify import Scripted, Session
 from sessionfold.events.envelope import EntryEnvelope
 from sessionfold.ports.ledger.answer import Answer
 from sessionfold.ports.ledger.context import PassContext
-from sessionfold.ports.ledger.driver import fold_records
 from sessionfold.ports.ledger.model import VALUES_PER_ANSWER, OfflineModel
 from sessionfold.ports.ledger.pass_ import run_pass
 from sessionfold.projections.ledger.facts import facts
 from sessionfold.projections.ledger.render import render, value_lines
 from sessionfold.projections.ledger.values import shapes, span_values, value_signals
 from sessionfold.streams.publishing.session_file import read_session_file
+from sessionfold.streams.runtime.ledger_loop import fold_records
 
 SESSIONS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "sessions"
 

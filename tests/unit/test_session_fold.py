@@ -48,7 +48,8 @@ from sessionfold.projections.pruning.config import PruneConfig, build_config
 from sessionfold.projections.pruning.fold import apply
 from sessionfold.projections.pruning.frontier import trim_batches
 from sessionfold.projections.store import DictStore
-from sessionfold.streams.runtime.embedded import EmbeddedRuntime, answer, fold_step
+from sessionfold.streams.runtime.embedded import EmbeddedRuntime
+from sessionfold.streams.runtime.step import answer_pruning, fold_step
 
 SID = "sess-1"
 BIG = 1500  # above the default minBatchChars
@@ -987,7 +988,7 @@ def test_capture_equals_the_rescan_after_every_event(
         while queue:
             output = queue.pop(0)
             if output.kind == "flush-request":
-                queue.extend(apply(store, answer(summarizer, output), config))
+                queue.extend(apply(store, answer_pruning(summarizer, output).envelope, config))
         session = pruning.open_session(store, SID, config)
         assert not session.busy
         assert _shape(windows.capture(session)) == _shape(_rescan(messages, session))

@@ -1,6 +1,6 @@
-"""The ledger's model-calling compaction pass: context, prompt, verification, turns, driver.
+"""The ledger's model-calling compaction pass: context, prompt, verification, turns.
 
 Private to it: `verify` (checking the model's answers; `pass_`, `turns` and `prompt` use it).
 """
 
-__all__ = ["answer", "context", "driver", "model", "pass_", "prompt", "turns"]
+__all__ = ["answer", "context", "model", "pass_", "prompt", "turns"]

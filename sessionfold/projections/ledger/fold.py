@@ -17,6 +17,7 @@ import orjson
 from pydantic import ValidationError
 
 from sessionfold.events.envelope import (
+    LEDGER_PRODUCER,
     SESSION_EVENT_KINDS,
     CompactionEnvelope,
     EntryEnvelope,
@@ -27,7 +28,6 @@ from sessionfold.events.envelope import (
     from_dict,
 )
 from sessionfold.events.ledger import (
-    LEDGER_PRODUCER,
     SPAN_RECORD_TYPE,
     SPAN_RECORD_VERSION,
     STATE_FORMAT,

@@ -27,10 +27,11 @@ from sessionfold.events.envelope import (
     Envelope,
     Kind,
     PlaceholderEnvelope,
+    PruningCompactionEnvelope,
     ReloadEnvelope,
     UsageEnvelope,
 )
-from sessionfold.events.flush import is_pruning_compaction, read_compaction
+from sessionfold.events.flush import read_compaction
 from sessionfold.projections.pruning import digest, flushing, windows
 from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
@@ -64,7 +65,7 @@ def apply(store: Store, envelope: Envelope, config: PruneConfig = DEFAULT_CONFIG
 def _apply_compaction(
     store: Store, envelope: CompactionEnvelope, config: PruneConfig
 ) -> list[Envelope]:
-    if not is_pruning_compaction(envelope):
+    if not isinstance(envelope, PruningCompactionEnvelope):
         return []  # a ledger pass result: the ledger fold's
     try:
         payload = read_compaction(envelope)

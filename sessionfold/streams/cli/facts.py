@@ -14,7 +14,6 @@ from typing import Annotated
 import typer
 
 from sessionfold.events.envelope import EntryEnvelope
-from sessionfold.ports.ledger.driver import fold_records
 from sessionfold.ports.ledger.model import OfflineModel
 from sessionfold.projections.ledger.config import LedgerConfig
 from sessionfold.projections.ledger.facts import FactsRow, facts
@@ -22,6 +21,7 @@ from sessionfold.projections.ledger.text import sanitize
 from sessionfold.streams.cli.inputs import session_inputs
 from sessionfold.streams.cli.ledger import safe_json
 from sessionfold.streams.publishing.session_file import read_session_file
+from sessionfold.streams.runtime.ledger_loop import fold_records
 
 _HEAD = f"{'point':>5}  {'entry':<10}{'values':>7}{'pi kept':>9}{'ours kept':>11}"
 _HEAD += f"{'pi chars':>10}{'our chars':>11}"

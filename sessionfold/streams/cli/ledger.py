@@ -23,7 +23,6 @@ import typer
 
 from sessionfold.events.envelope import EntryEnvelope
 from sessionfold.events.ledger import LEDGER_PRODUCER, SPAN_RECORD_TYPE, STATE_FORMAT
-from sessionfold.ports.ledger.driver import LedgerRun, fold_records
 from sessionfold.ports.ledger.model import DiffModel, OfflineModel
 from sessionfold.projections.ledger.config import LedgerConfig
 from sessionfold.projections.ledger.fold import is_ours
@@ -34,6 +33,7 @@ from sessionfold.projections.ledger.view import ledger_view
 from sessionfold.streams.cli.inputs import session_inputs
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
 from sessionfold.streams.runtime.ledger_log import LedgerLog, LogObserver
+from sessionfold.streams.runtime.ledger_loop import LedgerRun, fold_records
 
 # JSON escapes C0 controls itself; C1 controls, DEL, bidi controls and line separators it
 # leaves raw inside strings, where a \u escape means the same and a terminal sees nothing.

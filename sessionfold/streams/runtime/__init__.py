@@ -3,4 +3,4 @@
 No module is private to it.
 """
 
-__all__ = ["config_files", "embedded", "ledger_log"]
+__all__ = ["config_files", "embedded", "ledger_log", "ledger_loop", "step"]

@@ -1,9 +1,8 @@
 """The embedded runtime: the folds and the summarizer over an in-process log, no broker.
 
-The same steps a Kafka runtime runs: `fold_step` turns one input envelope into outputs (the
-pruning folds and the rule ledger over the store: projections/folds.py), `answer` turns a flush
-request into a compaction through the model port and `answer_ledger` a ledger pass request into
-its result through the diff model. `EmbeddedRuntime` keeps one list of envelopes per topic and
+The steps are the Kafka runtime's (runtime/step.py): the fold step turns one input envelope into
+outputs, the answerer turns a request into its answer (a pruning flush through the model port, a
+ledger pass through the diff model). `EmbeddedRuntime` keeps one list of envelopes per topic and
 routes outputs in a loop: requests to their model, compactions back into the fold,
 flush-metrics records to their topic. `fold_files` folds pi session files and reports every
 session's state.
@@ -11,87 +10,29 @@ session's state.
 
 from __future__ import annotations
 
-import logging
-import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from sessionfold.events.envelope import (
-    CompactionEnvelope,
-    FlushMetricsEnvelope,
-    FlushRequestEnvelope,
-)
-from sessionfold.events.flush import read_request, wrap
-from sessionfold.events.ledger import answer_envelope, is_ledger_request, read_ledger_request
+from sessionfold.events.envelope import FlushRequestEnvelope
 from sessionfold.ports.ledger.model import DiffModel, OfflineModel
-from sessionfold.ports.ledger.pass_ import fallback_payload, run_pass
 from sessionfold.ports.summarizer import ModelPort, OfflineSummarizer
-from sessionfold.projections.folds import apply_folds
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
-from sessionfold.projections.ledger.view import ledger_view
-from sessionfold.projections.pruning import context_metrics as metrics
-from sessionfold.projections.pruning import digest, windows
-from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
-from sessionfold.projections.store import DictStore, Store
+from sessionfold.projections.store import DictStore
+from sessionfold.streams.kafka.topics import Topics
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
+from sessionfold.streams.runtime.step import Answerer, fold_step, session_document, topic_of
 
-log = logging.getLogger(__name__)
-
-SESSION_EVENTS = "session-events"
-FLUSH_REQUESTS = "flush-requests"
-COMPACTION_EVENTS = "compaction-events"
-FLUSH_METRICS = "flush-metrics"
-DEAD_LETTERS = "dead-letters"
-TOPICS = (SESSION_EVENTS, FLUSH_REQUESTS, COMPACTION_EVENTS, FLUSH_METRICS, DEAD_LETTERS)
-
-
-def fold_step(
-    store: Store, envelope: Any, config: PruneConfig, ledger: LedgerConfig | None = DEFAULT_LEDGER
-) -> list[Any]:
-    """Fold one session-event or compaction envelope; the envelopes it produces."""
-    return apply_folds(store, envelope, config, ledger)
-
-
-def answer(summarizer: ModelPort, request: FlushRequestEnvelope) -> CompactionEnvelope:
-    """The compaction envelope answering one (pruning) flush request."""
-    compaction = summarizer.summarize(read_request(request))
-    return wrap(compaction, request.seq)  # type: ignore[return-value]
-
-
-def answer_ledger(
-    model: DiffModel, request: FlushRequestEnvelope, config: LedgerConfig = DEFAULT_LEDGER
-) -> CompactionEnvelope:
-    """The compaction envelope answering one ledger pass request.
-
-    A pass that throws answers with a fallback: it closes nothing and releases the barrier
-    (pi's own compaction stands), so a model outage never wedges the session.
-    """
-    pass_request = read_ledger_request(request)
-    try:
-        payload = run_pass(pass_request, model, config, time.monotonic)
-    except Exception as exc:
-        log.warning(
-            "ledger pass failed",
-            extra={"session": request.session_id, "error": type(exc).__name__},
-        )
-        payload = fallback_payload(pass_request, f"pass-error:{type(exc).__name__}")
-    return answer_envelope(payload)
-
-
-def topic_of(envelope: Any) -> str:
-    """The topic an envelope travels on."""
-    if isinstance(envelope, FlushRequestEnvelope):
-        return FLUSH_REQUESTS
-    if isinstance(envelope, CompactionEnvelope):
-        return COMPACTION_EVENTS
-    if isinstance(envelope, FlushMetricsEnvelope):
-        return FLUSH_METRICS
-    if isinstance(envelope, DeadLetter):
-        return DEAD_LETTERS
-    return SESSION_EVENTS
+#: The embedded log's topic names: the Kafka ones without a prefix.
+EMBEDDED_TOPICS = Topics(prefix="")
+SESSION_EVENTS = EMBEDDED_TOPICS.session_events
+FLUSH_REQUESTS = EMBEDDED_TOPICS.flush_requests
+COMPACTION_EVENTS = EMBEDDED_TOPICS.compaction_events
+FLUSH_METRICS = EMBEDDED_TOPICS.flush_metrics
+DEAD_LETTERS = EMBEDDED_TOPICS.dead_letters
+TOPICS = tuple(EMBEDDED_TOPICS.all())
 
 
 class EmbeddedRuntime:
@@ -109,6 +50,7 @@ class EmbeddedRuntime:
         self.ledger = ledger  # None: the rule ledger is not folded
         self.summarizer: ModelPort = summarizer or OfflineSummarizer()
         self.diff_model: DiffModel = diff_model or OfflineModel()
+        self.answerer = Answerer(self.summarizer, self.diff_model, ledger or DEFAULT_LEDGER)
         self.store = store if store is not None else DictStore()
         self.log: dict[str, list[Any]] = {topic: [] for topic in TOPICS}
         #: Every envelope folded, in fold order (session events and compactions interleaved).
@@ -121,7 +63,7 @@ class EmbeddedRuntime:
 
     def publish(self, record: Any) -> None:
         """Append one input record to its topic and fold everything that follows from it."""
-        self.log[topic_of(record)].append(record)
+        self.log[topic_of(record, EMBEDDED_TOPICS)].append(record)
         if not isinstance(record, DeadLetter):
             self.route(self.fold(record))
 
@@ -130,14 +72,9 @@ class EmbeddedRuntime:
         queue = deque(outputs)
         while queue:
             envelope = queue.popleft()
-            self.log[topic_of(envelope)].append(envelope)
+            self.log[topic_of(envelope, EMBEDDED_TOPICS)].append(envelope)
             if isinstance(envelope, FlushRequestEnvelope):
-                if is_ledger_request(envelope):
-                    compaction = answer_ledger(
-                        self.diff_model, envelope, self.ledger or DEFAULT_LEDGER
-                    )
-                else:
-                    compaction = answer(self.summarizer, envelope)
+                compaction = self.answerer.answer(envelope).envelope
                 self.log[COMPACTION_EVENTS].append(compaction)
                 queue.extend(self.fold(compaction))
 
@@ -146,34 +83,9 @@ class EmbeddedRuntime:
         seen = dict.fromkeys(e.session_id for e in self.log[SESSION_EVENTS])
         return list(seen)
 
-    def session_state(self, session_id: str) -> dict[str, Any]:
-        """The projections of one session, JSON-ready."""
-        return session_state(self.store, session_id, self.config, self.ledger)
-
-
-def session_state(
-    store: Store,
-    session_id: str,
-    config: PruneConfig,
-    ledger: LedgerConfig | None = DEFAULT_LEDGER,
-) -> dict[str, Any]:
-    """Metrics, frontier, pending batches, flush attempts, stats, counts and (when folded) the
-    rule ledger of one session."""
-    session = pruning.open_session(store, session_id, config)
-    roles: dict[str, int] = {}
-    for row in digest.branch_rows(store, session_id):
-        roles[row["role"]] = roles.get(row["role"], 0) + 1
-    state: dict[str, Any] = {
-        "metrics": metrics.snapshot(store, session_id),
-        "frontier": session.head["frontier"],
-        "pending_batches": len(windows.capture(session)),
-        "flush_attempts": pruning.flush_records(store, session_id),
-        "stats": session.head["stats"],
-        "counts": {"messages": roles},
-    }
-    if ledger is not None:
-        state["ledger"] = ledger_view(store, session_id, ledger)
-    return state
+    def session_state(self, session_id: str, dead_letters: int | None = None) -> dict[str, Any]:
+        """The projections of one session, JSON-ready (step.session_document)."""
+        return session_document(self.store, session_id, self.config, self.ledger, dead_letters)
 
 
 def fold_files(
@@ -200,11 +112,7 @@ def fold_files(
             runtime.publish(record)
         if progress is not None:
             progress(Path(path), records)
-    sessions = {}
-    for session_id in runtime.sessions():
-        state = runtime.session_state(session_id)
-        state["dead_letters"] = dead.get(session_id, 0)
-        sessions[session_id] = state
+    sessions = {sid: runtime.session_state(sid, dead.get(sid, 0)) for sid in runtime.sessions()}
     result: dict[str, Any] = {"sessions": sessions}
     if dead.get(None):
         result["dead_letters"] = dead[None]  # lines before any session header

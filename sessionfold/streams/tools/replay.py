@@ -84,7 +84,7 @@ class _Tally(list):  # type: ignore[type-arg]
         self.count += 1
 
 
-class StreamingRuntime(EmbeddedRuntime):
+class CountedEmbeddedRuntime(EmbeddedRuntime):
     """The embedded runtime with its logs replaced by counters: memory is the state alone."""
 
     def __init__(self, config: PruneConfig = DEFAULT_CONFIG) -> None:
@@ -140,7 +140,7 @@ class Replayer:
         point: Point = Point(),
         on_folded: Callable[[Any], None] | None = None,
     ) -> None:
-        self.runtime = StreamingRuntime(config)
+        self.runtime = CountedEmbeddedRuntime(config)
         self.wanted = set(sessions) if sessions is not None else None
         self.point = point
         self.on_folded = on_folded
@@ -255,11 +255,9 @@ class Replayer:
 
     def result(self) -> dict[str, Any]:
         """Every replayed session's state, in the shape of `sessionfold fold --json`."""
-        sessions = {}
-        for session_id in self.progress:
-            state = self.runtime.session_state(session_id)
-            state["dead_letters"] = self.dead_letters(session_id)
-            sessions[session_id] = state
+        sessions = {
+            sid: self.runtime.session_state(sid, self.dead_letters(sid)) for sid in self.progress
+        }
         result: dict[str, Any] = {"sessions": sessions}
         if self.letters.get(None):
             result["dead_letters"] = len(self.letters[None])  # lines before any session header

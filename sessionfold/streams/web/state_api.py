@@ -1,8 +1,8 @@
 """The state API on a fold worker's web server.
 
 - `GET /sessions/{id}`: the session's projections, the same document as one session of
-  `sessionfold fold --json` (embedded.session_state plus `dead_letters`), the rule ledger
-  (`ledger`) included when the workers fold it.
+  `sessionfold fold --json` (runtime/step.py's `session_document`), the rule ledger (`ledger`)
+  included when the workers fold it.
 - `GET /sessions/{id}/flushes`: its flush-metrics records, the outstanding request id and the
   number of events the flush barrier holds.
 - `GET /sessions/{id}/refs/{ref}`: the original tool output a summary's ref `tN` stands for,
@@ -40,7 +40,7 @@ from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.kafka.table_store import Backend, dead_letter_key, offset_key, read_view
 from sessionfold.streams.kafka.topic_reader import topic_consumer
 from sessionfold.streams.kafka.topics import Topics
-from sessionfold.streams.runtime.embedded import session_state
+from sessionfold.streams.runtime import step
 
 #: How long a ref read waits for its record.
 READ_TIMEOUT_S = 10.0
@@ -68,9 +68,9 @@ def session_document(
     """One session as `sessionfold fold --json` reports it; None if the session is unknown."""
     if not known(store, session_id):
         return None
-    state = session_state(store, session_id, config, ledger)
-    state["dead_letters"] = dead_letter_count(store, session_id)
-    return state
+    return step.session_document(
+        store, session_id, config, ledger, dead_letter_count(store, session_id)
+    )
 
 
 def flushes_document(store: Store, session_id: str) -> dict[str, Any] | None:

@@ -2,7 +2,7 @@
 
 Three agents, each a loop over its records:
 - fold (session-events and compaction-events): `fold_record` decodes the envelope and runs the
-  pruning folds and the rule ledger (`folds.apply_folds`) over a `WriteSet`; `FoldRuntime` folds
+  pruning folds and the rule ledger (`step.fold_step`) over a `WriteSet`; `FoldRuntime` folds
   records that arrive back to back into one `Batch` and commits the batch's writes (each key
   once) and its outputs (flush requests, ledger pass requests, flush-metrics) through the
   journal (kafka/table_store.py), so a crash at any point is repaired by redelivery; it also records
@@ -13,8 +13,8 @@ Three agents, each a loop over its records:
   record, for the state API (the embedded runtime counts the same dead letters).
 - summarize (flush-requests): `SummarizeRuntime` answers a request in a thread (a real model
   takes seconds; the event loop must keep heart-beating) and sends the compaction: a pruning
-  flush through the model port (`embedded.answer`), a ledger pass through the diff model
-  (`embedded.answer_ledger`), so both runtimes answer alike.
+  flush through the model port, a ledger pass through the diff model, with the embedded
+  runtime's answerer and failure policy (runtime/step.py), so both runtimes answer alike.
 Records that cannot be read go to the dead-letter topic with a reason; logs carry ids, offsets
 and reason codes, never message text or tool output.
 """
@@ -41,22 +41,16 @@ from sessionfold.events.envelope import (
     FlushMetricsEnvelope,
     FlushRequestEnvelope,
     Kind,
+    LedgerRequestEnvelope,
+    PruningCompactionEnvelope,
     SchemaVersionError,
     decode,
     encode,
     from_dict,
 )
-from sessionfold.events.flush import (
-    CompactionPayload,
-    is_pruning_compaction,
-    read_compaction,
-    read_request,
-    wrap,
-)
-from sessionfold.events.ledger import is_ledger_request, read_ledger_request
-from sessionfold.ports.ledger.model import DiffModel, OfflineModel
+from sessionfold.events.flush import read_compaction, read_request
+from sessionfold.events.ledger import read_ledger_request
 from sessionfold.ports.summarizer import ModelPort
-from sessionfold.projections.folds import apply_folds
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.ledger.state import load_head as load_ledger_head
 from sessionfold.projections.pruning import context_metrics, digest, windows
@@ -79,7 +73,7 @@ from sessionfold.streams.kafka.table_store import (
     write_keys,
 )
 from sessionfold.streams.kafka.topics import Topics
-from sessionfold.streams.runtime.embedded import answer, answer_ledger
+from sessionfold.streams.runtime.step import Answerer, fold_step, topic_of
 from sessionfold.streams.worker.prometheus import FleetSnapshot, Metrics
 
 log = logging.getLogger(__name__)
@@ -149,7 +143,7 @@ def fold_record(
         return FoldResult(fault=envelope)
     if isinstance(envelope, CompactionEnvelope):
         outcome = _compaction_outcome(store, envelope)
-        outputs = apply_folds(store, envelope, config, ledger)
+        outputs = fold_step(store, envelope, config, ledger)
         forget_answered(store, envelope.session_id)
         keep_requests(store, envelope.session_id, outputs)
         return FoldResult(kind="compaction", compaction=outcome, outputs=outputs)
@@ -164,7 +158,7 @@ def fold_record(
         # Where the original sits, so a ref can be read back (the index points at the seq).
         position = {"p": record.partition, "o": record.offset}
         store.put(offset_key(session_id, envelope.seq), position)
-    outputs = apply_folds(store, envelope, config, ledger)
+    outputs = fold_step(store, envelope, config, ledger)
     keep_requests(store, session_id, outputs)
     return FoldResult(kind=envelope.kind.value, fresh=fresh, outputs=outputs)
 
@@ -177,12 +171,12 @@ PRUNING_FOLD, LEDGER_FOLD = "pr", "ledger"
 
 def request_fold(envelope: FlushRequestEnvelope) -> str:
     """Which fold raised a request: the ledger (a pass) or pruning (a flush)."""
-    return LEDGER_FOLD if is_ledger_request(envelope) else PRUNING_FOLD
+    return LEDGER_FOLD if isinstance(envelope, LedgerRequestEnvelope) else PRUNING_FOLD
 
 
 def request_id_of(envelope: FlushRequestEnvelope) -> str | None:
     """The id a request's answer must name."""
-    if is_ledger_request(envelope):
+    if isinstance(envelope, LedgerRequestEnvelope):
         return read_ledger_request(envelope).get("request")
     return getattr(envelope.payload, "request_id", None)
 
@@ -250,7 +244,7 @@ def outstanding_requests(table: Backend, partitions: int, active: set[int]) -> l
 
 
 def _compaction_outcome(store: Store, envelope: CompactionEnvelope) -> str:
-    if not is_pruning_compaction(envelope):
+    if not isinstance(envelope, PruningCompactionEnvelope):
         return "ledger"
     try:
         payload = read_compaction(envelope)
@@ -329,7 +323,7 @@ def read_request_record(record: SourceRecord) -> FlushRequestEnvelope | Fault:
         return envelope
     if not isinstance(envelope, FlushRequestEnvelope):
         return Fault("unexpected-kind", f"{envelope.kind.value} is not a flush request")
-    if is_ledger_request(envelope):
+    if isinstance(envelope, LedgerRequestEnvelope):
         request = read_ledger_request(envelope)
         if not all(isinstance(request.get(k), t) for k, t in _LEDGER_REQUEST_FIELDS.items()):
             return Fault("invalid-request", "ledger pass request lacks its ids")
@@ -343,30 +337,6 @@ def read_request_record(record: SourceRecord) -> FlushRequestEnvelope | Fault:
 
 #: What a ledger pass request must name for its answer (even a fallback) to be written.
 _LEDGER_REQUEST_FIELDS = {"request": str, "session": str, "span": int, "seq": int}
-
-
-def answer_request(port: ModelPort, request: FlushRequestEnvelope) -> tuple[Any, str]:
-    """The compaction answering `request`, and whether the port answered or raised.
-
-    A port that raises still gets an answer out (an error compaction): the session's flush
-    barrier is up until one arrives, and the fold treats an error as failed batches it captures
-    again at the next flush.
-    """
-    try:
-        return answer(port, request), "answered"
-    except Exception as exc:
-        payload = read_request(request)
-        log.warning(
-            "model port raised",
-            extra={"session": payload.session_id, "error": type(exc).__name__},
-        )
-        compaction = CompactionPayload(
-            request_id=payload.request_id,
-            session_id=payload.session_id,
-            model=payload.model,
-            error=f"port-error:{type(exc).__name__}",
-        )
-        return wrap(compaction, request.seq), "error"
 
 
 def _session_of(key: bytes | None) -> str | None:
@@ -406,7 +376,7 @@ def observe_answer(metrics: Metrics, compaction: Any, outcome: str, seconds: flo
     """Count one summarizer answer: duration, usage, batch outcomes."""
     metrics.summarizer_requests.labels(outcome=outcome).inc()
     metrics.summarizer_duration.observe(seconds)
-    if not is_pruning_compaction(compaction):
+    if not isinstance(compaction, PruningCompactionEnvelope):
         return  # a ledger pass: its calls and sizes go to its span record
     payload = read_compaction(compaction)
     metrics.summarizer_tokens.labels(kind="input").inc(payload.usage.input_tokens)
@@ -635,7 +605,8 @@ class FoldRuntime:
             batch.acks.append(await self._dead_letter(record, result.fault))
         if session_id is not None:
             outputs = [
-                Output(self._topic_of(e), e.session_id.encode(), encode(e)) for e in result.outputs
+                Output(topic_of(e, self.topics), e.session_id.encode(), encode(e))
+                for e in result.outputs
             ]
             batch.add(session_id, record.partition, Journal.of(writes, outputs))
         batch.folded.append((result, session_id, record.partition))
@@ -744,33 +715,15 @@ class FoldRuntime:
         value = dead_letter_value(record, fault)
         return await self.send(Output(self.topics.dead_letters, record.key, value))
 
-    def _topic_of(self, envelope: Any) -> str:
-        if isinstance(envelope, FlushRequestEnvelope):
-            return self.topics.flush_requests
-        if isinstance(envelope, FlushMetricsEnvelope):
-            return self.topics.flush_metrics
-        msg = f"the fold does not produce {type(envelope).__name__}"
-        raise TypeError(msg)
-
 
 class SummarizeRuntime:
     """The summarizer agent's work for one flush request or ledger pass request."""
 
-    def __init__(
-        self,
-        port: ModelPort,
-        send: Sender,
-        topics: Topics,
-        metrics: Metrics,
-        diff_model: DiffModel | None = None,
-        ledger: LedgerConfig = DEFAULT_LEDGER,
-    ) -> None:
-        self.port = port
+    def __init__(self, answerer: Answerer, send: Sender, topics: Topics, metrics: Metrics) -> None:
+        self.answerer = answerer
         self.send = send
         self.topics = topics
         self.metrics = metrics
-        self.diff_model: DiffModel = diff_model or OfflineModel()
-        self.ledger = ledger
 
     async def handle(self, record: SourceRecord) -> Awaitable[Any]:
         """Answer one request (or dead-letter it); resolves when the answer is durable."""
@@ -793,18 +746,12 @@ class SummarizeRuntime:
             return ack
         with self.metrics.summarizer_in_progress.track_inprogress():
             started = time.perf_counter()
-            if is_ledger_request(request):
-                compaction = await asyncio.to_thread(
-                    answer_ledger, self.diff_model, request, self.ledger
-                )
-                fallback = getattr(compaction.payload, "fallback", None)
-                outcome = "answered" if fallback is None else "error"
-            else:
-                compaction, outcome = await asyncio.to_thread(answer_request, self.port, request)
+            answer = await asyncio.to_thread(self.answerer.answer, request)
             seconds = time.perf_counter() - started
         key = request.session_id.encode()
-        ack = await self.send(Output(self.topics.compaction_events, key, encode(compaction)))
-        observe_answer(self.metrics, compaction, outcome, seconds)
+        topic = topic_of(answer.envelope, self.topics)
+        ack = await self.send(Output(topic, key, encode(answer.envelope)))
+        observe_answer(self.metrics, answer.envelope, answer.outcome, seconds)
         return ack
 
 

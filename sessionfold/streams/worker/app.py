@@ -52,7 +52,7 @@ from faust.web import Request, Response, View
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from sessionfold.ports.ledger.model import DiffModel
+from sessionfold.ports.ledger.model import DiffModel, OfflineModel
 from sessionfold.ports.summarizer import ModelPort, OfflineSummarizer
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
@@ -64,6 +64,7 @@ from sessionfold.streams.kafka.topics import (
     MAX_MESSAGE_BYTES,
     Topics,
 )
+from sessionfold.streams.runtime.step import Answerer
 from sessionfold.streams.web import auth as web_auth
 from sessionfold.streams.web import state_api
 from sessionfold.streams.worker.agents import (
@@ -281,7 +282,8 @@ def make_app(
         tracker = _add_fold(app, settings, topics, send, metrics, offsets, step_hook)
     if settings.summarizes:
         port = model_port or OfflineSummarizer()
-        runtime = SummarizeRuntime(port, send, topics, metrics, diff_model)
+        answerer = Answerer(port, diff_model or OfflineModel())
+        runtime = SummarizeRuntime(answerer, send, topics, metrics)
         _add_summarizer(app, topics, runtime, offsets)
     roles = _roles_by_topic(settings, topics)
     metrics.registry.register(

@@ -2,25 +2,23 @@
 
 This is the flush barrier's synchronous form (the original runs its pass at the compaction
 point): a pass request is answered before the next envelope is folded, so the embedded and
-Kafka runtimes reach the same state. No file I/O here: callers hand in envelopes.
+Kafka runtimes reach the same state. A pass is run by the runtimes' own step (step.py's
+`pass_payload`, its failure policy included). No file I/O here: callers hand in envelopes.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sessionfold.events.envelope import EntryEnvelope
 from sessionfold.ports.ledger.model import DiffModel
-from sessionfold.ports.ledger.pass_ import fallback_payload, run_pass
 from sessionfold.projections.ledger.config import LedgerConfig
 from sessionfold.projections.ledger.fold import LedgerFold, PassRequest
 from sessionfold.projections.ledger.state import load_head
 from sessionfold.projections.store import DictStore, Store
-
-log = logging.getLogger(__name__)
+from sessionfold.streams.runtime.step import pass_payload
 
 
 class PassObserver(Protocol):
@@ -95,15 +93,9 @@ class EmbeddedLedger:
         while pending:
             request = pending.pop(0)
             self._tell("started", request)
-            try:
-                payload = run_pass(request, self.model, self.config, self.clock)
-            except Exception as exc:  # a failed pass answers nothing: pi's compaction stands
-                log.warning(
-                    "ledger pass failed",
-                    extra={"ledger": {"span": request["span"], "error": type(exc).__name__}},
-                )
-                self._tell("failed", request, exc)
-                payload = fallback_payload(request, f"pass-error:{type(exc).__name__}")
+            payload, error = pass_payload(request, self.model, self.config, self.clock)
+            if error is not None:  # a failed pass answers nothing: pi's compaction stands
+                self._tell("failed", request, error)
             self._tell("finished", request, payload)
             self.payloads.append(payload)
             pending += self.fold.apply_pass(payload)
