@@ -183,7 +183,8 @@ def _tag(value: Any, field: str, known: set[str]) -> str:
 
 def _role_kind(value: Any) -> str:
     kind = _tag(value, "role", _ROLE_TAGS)
-    # hookMessage: v2 name of custom; migration renames it, tolerate it anyway.
+    # hookMessage: the v2 name of custom, which migration renames. One left in a v3 file is read
+    # as a custom message and refused by its role (a dead letter, never an unknown message).
     return "custom" if kind == "hookMessage" else kind
 
 
