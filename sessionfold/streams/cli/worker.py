@@ -171,12 +171,18 @@ def register(app: typer.Typer) -> None:
         # Faust is imported here: the other subcommands should not pay for it.
         from pydantic import ValidationError
 
+        from sessionfold.streams.kafka.faust_compat import UpstreamChanged, check_upstream
         from sessionfold.streams.worker.app import WorkerSettings, make_app
 
         err = Console(stderr=True)
         if role not in ("fold", "summarize", "all"):
             err.print("[red]--role must be fold, summarize or all[/]")
             raise typer.Exit(2)
+        try:
+            check_upstream()
+        except UpstreamChanged as exc:
+            err.print(f"[red]cannot run on this Faust:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
         config = config_or_exit(err, config_file, settings or [])
         token = api_token_or_exit(err, api_token, api_token_file)
         topics = Topics(topic_prefix)
