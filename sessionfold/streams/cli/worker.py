@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import orjson
 import typer
-from kafka import KafkaConsumer
 from kafka.errors import KafkaError
 from rich.console import Console
 
@@ -45,11 +44,8 @@ from sessionfold.streams.cli.options import (
     kafka_failure,
     kafka_security_options,
 )
-from sessionfold.streams.kafka.security import (
-    PLAINTEXT,
-    KafkaSecurity,
-    kafka_python_options,
-)
+from sessionfold.streams.kafka import clients
+from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.kafka.topics import Topics, ensure_topics
 from sessionfold.streams.web.auth import exposure_warning
 
@@ -277,11 +273,7 @@ def fold_hook_for(spec: str | None) -> Callable[[SourceRecord], None] | None:
 
 
 def _partition_counts(bootstrap: str, topics: Topics, security: KafkaSecurity) -> dict[str, int]:
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        client_id="sessionfold-worker-setup",
-        **kafka_python_options(security),
-    )
+    consumer = clients.reader(bootstrap, "sessionfold-worker-setup", security)
     try:
         return {name: len(consumer.partitions_for_topic(name) or ()) for name in topics.all()}
     finally:

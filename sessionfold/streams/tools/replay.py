@@ -44,8 +44,9 @@ from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.projections.views.base import log_entry
 from sessionfold.projections.views.chains import CompressionPoint
 from sessionfold.projections.views.context import LogEntry, compact_point
+from sessionfold.streams.kafka import clients
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
-from sessionfold.streams.kafka.topic_reader import key_partition, topic_consumer
+from sessionfold.streams.kafka.topic_reader import key_partition
 from sessionfold.streams.kafka.topics import Topics
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
 from sessionfold.streams.runtime.embedded import TOPICS, EmbeddedRuntime
@@ -305,7 +306,7 @@ class TopicReader:
         stop: Callable[[], bool] = lambda: False,
     ) -> Iterator[Any]:
         """Yield records (only those with a key in `keys` when given) until the end or `stop`."""
-        consumer = topic_consumer(self.bootstrap, "sessionfold-replay", self.security)
+        consumer = clients.reader(self.bootstrap, "sessionfold-replay", self.security)
         try:
             known = consumer.partitions_for_topic(self.topic)
             if known is None:
@@ -338,7 +339,7 @@ class TopicReader:
 
     def partitions(self) -> list[int]:
         """The topic's partitions; ReplayError when it does not exist."""
-        consumer = topic_consumer(self.bootstrap, "sessionfold-replay", self.security)
+        consumer = clients.reader(self.bootstrap, "sessionfold-replay", self.security)
         try:
             known = consumer.partitions_for_topic(self.topic)
         finally:
