@@ -79,8 +79,7 @@ from sessionfold.streams.kafka.security import (
     KafkaSecurity,
     security_from_env,
 )
-from sessionfold.streams.kafka.topic_reader import key_partition
-from sessionfold.streams.kafka.topics import Topics, ensure_topics
+from sessionfold.streams.kafka.topics import Topics, ensure_topics, partition_of
 from sessionfold.streams.publishing.publisher import make_producer
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
 from sessionfold.streams.runtime.embedded import EmbeddedRuntime, fold_files
@@ -578,7 +577,7 @@ def one_per_partition(sessions: Sequence[str], partitions: int) -> list[str]:
     """The first session of each partition that has any, by Kafka's key partitioner."""
     first: dict[int, str] = {}
     for session_id in sessions:
-        first.setdefault(key_partition(session_id.encode(), list(range(partitions))), session_id)
+        first.setdefault(partition_of(session_id, partitions), session_id)
     return list(first.values())
 
 

@@ -11,7 +11,6 @@ from typing import TypeVar
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
-from kafka.partitioner.default import murmur2
 
 from sessionfold.streams.kafka import clients
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
@@ -20,12 +19,6 @@ T = TypeVar("T")
 
 #: How many offsets one step of a backward read covers.
 BACK_STEP = 500
-
-
-def key_partition(key: bytes, partitions: list[int]) -> int:
-    """The partition Kafka's default (murmur2) partitioner gives a keyed record."""
-    ordered = sorted(partitions)
-    return ordered[(murmur2(key) & 0x7FFFFFFF) % len(ordered)]
 
 
 def read_topic(

@@ -1,4 +1,5 @@
-"""Topic names and their creation: every topic keyed by session id, same partition count."""
+"""Topic names, the partitioner and topic creation: every topic keyed by session id, with the
+same partition count, so a session's records share a partition number on every topic."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
+from kafka.partitioner.default import murmur2
 
 from sessionfold.streams.kafka import clients
 from sessionfold.streams.kafka.limits import MAX_MESSAGE_BYTES
@@ -55,6 +57,13 @@ class Topics:
             self.flush_metrics,
             self.dead_letters,
         ]
+
+
+def partition_of(key: str | bytes, partitions: int) -> int:
+    """The partition of a keyed record among `partitions`: Kafka's default partitioner (murmur2
+    of the key, as the publisher's and Faust's producers place records)."""
+    raw = key.encode() if isinstance(key, str) else key
+    return (murmur2(raw) & 0x7FFFFFFF) % partitions
 
 
 def ensure_topics(

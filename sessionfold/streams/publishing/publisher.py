@@ -61,8 +61,8 @@ from sessionfold.events.envelope import (
 )
 from sessionfold.streams.kafka import clients
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
-from sessionfold.streams.kafka.topic_reader import key_partition, last_match
-from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.kafka.topic_reader import last_match
+from sessionfold.streams.kafka.topics import Topics, partition_of
 from sessionfold.streams.publishing.session_file import (
     ENTRY_TOO_LARGE,
     DeadLetter,
@@ -303,7 +303,7 @@ class TopicLog:
     ) -> int | None:
         """The value `match` gives the last record with `key` at or after `floors`."""
         ends = self.end_offsets(topic, tick)
-        partition = key_partition(key, list(ends))
+        partition = partition_of(key, len(ends))
         tp = TopicPartition(topic, partition)
 
         def keyed(record: ConsumerRecord) -> int | None:

@@ -36,16 +36,19 @@ from sessionfold.projections.pruning import digest, windows
 from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.projections.store import DictStore, Store
+from sessionfold.streams.kafka.topics import Topics
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
 
 log = logging.getLogger(__name__)
 
-SESSION_EVENTS = "session-events"
-FLUSH_REQUESTS = "flush-requests"
-COMPACTION_EVENTS = "compaction-events"
-FLUSH_METRICS = "flush-metrics"
-DEAD_LETTERS = "dead-letters"
-TOPICS = (SESSION_EVENTS, FLUSH_REQUESTS, COMPACTION_EVENTS, FLUSH_METRICS, DEAD_LETTERS)
+#: The embedded log's topics: the Kafka topic names without a prefix.
+NAMES = Topics("")
+SESSION_EVENTS = NAMES.session_events
+FLUSH_REQUESTS = NAMES.flush_requests
+COMPACTION_EVENTS = NAMES.compaction_events
+FLUSH_METRICS = NAMES.flush_metrics
+DEAD_LETTERS = NAMES.dead_letters
+TOPICS = tuple(NAMES.all())
 
 
 def fold_step(

@@ -46,8 +46,7 @@ from sessionfold.projections.views.chains import CompressionPoint
 from sessionfold.projections.views.context import LogEntry, compact_point
 from sessionfold.streams.kafka import clients
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
-from sessionfold.streams.kafka.topic_reader import key_partition
-from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.kafka.topics import Topics, partition_of
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
 from sessionfold.streams.runtime.embedded import TOPICS, EmbeddedRuntime
 
@@ -282,11 +281,6 @@ def file_envelopes(paths: Iterable[Path | str]) -> Iterator[Any]:
         yield from read_session_file(path)
 
 
-def partition_of(session_id: str, partitions: list[int]) -> int:
-    """The partition the default (murmur2) partitioner puts a session's records in."""
-    return key_partition(session_id.encode(), partitions)
-
-
 @dataclass
 class TopicReader:
     """Reads a topic from the beginning to the end offsets seen at the start, by assigning
@@ -383,7 +377,7 @@ def topic_envelopes(
         return
     everything = reader.partitions()
     keys = {s.encode() for s in replayer.wanted}
-    first = {partition_of(s, everything) for s in replayer.wanted}
+    first = {partition_of(s, len(everything)) for s in replayer.wanted}
     yield from _decoded(reader.records(first, keys, stop=lambda: replayer.all_done))
     missing = replayer.missing()
     rest = [p for p in everything if p not in first]

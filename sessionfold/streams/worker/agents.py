@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from aiokafka.partitioner import murmur2
 from pydantic import ValidationError
 
 from sessionfold.events.envelope import (
@@ -78,7 +77,7 @@ from sessionfold.streams.kafka.table_store import (
     request_key,
     write_keys,
 )
-from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.kafka.topics import Topics, partition_of
 from sessionfold.streams.runtime.embedded import answer, answer_ledger
 from sessionfold.streams.worker.prometheus import FleetSnapshot, Metrics
 
@@ -371,11 +370,6 @@ def answer_request(port: ModelPort, request: FlushRequestEnvelope) -> tuple[Any,
 
 def _session_of(key: bytes | None) -> str | None:
     return None if key is None else key.decode("utf-8", "replace")
-
-
-def partition_of(session_id: str, partitions: int) -> int:
-    """The partition a session's records go to (Kafka's default murmur2 partitioner)."""
-    return (murmur2(session_id.encode()) & 0x7FFFFFFF) % partitions
 
 
 # --- metrics ----------------------------------------------------------------------------------
