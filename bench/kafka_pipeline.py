@@ -58,7 +58,7 @@ from uuid import uuid4
 
 import httpx
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 from sizing import (
@@ -71,16 +71,14 @@ from sizing import (
 )
 
 from sessionfold.events.envelope import decode, encode
+from sessionfold.streams.kafka import clients
 from sessionfold.streams.kafka.security import (
     ENV_NAMES,
     PLAINTEXT,
     KafkaSecurity,
-    aiokafka_options,
-    kafka_python_options,
     security_from_env,
 )
-from sessionfold.streams.kafka.topic_reader import key_partition
-from sessionfold.streams.kafka.topics import Topics, ensure_topics
+from sessionfold.streams.kafka.topics import Topics, ensure_topics, partition_of
 from sessionfold.streams.publishing.publisher import make_producer
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
 from sessionfold.streams.runtime.config_files import load_config
@@ -484,13 +482,8 @@ def raw_consume(
 async def _raw_consume_once(
     bootstrap: str, topic: str, partitions: int, decode_values: bool, security: KafkaSecurity
 ) -> float:
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        **aiokafka_options(security),
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        max_partition_fetch_bytes=8 * 1024 * 1024,
+    consumer = clients.async_reader(
+        bootstrap, "sessionfold-bench", security, max_partition_fetch_bytes=8 * 1024 * 1024
     )
     await consumer.start()
     try:
@@ -584,7 +577,7 @@ def one_per_partition(sessions: Sequence[str], partitions: int) -> list[str]:
     """The first session of each partition that has any, by Kafka's key partitioner."""
     first: dict[int, str] = {}
     for session_id in sessions:
-        first.setdefault(key_partition(session_id.encode(), list(range(partitions))), session_id)
+        first.setdefault(partition_of(session_id, partitions), session_id)
     return list(first.values())
 
 
@@ -722,9 +715,7 @@ def latency(
         runtime.publish(envelope)
         expected.append(sum(runtime.session_state(session_id)["counts"]["messages"].values()))
     # No batching delay: each event is sent as soon as it is handed over.
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", linger_ms=0, **kafka_python_options(security)
-    )
+    producer = clients.producer(bootstrap, "sessionfold-bench", security, acks="all", linger_ms=0)
     samples: list[float] = []
     timed_out = False
     url = f"{run.folds[0].url}/sessions/{session_id}"

@@ -38,7 +38,7 @@ import orjson
 from kafka_pipeline import free_port, log  # bench/ is on the path when a bench runs
 from prometheus_client.parser import text_string_to_metric_families
 
-from sessionfold.streams.kafka.topics import Topics, ensure_topics
+from sessionfold.streams.kafka.topics import Topics, ensure_topics, partition_of
 from sessionfold.streams.publishing.publisher import (
     Checkpoints,
     Publisher,
@@ -48,7 +48,6 @@ from sessionfold.streams.publishing.publisher import (
 from sessionfold.streams.runtime.embedded import fold_files
 from sessionfold.streams.tools import broker
 from sessionfold.streams.tools.synthetic import write_fleet
-from sessionfold.streams.worker.agents import partition_of
 
 TOKEN = "bench-recovery-token-0123456789abcdef"
 RECOVERED = "sessionfold_state_records_recovered_total"

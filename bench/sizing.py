@@ -20,8 +20,9 @@ import orjson
 from kafka import TopicPartition
 
 from sessionfold.projections.store import DictStore
+from sessionfold.streams.kafka import clients
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
-from sessionfold.streams.kafka.topic_reader import read_topic, topic_consumer
+from sessionfold.streams.kafka.topic_reader import read_topic
 from sessionfold.streams.publishing.session_file import read_session_file
 from sessionfold.streams.runtime.embedded import EmbeddedRuntime
 
@@ -123,7 +124,7 @@ def changelog_sizes(
 
 def topic_records(bootstrap: str, topic: str, security: KafkaSecurity = PLAINTEXT) -> int:
     """Records between the beginning and the end offsets of every partition of `topic`."""
-    consumer = topic_consumer(bootstrap, "sessionfold-bench-offsets", security)
+    consumer = clients.reader(bootstrap, "sessionfold-bench-offsets", security)
     try:
         partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
         if not partitions:

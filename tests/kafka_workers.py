@@ -23,9 +23,10 @@ from typing import Any
 
 import httpx
 import orjson
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
+from sessionfold.streams.kafka import clients
 from sessionfold.streams.kafka.topics import Topics, ensure_topics
 from sessionfold.streams.publishing.publisher import (
     Checkpoints,
@@ -292,7 +293,7 @@ def _gauges(worker: WorkerProcess) -> dict[str, float]:
 
 def committed(bootstrap: str, group: str, topic: str) -> int:
     """Offsets the consumer group has committed on `topic`, summed over partitions."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="sessionfold-test")
+    admin = clients.admin(bootstrap, "sessionfold-test")
     try:
         offsets = admin.list_group_offsets({group: None}).get(group, {})
     finally:
@@ -313,7 +314,7 @@ def wait_progress(bootstrap: str, group: str, topics: Topics, total: int, fracti
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     """The end offset of every partition of `topic`."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="sessionfold-test")
+    consumer = clients.reader(bootstrap, "sessionfold-test")
     try:
         partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
         return {tp.partition: offset for tp, offset in consumer.end_offsets(partitions).items()}

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import orjson
 import typer
-from kafka import KafkaConsumer
 from kafka.errors import KafkaError
 from rich.console import Console
 
@@ -45,11 +44,8 @@ from sessionfold.streams.cli.options import (
     kafka_failure,
     kafka_security_options,
 )
-from sessionfold.streams.kafka.security import (
-    PLAINTEXT,
-    KafkaSecurity,
-    kafka_python_options,
-)
+from sessionfold.streams.kafka import clients
+from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.kafka.topics import Topics, ensure_topics
 from sessionfold.streams.web.auth import exposure_warning
 
@@ -171,12 +167,18 @@ def register(app: typer.Typer) -> None:
         # Faust is imported here: the other subcommands should not pay for it.
         from pydantic import ValidationError
 
+        from sessionfold.streams.kafka.faust_compat import UpstreamChanged, check_upstream
         from sessionfold.streams.worker.app import WorkerSettings, make_app
 
         err = Console(stderr=True)
         if role not in ("fold", "summarize", "all"):
             err.print("[red]--role must be fold, summarize or all[/]")
             raise typer.Exit(2)
+        try:
+            check_upstream()
+        except UpstreamChanged as exc:
+            err.print(f"[red]cannot run on this Faust:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
         config = config_or_exit(err, config_file, settings or [])
         token = api_token_or_exit(err, api_token, api_token_file)
         topics = Topics(topic_prefix)
@@ -271,11 +273,7 @@ def fold_hook_for(spec: str | None) -> Callable[[SourceRecord], None] | None:
 
 
 def _partition_counts(bootstrap: str, topics: Topics, security: KafkaSecurity) -> dict[str, int]:
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        client_id="sessionfold-worker-setup",
-        **kafka_python_options(security),
-    )
+    consumer = clients.reader(bootstrap, "sessionfold-worker-setup", security)
     try:
         return {name: len(consumer.partitions_for_topic(name) or ()) for name in topics.all()}
     finally:

@@ -1,8 +1,7 @@
 """Reading a topic without joining any consumer group: from the beginning, or back from the end.
 
 Analysts and tests read this way: partitions are assigned, not subscribed, so the workers'
-group never rebalances because someone looked. Every consumer here fetches records up to the
-topics' largest (`MAX_MESSAGE_BYTES`).
+group never rebalances because someone looked. The consumers come from kafka/clients.py.
 """
 
 from __future__ import annotations
@@ -12,10 +11,9 @@ from typing import TypeVar
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
-from kafka.partitioner.default import murmur2
 
-from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity, kafka_python_options
-from sessionfold.streams.kafka.topics import MAX_MESSAGE_BYTES
+from sessionfold.streams.kafka import clients
+from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
 
 T = TypeVar("T")
 
@@ -23,33 +21,11 @@ T = TypeVar("T")
 BACK_STEP = 500
 
 
-def topic_consumer(
-    bootstrap: str, client_id: str, security: KafkaSecurity = PLAINTEXT, **options: int
-) -> KafkaConsumer:
-    """A group-less consumer that can fetch the largest record a sessionfold topic holds."""
-    return KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        **kafka_python_options(security),
-        enable_auto_commit=False,
-        group_id=None,
-        client_id=client_id,
-        max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
-        fetch_max_bytes=max(52_428_800, MAX_MESSAGE_BYTES),
-        **options,
-    )
-
-
-def key_partition(key: bytes, partitions: list[int]) -> int:
-    """The partition Kafka's default (murmur2) partitioner gives a keyed record."""
-    ordered = sorted(partitions)
-    return ordered[(murmur2(key) & 0x7FFFFFFF) % len(ordered)]
-
-
 def read_topic(
     bootstrap: str, topic: str, poll_ms: int = 500, security: KafkaSecurity = PLAINTEXT
 ) -> Iterator[ConsumerRecord]:
     """Yield every record of `topic` up to the end offsets seen at the start, partition order."""
-    consumer = topic_consumer(bootstrap, "sessionfold-reader", security)
+    consumer = clients.reader(bootstrap, "sessionfold-reader", security)
     try:
         partitions = consumer.partitions_for_topic(topic) or set()
         assigned = [TopicPartition(topic, p) for p in sorted(partitions)]

@@ -1,4 +1,5 @@
-"""Topic names and their creation: every topic keyed by session id, same partition count."""
+"""Topic names, the partitioner and topic creation: every topic keyed by session id, with the
+same partition count, so a session's records share a partition number on every topic."""
 
 from __future__ import annotations
 
@@ -8,20 +9,16 @@ from dataclasses import dataclass
 
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
+from kafka.partitioner.default import murmur2
 
-from sessionfold.events.envelope import MAX_ENTRY_BYTES
-from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity, kafka_python_options
+from sessionfold.streams.kafka import clients
+from sessionfold.streams.kafka.limits import MAX_MESSAGE_BYTES
+from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = "sessionfold."
 DEFAULT_PARTITIONS = 4
-
-#: The largest record on any sessionfold topic: the longest line the reader accepts (16 MiB)
-#: plus room for its envelope (re-encoded JSON is never longer than pi's for the same value) and
-#: the record batch around it. Topics get it as `max.message.bytes`; the publisher's
-#: `max_request_size` and every consumer's partition fetch size match it.
-MAX_MESSAGE_BYTES = MAX_ENTRY_BYTES + 1024 * 1024
 _MAX_MESSAGE = "max.message.bytes"
 
 
@@ -62,6 +59,13 @@ class Topics:
         ]
 
 
+def partition_of(key: str | bytes, partitions: int) -> int:
+    """The partition of a keyed record among `partitions`: Kafka's default partitioner (murmur2
+    of the key, as the publisher's and Faust's producers place records)."""
+    raw = key.encode() if isinstance(key, str) else key
+    return (murmur2(raw) & 0x7FFFFFFF) % partitions
+
+
 def ensure_topics(
     bootstrap: str,
     topics: Topics,
@@ -77,13 +81,7 @@ def ensure_topics(
     `MAX_MESSAGE_BYTES`; an existing topic that takes less is raised to it. A broker that does
     not answer within `timeout_s` raises a KafkaError.
     """
-    admin = KafkaAdminClient(
-        bootstrap_servers=bootstrap,
-        client_id="sessionfold-admin",
-        bootstrap_timeout_ms=int(timeout_s * 1000),
-        request_timeout_ms=int(timeout_s * 1000),
-        **kafka_python_options(security),
-    )
+    admin = clients.admin(bootstrap, "sessionfold-admin", security, timeout_s)
     try:
         existing = set(admin.list_topics())
         wanted = [

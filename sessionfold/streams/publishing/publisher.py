@@ -59,9 +59,10 @@ from sessionfold.events.envelope import (
     decode,
     encode,
 )
-from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity, kafka_python_options
-from sessionfold.streams.kafka.topic_reader import key_partition, last_match, topic_consumer
-from sessionfold.streams.kafka.topics import MAX_MESSAGE_BYTES, Topics
+from sessionfold.streams.kafka import clients
+from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
+from sessionfold.streams.kafka.topic_reader import last_match
+from sessionfold.streams.kafka.topics import Topics, partition_of
 from sessionfold.streams.publishing.session_file import (
     ENTRY_TOO_LARGE,
     DeadLetter,
@@ -195,10 +196,10 @@ def make_producer(
     """
     request_ms = 15_000
     linger_ms = 5
-    return KafkaProducer(
-        bootstrap_servers=bootstrap,
-        **kafka_python_options(security),
-        client_id="sessionfold-publish",
+    return clients.producer(
+        bootstrap,
+        "sessionfold-publish",
+        security,
         acks="all",
         enable_idempotence=True,
         # One request in flight per connection: a retried batch can never land behind a later
@@ -210,7 +211,6 @@ def make_producer(
         request_timeout_ms=request_ms,
         delivery_timeout_ms=int(timeout_s * 1000) + request_ms + linger_ms + 5_000,
         max_block_ms=1_000,
-        max_request_size=MAX_MESSAGE_BYTES,
         reconnect_backoff_max_ms=2_000,
     )
 
@@ -273,7 +273,7 @@ class TopicLog:
 
     def _client(self) -> KafkaConsumer:
         if self._consumer is None:
-            self._consumer = topic_consumer(
+            self._consumer = clients.reader(
                 self.bootstrap,
                 "sessionfold-publish-check",
                 self.security,
@@ -303,7 +303,7 @@ class TopicLog:
     ) -> int | None:
         """The value `match` gives the last record with `key` at or after `floors`."""
         ends = self.end_offsets(topic, tick)
-        partition = key_partition(key, list(ends))
+        partition = partition_of(key, len(ends))
         tp = TopicPartition(topic, partition)
 
         def keyed(record: ConsumerRecord) -> int | None:

@@ -999,16 +999,14 @@ def _probe_with(bootstrap: str, timeout_s: float, client_options: dict[str, Any]
     except (OSError, ValueError):
         return False
     # Imported here: the CLI's other commands should not pay for kafka-python's import.
-    from kafka import KafkaAdminClient
+    from sessionfold.streams.kafka import clients
 
-    timeout_ms = max(int(timeout_s * 1000), 1000)
     with _quiet_kafka_client():
         try:
-            admin = KafkaAdminClient(
-                bootstrap_servers=bootstrap,
-                client_id="sessionfold-broker-probe",
-                request_timeout_ms=timeout_ms,
-                bootstrap_timeout_ms=timeout_ms,
+            admin = clients.admin(
+                bootstrap,
+                "sessionfold-broker-probe",
+                timeout_s=max(timeout_s, 1.0),
                 **client_options,
             )
         except Exception:  # any failure to bootstrap means "not answering yet"
@@ -1089,10 +1087,11 @@ def up(
 
 def _create_scram_users(config: BrokerConfig, users: list[SaslUser]) -> None:
     """Create or update every user's SCRAM-SHA-256 and -512 credentials (over PLAINTEXT)."""
-    from kafka import KafkaAdminClient
     from kafka.admin import UserScramCredentialUpsertion
 
-    admin = KafkaAdminClient(bootstrap_servers=config.bootstrap, client_id="sessionfold-broker")
+    from sessionfold.streams.kafka import clients
+
+    admin = clients.admin(config.bootstrap, "sessionfold-broker")
     errors: dict[str, str] = {}
     try:
         # One request per mechanism: the broker refuses a user altered twice in one request.

@@ -45,9 +45,9 @@ from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.projections.views.base import log_entry
 from sessionfold.projections.views.chains import CompressionPoint
 from sessionfold.projections.views.context import LogEntry, compact_point
+from sessionfold.streams.kafka import clients
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
-from sessionfold.streams.kafka.topic_reader import key_partition, topic_consumer
-from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.kafka.topics import Topics, partition_of
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
 from sessionfold.streams.runtime.embedded import TOPICS, EmbeddedRuntime
 
@@ -280,11 +280,6 @@ def file_envelopes(paths: Iterable[Path | str]) -> Iterator[Any]:
         yield from read_session_file(path)
 
 
-def partition_of(session_id: str, partitions: list[int]) -> int:
-    """The partition the default (murmur2) partitioner puts a session's records in."""
-    return key_partition(session_id.encode(), partitions)
-
-
 @dataclass
 class TopicReader:
     """Reads a topic from the beginning to the end offsets seen at the start, by assigning
@@ -304,7 +299,7 @@ class TopicReader:
         stop: Callable[[], bool] = lambda: False,
     ) -> Iterator[Any]:
         """Yield records (only those with a key in `keys` when given) until the end or `stop`."""
-        consumer = topic_consumer(self.bootstrap, "sessionfold-replay", self.security)
+        consumer = clients.reader(self.bootstrap, "sessionfold-replay", self.security)
         try:
             known = consumer.partitions_for_topic(self.topic)
             if known is None:
@@ -337,7 +332,7 @@ class TopicReader:
 
     def partitions(self) -> list[int]:
         """The topic's partitions; ReplayError when it does not exist."""
-        consumer = topic_consumer(self.bootstrap, "sessionfold-replay", self.security)
+        consumer = clients.reader(self.bootstrap, "sessionfold-replay", self.security)
         try:
             known = consumer.partitions_for_topic(self.topic)
         finally:
@@ -381,7 +376,7 @@ def topic_envelopes(
         return
     everything = reader.partitions()
     keys = {s.encode() for s in replayer.wanted}
-    first = {partition_of(s, everything) for s in replayer.wanted}
+    first = {partition_of(s, len(everything)) for s in replayer.wanted}
     yield from _decoded(reader.records(first, keys, stop=lambda: replayer.all_done))
     missing = replayer.missing()
     rest = [p for p in everything if p not in first]

@@ -36,9 +36,9 @@ from sessionfold.projections.pruning import digest, index
 from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.config import PruneConfig
 from sessionfold.projections.store import Store
+from sessionfold.streams.kafka import clients
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.kafka.table_store import Backend, dead_letter_key, offset_key, read_view
-from sessionfold.streams.kafka.topic_reader import topic_consumer
 from sessionfold.streams.kafka.topics import Topics
 from sessionfold.streams.runtime import step
 
@@ -116,7 +116,7 @@ def read_record(
     bootstrap: str, topic: str, partition: int, offset: int, security: KafkaSecurity = PLAINTEXT
 ) -> bytes | None:
     """The value of one record, read by position without joining a consumer group."""
-    consumer = topic_consumer(bootstrap, "sessionfold-state-api", security)
+    consumer = clients.reader(bootstrap, "sessionfold-state-api", security)
     try:
         tp = TopicPartition(topic, partition)
         consumer.assign([tp])

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from aiokafka.partitioner import murmur2
 from pydantic import ValidationError
 
 from sessionfold.events.envelope import (
@@ -72,7 +71,7 @@ from sessionfold.streams.kafka.table_store import (
     request_key,
     write_keys,
 )
-from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.kafka.topics import Topics, partition_of
 from sessionfold.streams.runtime.step import Answerer, fold_step, topic_of
 from sessionfold.streams.worker.prometheus import FleetSnapshot, Metrics
 
@@ -341,11 +340,6 @@ _LEDGER_REQUEST_FIELDS = {"request": str, "session": str, "span": int, "seq": in
 
 def _session_of(key: bytes | None) -> str | None:
     return None if key is None else key.decode("utf-8", "replace")
-
-
-def partition_of(session_id: str, partitions: int) -> int:
-    """The partition a session's records go to (Kafka's default murmur2 partitioner)."""
-    return (murmur2(session_id.encode()) & 0x7FFFFFFF) % partitions
 
 
 # --- metrics ----------------------------------------------------------------------------------

@@ -29,11 +29,11 @@ again the records Faust's consumer skips around rebalances. Together with the jo
 (kafka/table_store.py) and the folds' idempotence, a crash, a redelivery or a rebalance neither
 loses nor double-applies an event or a flush.
 
-Private names used, each where the public API has no equivalent: Faust's consumer
-`_committed_offset` and `_add_gap` (`ContiguousOffsets`), and Faust's consumer thread and
-aiokafka's fetcher, `_thread._consumer._fetcher._fetch_max_wait_ms` (`shorten_fetch_wait`), and
-the rocksdb store's `_dbs` and `offset_key` (`LocalBackend`, for `--store rocksdb://`: a restart
-reads only the changelog records its local store lacks).
+Faust's and aiokafka's private names, each used where the public API has no equivalent, are
+reached only through kafka/faust_compat.py: gap booking and the committed offsets
+(`ContiguousOffsets`), the fetcher's wait (`shorten_fetch_wait`), the rocksdb store's databases
+(`LocalBackend`, for `--store rocksdb://`: a restart reads only the changelog records its local
+store lacks), the table's key serializer (`StateTable`) and the producer buffer's size.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from sessionfold.ports.ledger.model import DiffModel, OfflineModel
 from sessionfold.ports.summarizer import ModelPort, OfflineSummarizer
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
+from sessionfold.streams.kafka import faust_compat
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity, faust_credentials
 from sessionfold.streams.kafka.table_store import Output
 from sessionfold.streams.kafka.topics import (
@@ -298,7 +299,7 @@ def make_app(
     return app
 
 
-class StateTable(faust.Table):
+class StateTable(faust_compat.RawKeyTable):
     """The fold's table: str keys go to the changelog as plain UTF-8, not JSON-quoted.
 
     The state API's table_route hashes the serialized key to find the owner, and it must hash
@@ -307,11 +308,6 @@ class StateTable(faust.Table):
 
     #: Called with the size of every batch of changelog records recovery applies (a metric).
     on_recovered_records: Callable[[int], None] | None = None
-
-    def _serializer_from_type(self, typ: Any) -> Any:
-        if typ in (str, bytes):
-            return "raw"
-        return super()._serializer_from_type(typ)
 
     def apply_changelog_batch(self, batch: Any) -> None:
         """Apply recovered changelog records to the store, counting them."""
@@ -367,7 +363,7 @@ class FaustBackend:
         if self.direct:
             return await self._send(key, value, partition)
         if not self._buffer_sized:
-            self.table.app.producer.buffer.max_messages = self.BUFFER_RECORDS
+            faust_compat.set_buffer_limit(self.table.app.producer, self.BUFFER_RECORDS)
             self._buffer_sized = True
         if value is None:
             return self.table.send_changelog(partition, key, None, value_serializer="raw")
@@ -410,8 +406,7 @@ class LocalBackend(FaustBackend):
 
     Reads and writes name the partition (each partition is its own RocksDB): Faust's store
     methods pick the partition of the event being processed, which in a batch of several
-    partitions (and in the commit task) is not the key's. Private names used: the store's
-    `_dbs` (the open database of each partition) and `offset_key`.
+    partitions (and in the commit task) is not the key's (faust_compat.partition_dbs).
     """
 
     def __init__(self, table: faust.Table) -> None:
@@ -425,7 +420,7 @@ class LocalBackend(FaustBackend):
         if held is not None:
             return held[1]
         raw = key.encode()
-        for db in list(self.table.data._dbs.values()):
+        for db in list(faust_compat.partition_dbs(self.table.data).values()):
             value = db.get(raw)
             if value is not None:
                 return bytes(value)
@@ -465,14 +460,14 @@ class LocalBackend(FaustBackend):
             return
         metadata = sent.result()
         store = self.table.data
-        db = store._dbs.get(metadata.topic_partition.partition)
+        db = faust_compat.partition_dbs(store).get(metadata.topic_partition.partition)
         if db is not None:
             batch = rocksdict.WriteBatch(raw_mode=True)
             if value is None:
                 batch.delete(key.encode())
             else:
                 batch.put(key.encode(), value)
-            batch.put(store.offset_key, str(metadata.offset).encode())
+            batch.put(faust_compat.persisted_offset_key(store), str(metadata.offset).encode())
             db.write(batch)
         held = self._unconfirmed.get(key)
         if held is not None and held[0] == serial:
@@ -516,7 +511,7 @@ class ContiguousOffsets:
             return True
         consumer = self.app.consumer
         if not self._patched:
-            consumer._add_gap = _keep_gap  # type: ignore[attr-defined]
+            faust_compat.disable_gap_booking(consumer)
             self._patched = True
         generation = self.app.consumer_generation_id
         if generation != self._generation:
@@ -527,7 +522,7 @@ class ContiguousOffsets:
         tp, offset = message.tp, message.offset
         expected = self._next.get(tp)
         if expected is None:
-            expected = getattr(consumer, "_committed_offset", {}).get(tp)
+            expected = faust_compat.committed_offset(consumer, tp)
         if expected is not None and offset > expected:
             rewound = self._rewound.get(tp)
             if rewound is None or rewound[0] != expected:
@@ -557,7 +552,7 @@ class ContiguousOffsets:
         A revocation waits for that set to empty (`wait_empty`); a refused or given-back record
         left in it would hold the rebalance for ever. It stays unacked, so no commit passes it.
         """
-        getattr(self.app.consumer, "unacked", set()).discard(message)
+        faust_compat.forget_unacked(self.app.consumer, message)
 
     async def retry(self) -> None:
         """Seek again for every partition whose missing record has not come for 2 s."""
@@ -586,24 +581,18 @@ async def shorten_fetch_wait(app: faust.App, seconds: float, timeout_s: float = 
     over. The partitions left out meanwhile are fetched only after it: a compaction that
     arrives for one of them waits up to the whole 1.5 s, and so do the session's held events,
     while the fold sits idle. Faust builds its consumer with `fetch_max_wait_ms=1500` and no
-    setting, so this sets aiokafka's consumer attribute once it exists (private names: Faust's
-    consumer thread `_thread._consumer`, aiokafka's `_fetcher._fetch_max_wait_ms`, read for
-    every fetch). Should a release rename them, the worker logs it and keeps Faust's wait.
+    setting, so this sets aiokafka's fetcher attribute once it exists
+    (faust_compat.set_fetch_max_wait). Should it never appear, the worker logs it and keeps
+    Faust's wait.
     """
+    milliseconds = int(seconds * 1000)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        consumer = getattr(getattr(app.consumer, "_thread", None), "_consumer", None)
-        fetcher = getattr(consumer, "_fetcher", None)
-        if fetcher is not None and hasattr(fetcher, "_fetch_max_wait_ms"):
-            fetcher._fetch_max_wait_ms = int(seconds * 1000)
-            log.info("fetch wait shortened", extra={"ms": fetcher._fetch_max_wait_ms})
+        if faust_compat.set_fetch_max_wait(app, milliseconds):
+            log.info("fetch wait shortened", extra={"ms": milliseconds})
             return
         await asyncio.sleep(0.1)
     log.warning("could not shorten the consumer's fetch wait; Faust's 1.5 s is kept")
-
-
-async def _keep_gap(tp: Any, offset_from: int, offset_to: int) -> None:
-    """Faust's gap booking, disabled: a hole in our offsets is a loss to repair, not a gap."""
 
 
 class OrderedAcks:

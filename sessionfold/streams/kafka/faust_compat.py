@@ -1,0 +1,190 @@
+"""Every private Faust and aiokafka name the worker relies on, each behind one named function.
+
+The workarounds were written against faust-streaming 0.15.3 and aiokafka 0.14.0 (the pins in
+pyproject.toml and what they installed). `check_upstream` runs at worker start-up: another
+version logs a warning naming both versions, and a private name a workaround needs that is gone
+refuses the start (`UpstreamChanged`) rather than failing later with a traceback.
+tests/unit/test_faust_compat.py checks each name's type and meaning on the real libraries.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import aiokafka
+import faust
+from aiokafka.consumer.fetcher import Fetcher
+from faust.stores.rocksdb import Store as RocksStore
+from faust.transport.consumer import Consumer
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+from faust.transport.producer import ProducerBuffer
+
+log = logging.getLogger(__name__)
+
+#: The versions every workaround here was written and tested against.
+TESTED_FAUST = "0.15.3"
+TESTED_AIOKAFKA = "0.14.0"
+
+
+class UpstreamChanged(RuntimeError):
+    """A private name a workaround needs is missing from the installed Faust or aiokafka."""
+
+
+def missing_internals() -> list[str]:
+    """The private names this module uses that the installed libraries lack (none: all fine)."""
+    # Instance attributes are checked through the class annotations that declare them.
+    checks = {
+        "faust Consumer._add_gap": inspect.iscoroutinefunction(getattr(Consumer, "_add_gap", None)),
+        "faust Consumer._committed_offset": "_committed_offset" in _annotations(Consumer),
+        "faust Consumer.unacked": isinstance(getattr(Consumer, "unacked", None), property),
+        "faust AIOKafkaConsumerThread._consumer": hasattr(AIOKafkaConsumerThread, "_consumer"),
+        "aiokafka Fetcher fetch_max_wait_ms": "fetch_max_wait_ms"
+        in inspect.signature(Fetcher.__init__).parameters,
+        "faust rocksdb Store._dbs": "_dbs" in _annotations(RocksStore),
+        "faust rocksdb Store.offset_key": isinstance(
+            getattr(RocksStore, "offset_key", None), bytes
+        ),
+        "faust Table._serializer_from_type": callable(
+            getattr(faust.Table, "_serializer_from_type", None)
+        ),
+        "faust ProducerBuffer.max_messages": isinstance(
+            getattr(ProducerBuffer, "max_messages", None), int
+        ),
+    }
+    return [name for name, present in checks.items() if not present]
+
+
+def version_warning() -> str | None:
+    """A warning naming the installed and the tested versions when they differ, else None."""
+    installed = (faust.__version__, aiokafka.__version__)
+    if installed == (TESTED_FAUST, TESTED_AIOKAFKA):
+        return None
+    return (
+        f"faust-streaming {installed[0]} and aiokafka {installed[1]} are installed; the Faust "
+        f"workarounds were written for faust-streaming {TESTED_FAUST} and aiokafka "
+        f"{TESTED_AIOKAFKA}"
+    )
+
+
+def check_upstream() -> None:
+    """Warn about untested versions; raise UpstreamChanged when a needed private name is gone."""
+    warning = version_warning()
+    if warning is not None:
+        log.warning(warning)
+    missing = missing_internals()
+    if missing:
+        msg = f"{warning or 'the installed Faust'}: missing {', '.join(missing)}"
+        raise UpstreamChanged(msg)
+
+
+async def _keep_gap(tp: Any, offset_from: int, offset_to: int) -> None:
+    """Faust's gap booking, disabled: a hole in our offsets is a loss to repair, not a gap."""
+
+
+def disable_gap_booking(consumer: Any) -> None:
+    """Stop Faust booking a jump in offsets as a processed gap (`Consumer._add_gap`).
+
+    Faust 0.15 books the offsets a `getmany` skipped around a rebalance as a gap and commits
+    past them unread; our topics have no real gaps, so `ContiguousOffsets` re-reads them instead.
+    """
+    consumer._add_gap = _keep_gap
+
+
+def committed_offset(consumer: Any, tp: Any) -> int | None:
+    """The offset Faust last committed for `tp` (`Consumer._committed_offset`), or None.
+
+    Faust has no public read of it; after a rebalance it is where reading starts again, so it is
+    the offset `ContiguousOffsets` expects first.
+    """
+    return getattr(consumer, "_committed_offset", {}).get(tp)
+
+
+def forget_unacked(consumer: Any, message: Any) -> None:
+    """Take `message` out of Faust's unacked set without acking it (`Consumer.unacked`).
+
+    A revocation waits for that set to empty (`stream_wait_empty`): a record refused or given
+    back to be read again would otherwise hold the rebalance for ever.
+    """
+    getattr(consumer, "unacked", set()).discard(message)
+
+
+def set_fetch_max_wait(app: Any, milliseconds: int) -> bool:
+    """Set how long aiokafka's fetcher waits at the broker; False if it is not built yet.
+
+    Faust builds its aiokafka consumer with `fetch_max_wait_ms=1500` and no setting; the
+    fetcher reads `_fetch_max_wait_ms` for every fetch, reached through Faust's consumer thread
+    (`_thread._consumer._fetcher`).
+    """
+    consumer = getattr(getattr(app.consumer, "_thread", None), "_consumer", None)
+    fetcher = getattr(consumer, "_fetcher", None)
+    if fetcher is None or not hasattr(fetcher, "_fetch_max_wait_ms"):
+        return False
+    fetcher._fetch_max_wait_ms = milliseconds
+    return True
+
+
+def partition_dbs(store: Any) -> Mapping[int, Any]:
+    """The open RocksDB of each partition of a Faust rocksdb store (`Store._dbs`).
+
+    Faust's store methods pick the partition of the event being processed; a write confirmed
+    later, or a read for another partition's key, must name its partition's database itself.
+    """
+    dbs: Mapping[int, Any] = store._dbs
+    return dbs
+
+
+def persisted_offset_key(store: Any) -> bytes:
+    """The key under which a Faust rocksdb store keeps a partition's persisted offset.
+
+    Written in the same RocksDB batch as the data, so a crash never leaves a store ahead of the
+    offset recovery starts from (Faust's `set_persisted_offset` is a write of its own).
+    """
+    key: bytes = store.offset_key
+    return key
+
+
+def set_buffer_limit(producer: Any, records: int) -> None:
+    """Let Faust's producer buffer hold `records` before it pauses streams to drain it.
+
+    `ProducerBuffer.max_messages` is a class default (100) with no setting; one flush writes
+    more changelog records than that, and Faust warns each time the buffer passes it.
+    """
+    producer.buffer.max_messages = records
+
+
+class RawKeyTable(faust.Table):
+    """A Faust table whose str keys go to the changelog as plain UTF-8, not JSON-quoted.
+
+    Faust picks a key serializer from the key type (`Collection._serializer_from_type`), and for
+    str that is JSON; no public setting makes it raw.
+    """
+
+    def _serializer_from_type(self, typ: Any) -> Any:
+        if typ in (str, bytes):
+            return "raw"
+        return super()._serializer_from_type(typ)
+
+
+def _annotations(cls: type) -> dict[str, Any]:
+    return getattr(cls, "__annotations__", {})
+
+
+__all__ = [
+    "TESTED_AIOKAFKA",
+    "TESTED_FAUST",
+    "RawKeyTable",
+    "UpstreamChanged",
+    "check_upstream",
+    "committed_offset",
+    "disable_gap_booking",
+    "forget_unacked",
+    "missing_internals",
+    "partition_dbs",
+    "persisted_offset_key",
+    "set_buffer_limit",
+    "set_fetch_max_wait",
+    "version_warning",
+]

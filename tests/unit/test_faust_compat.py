@@ -1,0 +1,185 @@
+"""Each Faust/aiokafka workaround's private name, checked on the real libraries (no broker)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from pathlib import Path
+from typing import Any
+
+import aiokafka
+import faust
+import pytest
+import rocksdict
+from faust.stores.rocksdb import Store as RocksStore
+from faust.transport.consumer import Consumer
+from faust.types import TP, Message
+from typer.testing import CliRunner
+
+from sessionfold.streams.cli import app as cli
+from sessionfold.streams.kafka import faust_compat
+
+TP0 = TP("t.session-events", 0)
+
+
+def _app(tmp_path: Path, **options: Any) -> faust.App:
+    """A real Faust app that is never started (its broker does not exist)."""
+    return faust.App(
+        "compat",
+        broker="kafka://127.0.0.1:1",
+        autodiscover=False,
+        web_enabled=False,
+        datadir=str(tmp_path),
+        **options,
+    )
+
+
+def _message(offset: int) -> Message:
+    return Message(TP0.topic, TP0.partition, offset, 0.0, 0, {}, b"k", b"v", None)
+
+
+class TestVersions:
+    def test_the_pinned_versions_are_installed(self) -> None:
+        """The installed Faust and aiokafka are the ones the workarounds were written for."""
+        assert (faust.__version__, aiokafka.__version__) == (
+            faust_compat.TESTED_FAUST,
+            faust_compat.TESTED_AIOKAFKA,
+        )
+        assert faust_compat.version_warning() is None
+        assert faust_compat.missing_internals() == []
+
+    def test_another_version_warns_naming_both(
+        self, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """An untested Faust logs a warning with the installed and the tested versions."""
+        monkeypatch.setattr(faust, "__version__", "0.99.0")
+        with caplog.at_level(logging.WARNING, logger=faust_compat.__name__):
+            faust_compat.check_upstream()
+        assert "faust-streaming 0.99.0" in caplog.text
+        assert f"faust-streaming {faust_compat.TESTED_FAUST}" in caplog.text
+        assert f"aiokafka {faust_compat.TESTED_AIOKAFKA}" in caplog.text
+
+    def test_a_missing_private_name_refuses_the_start(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A release without a name a workaround needs raises UpstreamChanged naming it."""
+        monkeypatch.delattr(Consumer, "_add_gap")
+        with pytest.raises(faust_compat.UpstreamChanged, match=r"Consumer\._add_gap"):
+            faust_compat.check_upstream()
+
+    def test_the_worker_command_exits_2_on_a_missing_name(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`sessionfold worker` stops with exit 2 before touching the broker, no traceback."""
+        monkeypatch.delattr(RocksStore, "offset_key")
+        result = CliRunner().invoke(cli, ["worker", "--bootstrap", "127.0.0.1:1"])
+        assert result.exit_code == 2
+        assert "offset_key" in result.output
+        assert "Traceback" not in result.output
+
+
+class TestGapBooking:
+    def test_faust_commits_past_a_booked_gap_and_not_once_it_is_off(self, tmp_path: Path) -> None:
+        """With a gap booked for 5..7, Faust commits offset 9 though 5..7 were never read;
+        with gap booking off it stops at the hole."""
+
+        async def new_offset(disable: bool) -> int | None:
+            consumer = _app(tmp_path).consumer
+            if disable:
+                faust_compat.disable_gap_booking(consumer)
+            consumer._committed_offset[TP0] = 4
+            await consumer._add_gap(TP0, 5, 7)
+            consumer._acked[TP0].extend([4, 8])
+            return consumer._new_offset(TP0)
+
+        assert asyncio.run(new_offset(disable=False)) == 9
+        assert asyncio.run(new_offset(disable=True)) == 5
+
+
+class TestCommittedOffset:
+    def test_it_reads_what_faust_records_after_a_commit(self, tmp_path: Path) -> None:
+        """None before any commit (without creating an entry), then the offset Faust stored."""
+        consumer = _app(tmp_path).consumer
+        assert faust_compat.committed_offset(consumer, TP0) is None
+        assert TP0 not in consumer._committed_offset
+        consumer._committed_offset.update({TP0: 12})  # what Faust does after a commit
+        assert faust_compat.committed_offset(consumer, TP0) == 12
+
+
+class TestUnacked:
+    def test_a_forgotten_record_leaves_the_set_wait_empty_waits_on(self, tmp_path: Path) -> None:
+        """`unacked` is the set Faust's revocation waits to empty (`wait_empty`); a record
+        forgotten leaves it, still not acked."""
+        consumer = _app(tmp_path).consumer
+        assert consumer.unacked is consumer._unacked_messages
+        assert "self._unacked_messages" in inspect.getsource(Consumer.wait_empty)
+        message = _message(3)
+        consumer.track_message(message)
+        assert message in consumer.unacked
+        faust_compat.forget_unacked(consumer, message)
+        assert message not in consumer.unacked
+        assert not message.acked
+
+
+class TestFetchWait:
+    def test_faust_builds_aiokafka_with_a_fixed_wait(self, tmp_path: Path) -> None:
+        """Faust's consumer thread builds aiokafka's consumer with a 1.5 s fetch wait."""
+
+        async def run() -> int:
+            app = _app(tmp_path)
+            thread = app.consumer._thread
+            assert thread._consumer is None  # built only when the thread starts
+            consumer = thread._create_worker_consumer(app.transport)
+            return int(consumer._fetch_max_wait_ms)
+
+        assert asyncio.run(run()) == 1500
+
+    def test_nothing_is_set_before_the_fetcher_exists(self, tmp_path: Path) -> None:
+        """An app whose consumer has not started reports that it could not set the wait."""
+        assert faust_compat.set_fetch_max_wait(_app(tmp_path), 100) is False
+
+
+class TestRocksStore:
+    def test_a_partition_db_and_its_offset_key(self, tmp_path: Path) -> None:
+        """`_dbs` holds each open partition's RocksDB, and the persisted offset Faust reads
+        back is the one written under `offset_key` in that database."""
+        app = _app(tmp_path, store="rocksdb://")
+        table = app.Table("state", key_type=str, value_type=bytes, options={"driver": "rocksdict"})
+        store = table.data
+        tp = TP(table.changelog_topic.get_topic_name(), 1)
+        store.set_persisted_offset(tp, 3)
+        db = faust_compat.partition_dbs(store)[1]
+        key = faust_compat.persisted_offset_key(store)
+        assert db.get(key) == b"3"
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        batch.put(b"sid/pr/h", b"v")
+        batch.put(key, b"7")
+        db.write(batch)
+        assert store.persisted_offset(tp) == 7
+        assert store[b"sid/pr/h"] == b"v"
+
+
+class TestKeySerializer:
+    def test_str_keys_are_json_quoted_by_faust_and_raw_in_a_raw_key_table(
+        self, tmp_path: Path
+    ) -> None:
+        """Faust serializes a str table key as JSON; RawKeyTable's go out as plain UTF-8."""
+        app = _app(tmp_path)
+        plain = app.Table("plain", key_type=str, value_type=bytes)
+        raw = app.tables.add(
+            faust_compat.RawKeyTable(app, name="raw", key_type=str, value_type=bytes)
+        )
+        dumps = app.serializers.dumps_key
+        assert dumps(str, "a/b", serializer=plain.key_serializer) == b'"a/b"'
+        assert dumps(str, "a/b", serializer=raw.key_serializer) == b"a/b"
+
+
+class TestProducerBuffer:
+    def test_the_buffer_limit_is_faust_s_class_default_until_set(self, tmp_path: Path) -> None:
+        """Faust's producer buffer pauses streams past 100 records; the limit is per app."""
+        producer = _app(tmp_path).producer
+        assert producer.buffer.max_messages == 100
+        faust_compat.set_buffer_limit(producer, 2_000)
+        assert producer.buffer.max_messages == 2_000
+        assert _app(tmp_path).producer.buffer.max_messages == 100
