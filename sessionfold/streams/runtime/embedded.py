@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from sessionfold.events.envelope import FlushRequestEnvelope
+from sessionfold.events.envelope import Envelope, FlushRequestEnvelope
 from sessionfold.ports.ledger.model import DiffModel, OfflineModel
 from sessionfold.ports.summarizer import ModelPort, OfflineSummarizer
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
@@ -52,22 +52,22 @@ class EmbeddedRuntime:
         self.diff_model: DiffModel = diff_model or OfflineModel()
         self.answerer = Answerer(self.summarizer, self.diff_model, ledger or DEFAULT_LEDGER)
         self.store = store if store is not None else DictStore()
-        self.log: dict[str, list[Any]] = {topic: [] for topic in TOPICS}
+        self.log: dict[str, list[Envelope | DeadLetter]] = {topic: [] for topic in TOPICS}
         #: Every envelope folded, in fold order (session events and compactions interleaved).
-        self.folded: list[Any] = []
+        self.folded: list[Envelope] = []
 
-    def fold(self, envelope: Any) -> list[Any]:
+    def fold(self, envelope: Envelope) -> list[Envelope]:
         """Fold one envelope into the store, remembering the fold order."""
         self.folded.append(envelope)
         return fold_step(self.store, envelope, self.config, self.ledger)
 
-    def publish(self, record: Any) -> None:
+    def publish(self, record: Envelope | DeadLetter) -> None:
         """Append one input record to its topic and fold everything that follows from it."""
         self.log[topic_of(record, EMBEDDED_TOPICS)].append(record)
         if not isinstance(record, DeadLetter):
             self.route(self.fold(record))
 
-    def route(self, outputs: Iterable[Any]) -> None:
+    def route(self, outputs: Iterable[Envelope]) -> None:
         """Deliver outputs until none is left: requests are answered and their answers folded."""
         queue = deque(outputs)
         while queue:
@@ -80,7 +80,8 @@ class EmbeddedRuntime:
 
     def sessions(self) -> list[str]:
         """Ids of the sessions the log has events of, in first-seen order."""
-        seen = dict.fromkeys(e.session_id for e in self.log[SESSION_EVENTS])
+        events = self.log[SESSION_EVENTS]
+        seen = dict.fromkeys(e.session_id for e in events if not isinstance(e, DeadLetter))
         return list(seen)
 
     def session_state(self, session_id: str, dead_letters: int | None = None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sessionfold.events.envelope import EntryEnvelope
+from sessionfold.events.envelope import EntryEnvelope, Envelope
 from sessionfold.ports.ledger.model import DiffModel
 from sessionfold.projections.ledger.config import LedgerConfig
 from sessionfold.projections.ledger.fold import LedgerFold, PassRequest
@@ -72,7 +72,7 @@ class EmbeddedLedger:
         self.observer = observer
         self.observer_errors = 0
 
-    def feed(self, envelope: Any) -> None:
+    def feed(self, envelope: Envelope) -> None:
         """Fold one envelope and every pass it raises."""
         self._answer(self.fold.apply(envelope))
 

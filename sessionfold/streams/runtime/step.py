@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from sessionfold.events.envelope import (
     CompactionEnvelope,
+    Envelope,
     FlushMetricsEnvelope,
     FlushRequestEnvelope,
     LedgerRequestEnvelope,
@@ -59,8 +60,11 @@ Outcome = Literal["answered", "error"]
 
 
 def fold_step(
-    store: Store, envelope: Any, config: PruneConfig, ledger: LedgerConfig | None = DEFAULT_LEDGER
-) -> list[Any]:
+    store: Store,
+    envelope: Envelope,
+    config: PruneConfig,
+    ledger: LedgerConfig | None = DEFAULT_LEDGER,
+) -> list[Envelope]:
     """Fold one session-event or compaction envelope; the envelopes it produces."""
     return apply_folds(store, envelope, config, ledger)
 
@@ -185,7 +189,7 @@ def session_document(
 # --- routing ------------------------------------------------------------------------------------
 
 
-def topic_of(envelope: Any, topics: Topics) -> str:
+def topic_of(envelope: Envelope | DeadLetter, topics: Topics) -> str:
     """The topic an envelope (or a dead letter) travels on, under `topics`' names."""
     match envelope:
         case FlushRequestEnvelope():

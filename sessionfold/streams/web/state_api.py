@@ -106,10 +106,11 @@ def locate_ref(store: Store, session_id: str, ref: str) -> RefLocation | str:
     record = None if occurrence is None else index.record(store, session_id, occurrence)
     if occurrence is None or record is None:
         return "unknown ref"
-    position = store.get(offset_key(session_id, record["seq"]))
-    if position is None:
+    seq = record["seq"]
+    position = None if seq is None else store.get(offset_key(session_id, seq))
+    if seq is None or position is None:
         return "original not located"
-    return RefLocation(session_id, ref, occurrence, record["seq"], position["p"], position["o"])
+    return RefLocation(session_id, ref, occurrence, seq, position["p"], position["o"])
 
 
 def read_record(
@@ -127,7 +128,8 @@ def read_record(
             for records in batch.values():
                 for record in records:
                     if record.offset == offset:
-                        return record.value
+                        value: bytes | None = record.value
+                        return value
                     return None  # the offset is gone (compacted or truncated)
         return None
     finally:
@@ -213,23 +215,24 @@ def register(
         return _json(view, document)
 
     # The length check runs before table_route: an id too long is refused where it arrives.
+    # (Faust types a routed handler as (view, request); ours also take the path's parts.)
     class Session(View):
         async def get(self, request: Request, session_id: str) -> Response:
             if too_long(session_id):
                 return _too_long(self)
-            return await session(self, request, session_id)
+            return await session(self, request, session_id)  # type: ignore[call-arg]
 
     class Flushes(View):
         async def get(self, request: Request, session_id: str) -> Response:
             if too_long(session_id):
                 return _too_long(self)
-            return await flushes(self, request, session_id)
+            return await flushes(self, request, session_id)  # type: ignore[call-arg]
 
     class Ref(View):
         async def get(self, request: Request, session_id: str, ref: str) -> Response:
             if too_long(session_id, ref):
                 return _too_long(self)
-            return await original(self, request, session_id, ref)
+            return await original(self, request, session_id, ref)  # type: ignore[call-arg]
 
     app.page("/sessions/{session_id}", name="session")(Session)
     app.page("/sessions/{session_id}/flushes", name="session-flushes")(Flushes)
