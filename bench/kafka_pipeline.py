@@ -59,6 +59,7 @@ from uuid import uuid4
 import httpx
 import orjson
 from aiokafka import TopicPartition
+from cpu_use import CpuUse, binding_limit, listening_pid, snapshot, used
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 from sizing import (
@@ -122,23 +123,33 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def local_broker_pid(bootstrap: str) -> int | None:
+    """The pid listening on the first bootstrap address if that is this machine, else None."""
+    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+    if host not in {"127.0.0.1", "localhost", "::1", "[::1]"} or not port.isdigit():
+        return None
+    return listening_pid(int(port))
+
+
 @contextlib.contextmanager
-def kafka_broker(work: Path) -> Iterator[tuple[str, str, KafkaSecurity]]:
-    """(bootstrap, where it came from, security): SESSIONFOLD_BOOTSTRAP's broker with the
-    security the environment sets, else a PLAINTEXT one started here."""
+def kafka_broker(work: Path) -> Iterator[tuple[str, str, KafkaSecurity, int | None]]:
+    """(bootstrap, where it came from, security, the broker's pid if it can be measured):
+    SESSIONFOLD_BOOTSTRAP's broker with the security the environment sets, else a PLAINTEXT
+    one started here."""
     bootstrap = os.environ.get("SESSIONFOLD_BOOTSTRAP", "").strip()
     security = security_from_env()
     if bootstrap and broker.probe(bootstrap, timeout_s=10.0, security=security):
-        yield bootstrap, "SESSIONFOLD_BOOTSTRAP", security
+        yield bootstrap, "SESSIONFOLD_BOOTSTRAP", security, local_broker_pid(bootstrap)
         return
     config = broker.BrokerConfig(port=broker.free_port_pair(), data_dir=work / "kafka")
     log(f"starting Kafka {config.version} on {config.bootstrap}")
-    broker.up(config)
+    started = broker.up(config)
     # The workers must not take the environment's security settings to this PLAINTEXT broker.
     for name in ENV_NAMES:
         os.environ.pop(name, None)
     try:
-        yield config.bootstrap, f"started here, Kafka {config.version}", PLAINTEXT
+        origin = f"started here, Kafka {config.version}"
+        yield config.bootstrap, origin, PLAINTEXT, started.pid
     finally:
         log("stopping the broker")
         broker.stop(config)
@@ -320,6 +331,7 @@ class Fleet:
     megabytes: float
     embedded_seconds: float
     embedded_off_seconds: float  # the same with pruning off: no flushes
+    embedded_cpu_seconds: float  # process time of the embedded fold (pruning on)
     expected: dict[str, Any]  # session id -> state, as the state API reports it
 
 
@@ -333,9 +345,10 @@ def make_fleet(work: Path, sessions: int, turns: int, seed: int) -> Fleet:
         for record in read_session_file(path):
             if not isinstance(record, DeadLetter):
                 records.append((record.session_id.encode(), encode(record)))
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     folded = fold_files(paths)
     embedded_seconds = time.perf_counter() - started
+    embedded_cpu_seconds = time.process_time() - started_cpu
     started = time.perf_counter()
     fold_files(paths, load_config(None, list(PRUNING_OFF)))
     embedded_off_seconds = time.perf_counter() - started
@@ -348,6 +361,7 @@ def make_fleet(work: Path, sessions: int, turns: int, seed: int) -> Fleet:
         megabytes=sum(len(v) for _k, v in records) / 1e6,
         embedded_seconds=embedded_seconds,
         embedded_off_seconds=embedded_off_seconds,
+        embedded_cpu_seconds=embedded_cpu_seconds,
         expected=expected,
     )
 
@@ -379,6 +393,7 @@ class FoldRun:
     settings: tuple[str, ...]
     rss_ready: list[int]  # bytes per fold worker, assigned and idle
     rss_done: list[int]  # bytes per fold worker, the fleet folded
+    cpu: CpuUse  # publish to complete
 
     @property
     def rate(self) -> float:
@@ -396,11 +411,14 @@ def fold_run(
     started: list[Worker],
     settings: Sequence[str] = (),
     security: KafkaSecurity = PLAINTEXT,
+    broker_pid: int | None = None,
 ) -> FoldRun:
     """Start `fold_workers` fold workers and a summarizer on fresh topics, publish the fleet,
     and time it until every event is folded. The workers are left running (and in `started`).
 
-    `settings` are pruning settings for the fold workers (`--set`).
+    `settings` are pruning settings for the fold workers (`--set`). The CPU seconds of every
+    worker, of the broker (`broker_pid`, if known) and of this process are read at the first
+    publish and once complete.
     """
     topics = Topics(f"bench{uuid4().hex[:8]}.")
     ensure_topics(bootstrap, topics, partitions=partitions, security=security)
@@ -418,8 +436,11 @@ def fold_run(
         time.sleep(1.0)  # let the last "Worker ready" (table recovery) finish after assignment
         rss_ready = [rss_bytes(w.process.pid) for w in folds]
         producer = make_producer(bootstrap, security=security)
+        pids = [w.process.pid for w in [*folds, summarizer]]
+        pids += [os.getpid()] + ([] if broker_pid is None else [broker_pid])
         try:
             log(f"publishing {len(fleet.records)} events")
+            cpu_before = snapshot(pids)
             began = time.perf_counter()
             publish(producer, topics.session_events, fleet.records)
             published = time.perf_counter() - began
@@ -435,6 +456,15 @@ def fold_run(
                 break
             time.sleep(PROGRESS_POLL_S)
         seconds = time.perf_counter() - began
+        cpu_after = snapshot(pids)
+    spent = [used(b, a) for b, a in zip(cpu_before, cpu_after, strict=True)]
+    cpu = CpuUse(
+        wall=seconds,
+        folds=[s or 0.0 for s in spent[:fold_workers]],
+        summarizer=spent[fold_workers] or 0.0,
+        bench=spent[fold_workers + 1] or 0.0,
+        broker=spent[fold_workers + 2] if broker_pid is not None else None,
+    )
     rss_done = [rss_bytes(w.process.pid) for w in folds]
     complete = state.done(len(fleet.records))
     events = len(fleet.records) if complete else int(state.folded - state.held)
@@ -456,6 +486,7 @@ def fold_run(
         tuple(settings),
         rss_ready,
         rss_done,
+        cpu,
     )
 
 
@@ -815,7 +846,7 @@ def run(args: argparse.Namespace, work: Path) -> Results:
     workers: list[Worker] = []
     extras: dict[str, Any] = {}
     try:
-        with kafka_broker(work) as (bootstrap, origin, security):
+        with kafka_broker(work) as (bootstrap, origin, security, broker_pid):
             log(f"generating {args.sessions} sessions x {args.turns} turns")
             fleet = make_fleet(work / "main", args.sessions, args.turns, args.seed)
             log(f"state sizes, embedded: {args.turns} and {4 * args.turns} turns")
@@ -834,6 +865,7 @@ def run(args: argparse.Namespace, work: Path) -> Results:
                     workers,
                     settings,
                     security,
+                    broker_pid,
                 )
 
             def case(
@@ -950,6 +982,71 @@ def scaling_row(one: FoldRun, two: FoldRun) -> tuple[str, str, str]:
     )
 
 
+def embedded_us(fleet: Fleet) -> float:
+    """The embedded fold's CPU microseconds per event (process time, pruning on)."""
+    return fleet.embedded_cpu_seconds * 1e6 / len(fleet.records) if fleet.records else 0.0
+
+
+def cpu_rows(run: FoldRun, fleet: Fleet) -> list[tuple[str, str, str]]:
+    """Where one Faust fold run's CPU went: each fold worker's utilisation, its CPU cost per
+    event next to the embedded fold's, and the CPUs the whole pipeline kept busy."""
+    cpu = run.cpu
+    shares = " / ".join(f"{u:.0%}" for u in cpu.utilisation())
+    cost, embedded = cpu.fold_us_per_event(run.events), embedded_us(fleet)
+    broker_s = "not measured" if cpu.broker is None else f"{cpu.broker:.1f}"
+    return [
+        (
+            "  fold worker CPU / wall",
+            f"{max(cpu.utilisation(), default=0.0):.0%}",
+            f"busiest; per worker {shares}; {sum(cpu.folds):.1f} CPU s in {cpu.wall:.1f} s",
+        ),
+        (
+            "  fold worker CPU per event",
+            f"{cost:,.0f} us",
+            f"embedded fold (process time, pruning on): {embedded:,.0f} us/event; "
+            f"{cost / embedded if embedded else 0.0:.1f}x",
+        ),
+        (
+            "  pipeline CPU used",
+            f"{cpu.cpus_used:.2f} of {os.cpu_count()} CPUs",
+            f"CPU s: fold {sum(cpu.folds):.1f}, summarizer {cpu.summarizer:.1f}, "
+            f"broker {broker_s}, bench {cpu.bench:.1f} (a shared broker counts others' load too)",
+        ),
+    ]
+
+
+def bind(run: FoldRun, fleet: Fleet) -> str:
+    """What limits `run`, derived from its CPU figures; with how long the events took to arrive,
+    and one worker's ceiling if its CPU per event alone keeps it under the per-worker target."""
+    cpu, embedded = run.cpu, embedded_us(fleet)
+    clause = binding_limit(cpu, run.events, embedded, os.cpu_count() or 1)
+    clause += f"; the publish took {run.publish_seconds:.1f} of its {run.seconds:.1f} s"
+    cost = cpu.fold_us_per_event(run.events)
+    ceiling = embedded / cost if cost else 0.0
+    if ceiling < PER_WORKER_TARGET:
+        clause += f"; at 100% CPU a worker would reach {ceiling:.2f} of the embedded fold"
+    return clause
+
+
+def bind_rows(case: FleetCase, label: str, raw: float | None) -> list[tuple[str, str, str]]:
+    """One row per NOT met fold target of `case` (and of the raw-consume ratio if `raw`),
+    saying which limit binds."""
+    fleet = case.fleet
+    embedded = len(fleet.records) / fleet.embedded_seconds
+    one, two = case.one, case.two
+    rows = []
+    if raw and one.rate / raw < 0.5:
+        rows.append((f"{label}: 1 worker / raw consume", "NOT met", bind(one, fleet)))
+    for run in (one, two):
+        if run.rate / run.fold_workers / embedded < PER_WORKER_TARGET:
+            workers = "1 worker" if run.fold_workers == 1 else f"{run.fold_workers} workers"
+            what = f"{label}: {workers} / embedded fold"
+            rows.append((what, "NOT met", bind(run, fleet)))
+    if one.rate and two.rate / one.rate < SCALING_TARGET:
+        rows.append((f"{label}: 2 workers / 1", "NOT met", bind(two, fleet)))
+    return rows
+
+
 def fleet_rows(case: FleetCase) -> list[tuple[str, str, str]]:
     """The --fleet-sessions case: its fold rates, scaling and state check."""
     fleet = case.fleet
@@ -963,8 +1060,10 @@ def fleet_rows(case: FleetCase) -> list[tuple[str, str, str]]:
         ("embedded fold of the same files", f"{embedded:,.0f} ev/s", "no Kafka"),
         ("Faust fold, 1 fold worker", f"{one.rate:,.0f} ev/s", _fold_note(one, events)),
         per_worker_row(one, embedded),
+        *cpu_rows(one, fleet),
         ("Faust fold, 2 fold workers", f"{two.rate:,.0f} ev/s", _fold_note(two, events)),
         per_worker_row(two, embedded),
+        *cpu_rows(two, fleet),
         scaling_row(one, two),
         (
             "state API = embedded fold, 1 / 2 workers",
@@ -1113,14 +1212,17 @@ def report(results: Results) -> str:
             "target >= 0.5: " + verdict(ratio >= 0.5),
         ),
         per_worker_row(one, embedded),
+        *cpu_rows(one, fleet),
         ("Faust fold, 2 fold workers", f"{two.rate:,.0f} ev/s", _fold_note(two, events)),
         per_worker_row(two, embedded),
+        *cpu_rows(two, fleet),
         scaling_row(one, two),
         (
             "Faust fold, 1 worker, pruning off",
             f"{off.rate:,.0f} ev/s",
             _fold_note(off, events) + "; no flush barrier",
         ),
+        *cpu_rows(off, fleet),
         (
             "  / embedded fold, pruning off",
             f"{off.rate / embedded_off:.3f}",
@@ -1168,6 +1270,12 @@ def report(results: Results) -> str:
     rows += memory_rows(results.cases[-1])
     if results.recovery is not None:
         rows += recovery_rows(results.recovery)
+    binds = bind_rows(main, "main fleet", results.raw)
+    if results.case is not None:
+        binds += bind_rows(results.case, f"fleet case ({len(results.case.fleet.sessions):,})", None)
+    if binds:
+        rows.append(("what binds, per target NOT met", "", "derived from the CPU figures above"))
+        rows += binds
     header = (
         f"sessionfold Kafka pipeline: broker {results.bootstrap} ({results.origin}), "
         f"{results.partitions} partitions, {os.cpu_count()} CPUs\n"

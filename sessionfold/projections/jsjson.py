@@ -11,6 +11,7 @@ surrogates, integers past 64 bits) take a slower pure-Python path with the same 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -104,6 +105,16 @@ def _float_delta(value: float) -> int:
     if 1e-5 <= magnitude < 1e16:
         # Here orjson and JavaScript both print plain decimals; only "1.0" vs "1" differs.
         return -2 if value.is_integer() else 0
+    if value == 0:
+        # Not cached: 0.0 and -0.0 are one cache key, but orjson prints them differently.
+        return _float_length(value) - len(orjson.dumps(value))
+    return _outside_delta(value)
+
+
+# Floats outside the plain-decimal range are few in a session and repeat (per-token prices
+# such as 5e-06 in every assistant's usage): their delta is worked out once each.
+@lru_cache(maxsize=256)
+def _outside_delta(value: float) -> int:
     return _float_length(value) - len(orjson.dumps(value))
 
 

@@ -29,8 +29,35 @@ class Store(Protocol):
 
 def key(session_id: str, *parts: object) -> str:
     """The store key of one of a session's rows, e.g. key(sid, "msg", 12)."""
-    # Every event builds dozens of keys: `map(str, ...)` skips a generator frame per part.
+    # Every event builds dozens of keys, nearly all of one or two parts (str or int, which an
+    # f-string formats as str() does): an f-string makes them without a join or a str() call.
+    if len(parts) == 1:
+        return f"{session_id}/{parts[0]}"
+    if len(parts) == 2:
+        return f"{session_id}/{parts[0]}/{parts[1]}"
     return "/".join((session_id, *map(str, parts)))
+
+
+class KeyFunction(Protocol):
+    """`key` for the rows of one namespace of a session (its first part fixed)."""
+
+    def __call__(self, session_id: str, /, *parts: object) -> str:
+        """The store key of one of the namespace's rows."""
+        ...
+
+
+def key_in(namespace: str) -> KeyFunction:
+    """`key` with the first part fixed: key_in("pr")(sid, "h") == key(sid, "pr", "h")."""
+
+    # One frame per key instead of two (a wrapper calling `key`), as `key` does it.
+    def namespaced(session_id: str, /, *parts: object) -> str:
+        if len(parts) == 1:
+            return f"{session_id}/{namespace}/{parts[0]}"
+        if len(parts) == 2:
+            return f"{session_id}/{namespace}/{parts[0]}/{parts[1]}"
+        return "/".join((session_id, namespace, *map(str, parts)))
+
+    return namespaced
 
 
 class DictStore(dict[str, Any]):

@@ -25,7 +25,7 @@ import orjson
 
 from sessionfold.events.ledger import STATE_FORMAT
 from sessionfold.projections.ledger.records import LedgerHead
-from sessionfold.projections.store import Store, key
+from sessionfold.projections.store import Store, key_in
 
 #: Counters in the head, one per kind of numbered row, plus `ev` for accepted pass events.
 COUNTERS = ("C", "E", "u", "R", "D", "X", "V", "S", "A", "F", "ev")
@@ -33,9 +33,8 @@ COUNTERS = ("C", "E", "u", "R", "D", "X", "V", "S", "A", "F", "ev")
 SPAN_KINDS = ("C", "E", "u")
 
 
-def ledger_key(session_id: str, *parts: object) -> str:
-    """The store key of one of a session's ledger rows."""
-    return key(session_id, "ledger", *parts)
+#: The store key of one of a session's ledger rows: key(session_id, "ledger", *parts).
+ledger_key = key_in("ledger")
 
 
 def new_head(session_id: str) -> LedgerHead:

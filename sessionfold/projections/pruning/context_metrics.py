@@ -246,6 +246,12 @@ def empty_head() -> DigestHead:
     return {"leaf": None, "last": None, "k": 0, "n": 0, "turns": 0, "gen": 0, "mx": new_state()}
 
 
+def peek_head(store: Store, session_id: str) -> DigestHead:
+    """The stored head record itself, to read and never change (no copy: a reader's fast path)."""
+    stored: DigestHead | None = store.get(key(session_id, "h"))
+    return empty_head() if stored is None else stored
+
+
 def load_head(store: Store, session_id: str) -> DigestHead:
     """A private copy of the head record to change and put back (never mutate a stored value:
     with a dict store that would write before the event's commit point)."""
@@ -481,7 +487,7 @@ def on_summarized(store: Store, session_id: str, occurrence_keys: Iterable[str])
 
 def is_summarized(store: Store, session_id: str, occ: str) -> bool:
     """Whether on_summarized has marked that occurrence key."""
-    return _marked(store, session_id, load_head(store, session_id)["mx"], occ)
+    return _marked(store, session_id, peek_head(store, session_id)["mx"], occ)
 
 
 def _marked(store: Store, session_id: str, mx: ContextMetricsState, occ: str) -> bool:
@@ -505,7 +511,7 @@ def set_protection(store: Store, session_id: str, protection: Protection) -> Non
 
 def snapshot(store: Store, session_id: str) -> dict[str, int]:
     """The ContextMetricsSnapshot of the current branch (§9.2), from the running sums."""
-    mx = load_head(store, session_id)["mx"]
+    mx = peek_head(store, session_id)["mx"]
     return _snapshot(mx["think"], mx["big"], mx["open"], mx["tot"], mx["gap"])
 
 

@@ -137,7 +137,7 @@ def is_folded(store: Store, session_id: str, entry_id: Any) -> bool:
     """Whether an entry with this id is already in the session's tree (from an earlier event)."""
     if not isinstance(entry_id, str):
         return False
-    return _folded_before(store, session_id, metrics.load_head(store, session_id), entry_id)
+    return _folded_before(store, session_id, metrics.peek_head(store, session_id), entry_id)
 
 
 def _folded_before(store: Store, session_id: str, state: DigestHead, entry_id: str) -> bool:

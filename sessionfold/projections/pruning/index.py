@@ -19,11 +19,9 @@ from collections.abc import Sequence
 from sessionfold.projections.pruning import context_metrics as metrics
 from sessionfold.projections.pruning.capture import Call
 from sessionfold.projections.pruning.records import IndexRecord, Spill, SummaryRow
-from sessionfold.projections.store import Store, key
+from sessionfold.projections.store import Store, key_in
 
-
-def _k(session_id: str, *parts: object) -> str:
-    return key(session_id, "pr", *parts)
+_k = key_in("pr")
 
 
 def record(store: Store, session_id: str, occ: str) -> IndexRecord | None:

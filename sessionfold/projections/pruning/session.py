@@ -30,14 +30,13 @@ from sessionfold.projections.pruning.config import (
     deep_merge,
 )
 from sessionfold.projections.pruning.records import PruneHead, PruneStats
-from sessionfold.projections.store import Store, key
+from sessionfold.projections.store import Store, key_in
 
 log = logging.getLogger(__name__)
 
 
-def row_key(session_id: str, *parts: object) -> str:
-    """The store key of one of a session's pruning rows."""
-    return key(session_id, "pr", *parts)
+#: The store key of one of a session's pruning rows: key(session_id, "pr", *parts).
+row_key = key_in("pr")
 
 
 def new_stats() -> PruneStats:
