@@ -730,7 +730,9 @@ class FoldBatcher:
     (the drain of a fetched batch delivers records far faster than that; a quiet stream, a
     rebalance pause or a record Faust drops ends the batch after `linger_s`). The commit runs
     while the agent waits for the next record, never while it folds one: `before` (at the top
-    of each iteration) awaits it, so records are folded and committed in order. No batch waits
+    of each iteration) awaits it, so records are folded and committed in order. The commit ends
+    once the batch is handed to the producer (FoldRuntime.commit); the broker's acknowledgements
+    come while the next batch is folded, and `OrderedAcks` acks the records then. No batch waits
     longer than `linger_s` for records: Faust waits for every fetched record to be acked before
     it hands a partition over (`stream_wait_empty`).
     """
