@@ -682,19 +682,21 @@ class FoldRuntime:
 
         Per session, in this order (the same as for one record):
         Step 1: the journal, the session's whole effect in the batch as one changelog record
-        (skipped when that is one write and no output: atomic by itself). A session whose
-        previous journal is still open (its outputs not all acknowledged) gets a journal that
-        also holds those outputs: it replaces the previous one, so a crash from here on replays
-        them with the rest (sent twice, answered once downstream: requests by id, compactions
-        by request id); the previous one's writes are in the changelog before it.
+        (skipped when that is one write and no output, atomic by itself, unless the session's
+        previous journal is still open). A session whose previous journal is still open (its
+        outputs not all acknowledged) gets a journal that also holds those outputs: it replaces
+        the previous one, so a crash from here on replays them with the rest (sent twice,
+        answered once downstream: requests by id, compactions by request id); the previous
+        one's writes are in the changelog before it.
         Step 2: the keys, each once, with its last value.
         Step 3: the outputs, handed to the producer; here `commit` returns, and the next batch
         is folded while the broker acknowledges them.
         Step 4: once every output its journal holds is acknowledged (they are on other topics,
         so nothing else orders them before its removal), the journal is deleted, if it is still
         the session's latest (a later one holds its outputs, and deletes itself). The batch's
-        records are acknowledged only after that delete, so no later record of the session is
-        acknowledged while a journal that a replay would write over its effect is still there.
+        records are acknowledged only after that delete, or once a later journal replaced it:
+        no record is acknowledged while a journal older than its effect (which a replay would
+        write over it) may still be replayed.
         Each step is taken for every session of the batch before the next.
         """
         batch, self.batch = self.batch, Batch(self.table)
@@ -728,7 +730,9 @@ class FoldRuntime:
         """Steps 1 to 4 of `commit`; each journal written is added to `opened`; the acks."""
         acks: list[Awaitable[Any]] = []
         for session_id, partition, journal in journals:
-            if self.journal and not journal.atomic:
+            # Even one write needs a journal while the session's previous one is open: a crash
+            # would otherwise replay that journal's older values over it.
+            if self.journal and (not journal.atomic or session_id in self._open):
                 closing = self._closing.get(session_id)
                 if closing is not None:
                     await closing  # the previous journal's delete goes to the changelog first
