@@ -298,3 +298,50 @@ def test_a_failed_fold_leaves_no_trace_in_the_batch(
         tables.append((table, [o.value for o in sent]))
     assert tables[0] == tables[1]
     assert journal_key(session_id) not in tables[1][0]
+
+
+class Lease:
+    """A consumer generation the test moves on by hand."""
+
+    def __init__(self) -> None:
+        self.current = 1
+
+    def generation(self) -> int:
+        return self.current
+
+    async def clear(self, generation: int) -> bool:
+        return generation == self.current
+
+
+def test_a_worker_whose_group_moved_on_leaves_its_journal(records: list[SourceRecord]) -> None:
+    """A journal whose outputs are acknowledged only after a rebalance began is not deleted
+    (the session may be another worker's, and so the key in the changelog); if the session
+    stays here, its next batch replaces the journal and deletes its own."""
+    expected_table, _sent = _expected(records)
+
+    async def run() -> tuple[bool, HandAcked]:
+        hand = HandAcked()
+        runtime = _runtime(hand, hand.send)
+        lease = Lease()
+        runtime.lease = lease
+        batches = list(_batches(records))
+        left = False
+        for n, batch in enumerate(batches):
+            for record in batch:
+                await runtime.fold(record)
+            durable = await runtime.commit()
+            if n == 0 or left or not any(s[0] == "send" for s in hand.steps):
+                await hand.ack()
+                await durable
+                continue
+            lease.current += 1  # a rebalance, before the broker acknowledged the outputs
+            await hand.ack()
+            await durable
+            left = any(k.endswith("/rt/j") for k in hand.live)
+            if not left:
+                return False, hand
+        return left, hand
+
+    left, hand = asyncio.run(run())
+    assert left
+    assert hand.live == expected_table

@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from pydantic import ValidationError
@@ -521,6 +521,18 @@ class Batch:
         return Journal(tuple(puts), tuple(sorted(deletes)), tuple(part.outputs))
 
 
+class Lease(Protocol):
+    """Whether this worker may still write what it read in a consumer generation (StallGuard)."""
+
+    def generation(self) -> int:
+        """The consumer generation now."""
+        ...
+
+    async def clear(self, generation: int) -> bool:
+        """Whether what was read in `generation` may still be written (after any stall)."""
+        ...
+
+
 @dataclass(slots=True)
 class _OpenJournal:
     """A journal this runtime wrote, while the outputs it holds are not all acknowledged."""
@@ -575,6 +587,9 @@ class FoldRuntime:
         self.offload_bytes: int | None = OFFLOAD_BYTES
         #: Tests only: called (in the fold's thread) before each record is folded.
         self.step_hook: Callable[[SourceRecord], None] | None = None
+        #: Asked before a journal is deleted once its outputs are acknowledged (None: always
+        #: yes): the group may have moved the session meanwhile (a stall, a rebalance).
+        self.lease: Lease | None = None
         #: Per session, the journal it has open while its outputs are on their way.
         self._open: dict[str, _OpenJournal] = {}
         #: Per session, resolved once the delete of its journal is handed to the producer.
@@ -706,9 +721,10 @@ class FoldRuntime:
             journal = batch.journal(part)
             if not journal.empty:
                 journals.append((session_id, part.partition, journal))
+        generation = 0 if self.lease is None else self.lease.generation()
         opened: list[tuple[str, int, _OpenJournal]] = []
         try:
-            acks += await self._write(journals, opened)
+            acks += await self._write(journals, opened, generation)
         except BaseException:
             # A commit that failed part way (the agent stops, its records are read again)
             # leaves its journals as a crash would: to be replayed, no longer this runtime's.
@@ -726,6 +742,7 @@ class FoldRuntime:
         self,
         journals: list[tuple[str, int, Journal]],
         opened: list[tuple[str, int, _OpenJournal]],
+        generation: int,
     ) -> list[Awaitable[Any]]:
         """Steps 1 to 4 of `commit`; each journal written is added to `opened`; the acks."""
         acks: list[Awaitable[Any]] = []
@@ -754,18 +771,29 @@ class FoldRuntime:
         for session_id, partition, flight in opened:
             flight.sent += sent[session_id]
             if flight.unacknowledged():
-                acks.append(asyncio.ensure_future(self._close(session_id, partition, flight)))
+                acks.append(
+                    asyncio.ensure_future(self._close(session_id, partition, flight, generation))
+                )
             else:
                 # Nothing to wait for (no outputs, or acknowledged already): deleted now.
                 self._open.pop(session_id, None)
                 acks.append(await self.table.write(journal_key(session_id), None, partition))
         return acks
 
-    async def _close(self, session_id: str, partition: int, flight: _OpenJournal) -> None:
+    async def _close(
+        self, session_id: str, partition: int, flight: _OpenJournal, generation: int
+    ) -> None:
         """Step 4 of `commit` for one session's journal, once its outputs are acknowledged."""
         await asyncio.gather(*(ack for _output, ack in flight.sent))
         if self._open.get(session_id) is not flight:
             return  # replaced: the session's latest journal holds what this one held
+        if self.lease is not None and not await self.lease.clear(generation):
+            # The session may be another worker's by now, and the delete would remove its
+            # journal from the changelog. So the journal stays (replaying it is harmless) and
+            # stays open here: the session's next batch on this worker still replaces it.
+            return
+        if self._open.get(session_id) is not flight:
+            return
         del self._open[session_id]
         handed = asyncio.get_running_loop().create_future()
         self._closing[session_id] = handed

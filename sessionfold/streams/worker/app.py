@@ -664,6 +664,8 @@ class StallGuard:
     `grace_s` (long enough for the first heartbeat after it to answer), and then only if no
     rebalance began since the batch's first record was read (Faust sets `app.rebalancing` as
     soon as the revocation starts, from its consumer thread). Otherwise the batch is abandoned.
+    The same check comes before a committed batch's journals are deleted, once its outputs are
+    acknowledged (FoldRuntime.lease): a journal left is replayed, harmlessly.
     """
 
     def __init__(
@@ -864,6 +866,7 @@ def _add_fold(
     runtime.step_hook = step_hook
     inputs = _topic(app, topics.session_events, topics.compaction_events)
     guard = StallGuard.for_settings(app, settings)
+    runtime.lease = guard
     app.task(guard.watch)
 
     async def fold(stream: faust.StreamT[bytes]) -> None:
