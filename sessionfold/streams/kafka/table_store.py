@@ -9,14 +9,17 @@ sent again, since redelivery skips an event whose sequence number the head recor
 So the fold writes into a `WriteSet` (reads fall through to the table, or to the writes of the
 records before it in the same batch: `Pending`), and the runtime commits a batch per session as
 a `Journal`: first the session's whole effect over the batch, writes (each key once, its last
-value) and outputs, as one changelog record under `sid/rt/j`; then the keys; then the outputs,
-awaited until acknowledged; then the journal is deleted. A journal still there when the next
-record of its session arrives (a crash came between) is replayed: its writes are absolute values
-and its outputs are answered idempotently downstream, so doing it twice is harmless; the batch's
-records, not acknowledged yet, are redelivered and ignored by sequence number (a compaction by
-its request id). Runtime rows other than the journal live under `sid/rt/` too: log positions
-(`o/<seq>`), the dead-letter count (`dl`) and each outstanding request as sent (`rq/<fold>`, so a
-recovered worker can send it again: worker/agents.py, `outstanding_requests`).
+value) and outputs, as one changelog record under `sid/rt/j`; then the keys; then the outputs;
+and once the broker has acknowledged the outputs, the journal is deleted. A journal still there
+when the next record of its session arrives (a crash came between) is replayed: its writes are
+absolute values and its outputs are answered idempotently downstream, so doing it twice is
+harmless; the batch's records, not acknowledged yet, are redelivered and ignored by sequence
+number (a compaction by its request id). The next batch is folded while the outputs are on their
+way (worker/agents.py, `FoldRuntime.commit`): a session's next journal then carries the earlier
+one's unacknowledged outputs, and only the session's latest journal is deleted. Runtime rows other
+than the journal live under `sid/rt/` too: log positions (`o/<seq>`), the dead-letter count (`dl`)
+and each outstanding request as sent (`rq/<fold>`, so a recovered worker can send it again:
+worker/agents.py, `outstanding_requests`).
 
 A `Backend` returns an acknowledgement for every write; the runtime acknowledges a batch's source
 records to Faust only when all of them (and its outputs) are acknowledged, so an offset is never
@@ -96,24 +99,32 @@ def dead_letter_key(session_id: str) -> str:
     return key(session_id, "rt", "dl")
 
 
+#: A key a batch deleted, in `Pending.values` (None is a value a fold may put).
+DELETED: Any = object()
+
+
 class Pending:
-    """Writes folded but not committed yet, over the table: encoded values, None for deleted.
+    """Writes folded but not committed yet, over the table: the values as put, DELETED for deletes.
 
     The records of one batch are folded one after another through a Pending: each reads what
-    the ones before it wrote (decoded afresh on every read, as from the table), and the table
-    gets each key once, when the batch is committed.
+    the ones before it wrote (the very objects, as with the embedded runtime's dict: nothing is
+    encoded or decoded between them), and the table gets each key once, encoded once, when the
+    batch is committed. A record whose fold fails may have changed such an object in place: the
+    runtime then folds the batch's records again (worker/agents.py, `FoldRuntime.fold`).
     """
 
     def __init__(self, table: Backend) -> None:
         self.table = table
-        self.values: dict[str, bytes | None] = {}
+        self.values: dict[str, Any] = {}
 
-    def get(self, key: str) -> bytes | None:
-        """The value the batch wrote at `key`, else the table's."""
+    def get(self, key: str) -> Any | None:
+        """The value the batch wrote at `key`, else the table's (decoded afresh)."""
         values = self.values
         if key in values:
-            return values[key]
-        return self.table.get(key)
+            value = values[key]
+            return None if value is DELETED else value
+        raw = self.table.get(key)
+        return None if raw is None else orjson.loads(raw)
 
 
 class Reader(Protocol):
@@ -125,9 +136,9 @@ class Reader(Protocol):
 
 
 class TableStore:
-    """Decoded reads of a Backend or a Pending (writes go through a WriteSet and a Journal)."""
+    """Decoded reads of a Backend (writes go through a WriteSet and a Journal)."""
 
-    def __init__(self, table: Backend | Pending) -> None:
+    def __init__(self, table: Backend) -> None:
         self.table = table
 
     def get(self, key: str) -> Any | None:

@@ -26,8 +26,8 @@ import base64
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 import orjson
 from pydantic import ValidationError
@@ -57,6 +57,7 @@ from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.config import PruneConfig
 from sessionfold.projections.store import Store
 from sessionfold.streams.kafka.table_store import (
+    DELETED,
     Backend,
     Journal,
     Output,
@@ -66,7 +67,6 @@ from sessionfold.streams.kafka.table_store import (
     dead_letter_key,
     journal_key,
     offset_key,
-    open_journal,
     read_view,
     request_key,
     write_keys,
@@ -451,8 +451,10 @@ class SessionTracker:
         return FleetSnapshot(len(gaps), pending, held, outstanding, gaps)
 
 
-#: Encoded bytes a batch may pile up before it is committed: each session's journal holds its
-#: share, and a journal is one changelog record (MAX_RECORD_BYTES, 25 MiB, in app.py).
+#: Bytes a batch may pile up before it is committed: each session's journal holds its share, and
+#: a journal is one changelog record (MAX_RECORD_BYTES, 25 MiB, in app.py). Values are encoded
+#: only at the commit, so a batch counts the bytes of the records it folded and of their outputs:
+#: a fold keeps no more of an event than the event holds (events/, "nothing is copied").
 BATCH_MAX_BYTES = 1024 * 1024
 
 
@@ -473,8 +475,8 @@ class Batch:
     """Records folded one after another and committed together.
 
     Each record is folded over `pending` (the writes of the records before it in the batch, over
-    the table), and its writes are added to it, so every key is written to the table (and its
-    changelog) once per batch however many records wrote it.
+    the table), and its writes are added to it, so every key is encoded and written to the table
+    (and its changelog) once per batch however many records wrote it.
     """
 
     def __init__(self, table: Backend) -> None:
@@ -482,36 +484,70 @@ class Batch:
         self.parts: dict[str, _SessionPart] = {}
         self.acks: list[Awaitable[Any]] = []
         self.folded: list[tuple[FoldResult, str | None, int]] = []
+        #: The records whose writes `pending` holds, in order (to fold them again: `refold`).
+        self.records: list[tuple[SourceRecord, str]] = []
         self.size = 0
 
-    def add(self, session_id: str, partition: int, journal: Journal) -> None:
-        """Add one record's effect to its session's share."""
+    def add(
+        self, session_id: str, record: SourceRecord, writes: WriteSet, outputs: list[Output]
+    ) -> None:
+        """Add one record's writes and outputs to its session's share."""
         part = self.parts.get(session_id)
         if part is None:
-            part = self.parts[session_id] = _SessionPart(partition)
+            part = self.parts[session_id] = _SessionPart(record.partition)
         values = self.pending.values
-        for k, value in journal.puts:
+        for k, value in writes.puts.items():
             values[k] = value
             part.keys[k] = None
-            self.size += len(k) + len(value)
-        for k in journal.deletes:
-            values[k] = None
+        for k in writes.deletes:
+            values[k] = DELETED
             part.keys[k] = None
-        part.outputs += journal.outputs
-        self.size += sum(len(o.value) for o in journal.outputs)
+        part.outputs += outputs
+        self.records.append((record, session_id))
+        self.size += len(record.value or b"") + sum(len(o.value) for o in outputs)
 
     def journal(self, part: _SessionPart) -> Journal:
-        """A session's share as one journal: each key's last value, then the outputs in order."""
+        """A session's share as one journal: each key's last value (encoded here, once), then the
+        outputs in order."""
         values = self.pending.values
         puts = []
         deletes = []
         for k in part.keys:
             value = values[k]
-            if value is None:
+            if value is DELETED:
                 deletes.append(k)
             else:
-                puts.append((k, value))
+                puts.append((k, orjson.dumps(value)))
         return Journal(tuple(puts), tuple(sorted(deletes)), tuple(part.outputs))
+
+
+class Lease(Protocol):
+    """Whether this worker may still write what it read in a consumer generation (StallGuard)."""
+
+    def generation(self) -> int:
+        """The consumer generation now."""
+        ...
+
+    async def clear(self, generation: int) -> bool:
+        """Whether what was read in `generation` may still be written (after any stall)."""
+        ...
+
+
+@dataclass(slots=True)
+class _OpenJournal:
+    """A journal this runtime wrote, while the outputs it holds are not all acknowledged."""
+
+    raw: bytes  # as written: a journal in the table that differs is another's (a crash's)
+    sent: list[tuple[Output, Awaitable[Any]]]  # each output, with its acknowledgement
+
+    def unacknowledged(self) -> list[tuple[Output, Awaitable[Any]]]:
+        """The outputs the broker has not acknowledged (yet, or at all)."""
+        return [(o, ack) for o, ack in self.sent if not _acknowledged(ack)]
+
+
+def _acknowledged(ack: Awaitable[Any]) -> bool:
+    done = isinstance(ack, asyncio.Future) and ack.done()
+    return done and not ack.cancelled() and ack.exception() is None
 
 
 class FoldRuntime:
@@ -519,9 +555,11 @@ class FoldRuntime:
 
     `fold` folds one record into the open batch (after finishing an interrupted batch of its
     session: an open journal). `commit` makes the batch durable and returns once its writes and
-    outputs are handed to the producer; the awaitable it returns resolves when the broker has
-    acknowledged all of them. The agent acknowledges the batch's records to Faust only then, so a
-    committed offset never runs ahead of the state it produced. `handle` is a batch of one.
+    outputs are handed to the producer, without waiting for the broker: the next batch is folded
+    while they are on their way. The awaitable it returns resolves when the broker has
+    acknowledged all of them (and the journals they needed are deleted). The agent acknowledges
+    the batch's records to Faust only then, so a committed offset never runs ahead of the state
+    it produced. `handle` is a batch of one.
     """
 
     def __init__(
@@ -549,6 +587,13 @@ class FoldRuntime:
         self.offload_bytes: int | None = OFFLOAD_BYTES
         #: Tests only: called (in the fold's thread) before each record is folded.
         self.step_hook: Callable[[SourceRecord], None] | None = None
+        #: Asked before a journal is deleted once its outputs are acknowledged (None: always
+        #: yes): the group may have moved the session meanwhile (a stall, a rebalance).
+        self.lease: Lease | None = None
+        #: Per session, the journal it has open while its outputs are on their way.
+        self._open: dict[str, _OpenJournal] = {}
+        #: Per session, resolved once the delete of its journal is handed to the producer.
+        self._closing: dict[str, asyncio.Future[None]] = {}
 
     def discard(self) -> None:
         """Drop the open batch, unwritten: its records are to be read again."""
@@ -565,19 +610,25 @@ class FoldRuntime:
         return await self.commit()
 
     async def fold(self, record: SourceRecord) -> None:
-        """Fold one record into the open batch (nothing is written before `commit`)."""
+        """Fold one record into the open batch (nothing is written before `commit`).
+
+        A record whose fold raises is dead-lettered and its writes dropped; since it may have
+        changed in place values the batch's earlier records wrote (a Pending hands them over as
+        they are), those records are folded again from the table first (`refold`).
+        """
         batch = self.batch
         session_id = _session_of(record.key)
         if session_id is not None:
             batch.acks += await self._finish_open_journal(session_id, record.partition)
-        writes = WriteSet(TableStore(batch.pending))
+        writes = WriteSet(batch.pending)
         try:
             # A large record is folded in a thread, so that its step (whose cost grows with the
             # record's size, never the session's) leaves the event loop free to serve rebalance
-            # callbacks, the producer and the web server. Nothing else writes the batch or the
-            # table meanwhile: the agent commits only between two folds. Small records stay on
-            # the loop: a thread hop costs more than folding one (bench/fold_offload.py).
-            if self.offload_bytes is not None and len(record.value or b"") >= self.offload_bytes:
+            # callbacks, the producer and the web server. Nothing else writes the batch
+            # meanwhile, nor any key a fold reads (the agent commits only between two folds;
+            # the deletes of journals still open run on the loop). Small records stay on the
+            # loop: a thread hop costs more than folding one (bench/fold_offload.py).
+            if self._offloaded(record):
                 result = await asyncio.to_thread(self._fold_step, writes, record)
             else:
                 result = self._fold_step(writes, record)
@@ -593,21 +644,52 @@ class FoldRuntime:
                     "error": type(exc).__name__,
                 },
             )
-            writes = WriteSet(TableStore(batch.pending))
+            await self.refold()
+            batch = self.batch
+            writes = WriteSet(batch.pending)
             result = FoldResult(fault=Fault("fold-error", type(exc).__name__))
         if result.fault is not None:
             batch.acks.append(await self._dead_letter(record, result.fault))
         if session_id is not None:
-            outputs = [
-                Output(topic_of(e, self.topics), e.session_id.encode(), encode(e))
-                for e in result.outputs
-            ]
-            batch.add(session_id, record.partition, Journal.of(writes, outputs))
+            batch.add(session_id, record, writes, self._outputs(result))
         batch.folded.append((result, session_id, record.partition))
+
+    async def refold(self) -> None:
+        """Fold the open batch's records again over the table, into a fresh Pending.
+
+        The folds are deterministic and the table holds what it held when they were first
+        folded (nothing is written between two folds but the deletes of open journals, which
+        no fold reads), so each record writes and sends what it did; its dead letters, metrics
+        and finished journals are not repeated.
+        """
+        old = self.batch
+        batch = Batch(self.table)
+        batch.acks, batch.folded = old.acks, old.folded
+        for record, session_id in old.records:
+            writes = WriteSet(batch.pending)
+            if self._offloaded(record):
+                result = await asyncio.to_thread(self._refold_step, writes, record)
+            else:
+                result = self._refold_step(writes, record)
+            batch.add(session_id, record, writes, self._outputs(result))
+        self.batch = batch
+
+    def _offloaded(self, record: SourceRecord) -> bool:
+        limit = self.offload_bytes
+        return limit is not None and len(record.value or b"") >= limit
+
+    def _outputs(self, result: FoldResult) -> list[Output]:
+        return [
+            Output(topic_of(e, self.topics), e.session_id.encode(), encode(e))
+            for e in result.outputs
+        ]
 
     def _fold_step(self, writes: WriteSet, record: SourceRecord) -> FoldResult:
         if self.step_hook is not None:
             self.step_hook(record)
+        return fold_record(writes, record, self.config, self.ledger)
+
+    def _refold_step(self, writes: WriteSet, record: SourceRecord) -> FoldResult:
         return fold_record(writes, record, self.config, self.ledger)
 
     async def commit(self) -> Awaitable[Any]:
@@ -615,13 +697,22 @@ class FoldRuntime:
 
         Per session, in this order (the same as for one record):
         Step 1: the journal, the session's whole effect in the batch as one changelog record
-        (skipped when that is one write and no output: atomic by itself).
+        (skipped when that is one write and no output, atomic by itself, unless the session's
+        previous journal is still open). A session whose previous journal is still open (its
+        outputs not all acknowledged) gets a journal that also holds those outputs: it replaces
+        the previous one, so a crash from here on replays them with the rest (sent twice,
+        answered once downstream: requests by id, compactions by request id); the previous
+        one's writes are in the changelog before it.
         Step 2: the keys, each once, with its last value.
-        Step 3: the outputs, awaited until the broker has them (they are on other topics, so
-        nothing else orders them before the journal's removal).
-        Step 4: the journal is deleted: the session's records are complete.
-        Each step is taken for every session of the batch before the next, so the batch waits
-        for its outputs once.
+        Step 3: the outputs, handed to the producer; here `commit` returns, and the next batch
+        is folded while the broker acknowledges them.
+        Step 4: once every output its journal holds is acknowledged (they are on other topics,
+        so nothing else orders them before its removal), the journal is deleted, if it is still
+        the session's latest (a later one holds its outputs, and deletes itself). The batch's
+        records are acknowledged only after that delete, or once a later journal replaced it:
+        no record is acknowledged while a journal older than its effect (which a replay would
+        write over it) may still be replayed.
+        Each step is taken for every session of the batch before the next.
         """
         batch, self.batch = self.batch, Batch(self.table)
         acks = batch.acks
@@ -630,27 +721,88 @@ class FoldRuntime:
             journal = batch.journal(part)
             if not journal.empty:
                 journals.append((session_id, part.partition, journal))
-        opened = []
-        for session_id, partition, journal in journals:
-            if self.journal and not journal.atomic:
-                key = journal_key(session_id)
-                acks.append(await self.table.write(key, journal.encode(), partition))
-                opened.append((key, partition))
-        for _session_id, partition, journal in journals:
-            acks += await write_keys(self.table, journal, partition)
-        sent = [
-            await self.send(output) for _s, _p, journal in journals for output in journal.outputs
-        ]
-        if opened:
-            await asyncio.gather(*sent)
-            for key, partition in opened:
-                acks.append(await self.table.write(key, None, partition))
-        acks += sent
+        generation = 0 if self.lease is None else self.lease.generation()
+        opened: list[tuple[str, int, _OpenJournal]] = []
+        try:
+            acks += await self._write(journals, opened, generation)
+        except BaseException:
+            # A commit that failed part way (the agent stops, its records are read again)
+            # leaves its journals as a crash would: to be replayed, no longer this runtime's.
+            for session_id, _partition, flight in opened:
+                if self._open.get(session_id) is flight:
+                    del self._open[session_id]
+            raise
         for result, session_id, partition in batch.folded:
             observe_fold(self.metrics, result)
             if session_id is not None and result.kind is not None:
                 self.tracker.touch(session_id, partition)
         return asyncio.gather(*acks)
+
+    async def _write(
+        self,
+        journals: list[tuple[str, int, Journal]],
+        opened: list[tuple[str, int, _OpenJournal]],
+        generation: int,
+    ) -> list[Awaitable[Any]]:
+        """Steps 1 to 4 of `commit`; each journal written is added to `opened`; the acks."""
+        acks: list[Awaitable[Any]] = []
+        for session_id, partition, journal in journals:
+            # Even one write needs a journal while the session's previous one is open: a crash
+            # would otherwise replay that journal's older values over it.
+            if self.journal and (not journal.atomic or session_id in self._open):
+                closing = self._closing.get(session_id)
+                if closing is not None:
+                    await closing  # the previous journal's delete goes to the changelog first
+                previous = self._open.get(session_id)
+                carried = [] if previous is None else previous.unacknowledged()
+                body = replace(journal, outputs=(*(o for o, _ in carried), *journal.outputs))
+                flight = _OpenJournal(body.encode(), carried)
+                # Registered before the write yields, so the previous journal's step 4 sees
+                # that it was replaced.
+                self._open[session_id] = flight
+                opened.append((session_id, partition, flight))
+                acks.append(await self.table.write(journal_key(session_id), flight.raw, partition))
+        for _session_id, partition, journal in journals:
+            acks += await write_keys(self.table, journal, partition)
+        sent: dict[str, list[tuple[Output, Awaitable[Any]]]] = {}
+        for session_id, _partition, journal in journals:
+            sent[session_id] = [(output, await self.send(output)) for output in journal.outputs]
+            acks += [ack for _output, ack in sent[session_id]]
+        for session_id, partition, flight in opened:
+            flight.sent += sent[session_id]
+            if flight.unacknowledged():
+                acks.append(
+                    asyncio.ensure_future(self._close(session_id, partition, flight, generation))
+                )
+            else:
+                # Nothing to wait for (no outputs, or acknowledged already): deleted now.
+                self._open.pop(session_id, None)
+                acks.append(await self.table.write(journal_key(session_id), None, partition))
+        return acks
+
+    async def _close(
+        self, session_id: str, partition: int, flight: _OpenJournal, generation: int
+    ) -> None:
+        """Step 4 of `commit` for one session's journal, once its outputs are acknowledged."""
+        await asyncio.gather(*(ack for _output, ack in flight.sent))
+        if self._open.get(session_id) is not flight:
+            return  # replaced: the session's latest journal holds what this one held
+        if self.lease is not None and not await self.lease.clear(generation):
+            # The session may be another worker's by now, and the delete would remove its
+            # journal from the changelog. So the journal stays (replaying it is harmless) and
+            # stays open here: the session's next batch on this worker still replaces it.
+            return
+        if self._open.get(session_id) is not flight:
+            return
+        del self._open[session_id]
+        handed = asyncio.get_running_loop().create_future()
+        self._closing[session_id] = handed
+        try:
+            ack = await self.table.write(journal_key(session_id), None, partition)
+        finally:
+            del self._closing[session_id]
+            handed.set_result(None)
+        await ack
 
     async def resend_outstanding(self, partitions: int, active: set[int]) -> int:
         """Send again every request the sessions on `active` partitions wait on; how many.
@@ -683,9 +835,15 @@ class FoldRuntime:
 
     async def _finish_open_journal(self, session_id: str, partition: int) -> list[Awaitable[Any]]:
         """Complete a batch a crash interrupted (its writes and outputs, again: idempotent)."""
-        journal = open_journal(self.table, session_id)
-        if journal is None:
+        raw = self.table.get(journal_key(session_id))
+        if raw is None:
             return []
+        flight = self._open.get(session_id)
+        if flight is not None:
+            if raw == flight.raw:
+                return []  # this runtime's, its outputs on their way (`commit`, step 4)
+            del self._open[session_id]  # another worker's, recovered: replayed here
+        journal = Journal.decode(raw)
         log.warning("completing an interrupted batch", extra={"session": session_id})
         acks = await write_keys(self.table, journal, partition)
         sent = [await self.send(output) for output in journal.outputs]

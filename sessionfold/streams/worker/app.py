@@ -664,6 +664,8 @@ class StallGuard:
     `grace_s` (long enough for the first heartbeat after it to answer), and then only if no
     rebalance began since the batch's first record was read (Faust sets `app.rebalancing` as
     soon as the revocation starts, from its consumer thread). Otherwise the batch is abandoned.
+    The same check comes before a committed batch's journals are deleted, once its outputs are
+    acknowledged (FoldRuntime.lease): a journal left is replayed, harmlessly.
     """
 
     def __init__(
@@ -730,7 +732,9 @@ class FoldBatcher:
     (the drain of a fetched batch delivers records far faster than that; a quiet stream, a
     rebalance pause or a record Faust drops ends the batch after `linger_s`). The commit runs
     while the agent waits for the next record, never while it folds one: `before` (at the top
-    of each iteration) awaits it, so records are folded and committed in order. No batch waits
+    of each iteration) awaits it, so records are folded and committed in order. The commit ends
+    once the batch is handed to the producer (FoldRuntime.commit); the broker's acknowledgements
+    come while the next batch is folded, and `OrderedAcks` acks the records then. No batch waits
     longer than `linger_s` for records: Faust waits for every fetched record to be acked before
     it hands a partition over (`stream_wait_empty`).
     """
@@ -862,6 +866,7 @@ def _add_fold(
     runtime.step_hook = step_hook
     inputs = _topic(app, topics.session_events, topics.compaction_events)
     guard = StallGuard.for_settings(app, settings)
+    runtime.lease = guard
     app.task(guard.watch)
 
     async def fold(stream: faust.StreamT[bytes]) -> None:
