@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import rocksdict
 from faust.types import TP
+from faust_fakes import Acked, FakeTable
 from prometheus_client import CollectorRegistry, generate_latest
 from pydantic import ValidationError
 
@@ -50,40 +51,6 @@ class Message:
 
 
 TP0 = TP("t.session-events", 0)
-
-
-class FakeStore(dict):
-    def __init__(self) -> None:
-        super().__init__()
-        self.persisted: dict[Any, int] = {}
-
-    def set_persisted_offset(self, tp: Any, offset: int) -> None:
-        self.persisted[tp] = offset
-
-
-class FakeProducer:
-    def __init__(self) -> None:
-        self.sent: list[tuple[Any, ...]] = []
-        self.pending: list[asyncio.Future[Any]] = []
-
-    async def send(self, topic: str, key: Any, value: Any, partition: Any, *rest: Any) -> Any:
-        self.sent.append((topic, key, value, partition))
-        future = asyncio.get_running_loop().create_future()
-        self.pending.append(future)
-        return future
-
-
-class FakeTable:
-    def __init__(self) -> None:
-        self.data = FakeStore()
-        self.app = type("App", (), {"producer": FakeProducer()})()
-        self.changelog_topic = type("Topic", (), {"get_topic_name": lambda self: "app-state-cl"})()
-
-
-class Acked:
-    def __init__(self, topic: str, partition: int, offset: int) -> None:
-        self.topic_partition = TP(topic, partition)
-        self.offset = offset
 
 
 class TestSettings:

@@ -73,10 +73,20 @@ class MemoryBackend:
         if value is None:
             self.data.pop(key, None)
         else:
-            self.data[key] = value
+            self.data[key] = right_sized(value)
         done = asyncio.get_running_loop().create_future()
         done.set_result(None)
         return done
+
+
+def right_sized(value: bytes) -> bytes:
+    """`value` in an allocation of its own length, for a table that keeps it.
+
+    orjson (3.12 and later) returns bytes whose buffer stays at least 4 KiB however short the
+    JSON; the table keeps ~100 rows per session for the session's life, and 1,000 sessions'
+    rows then held ~400 MB for ~20 MB of state. A copy costs a fraction of the encode.
+    """
+    return bytes(memoryview(value))
 
 
 def journal_key(session_id: str) -> str:

@@ -58,7 +58,7 @@ from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.streams.kafka import faust_compat
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity, faust_credentials
-from sessionfold.streams.kafka.table_store import Output
+from sessionfold.streams.kafka.table_store import Output, right_sized
 from sessionfold.streams.kafka.topics import (
     DEFAULT_PARTITIONS,
     DEFAULT_PREFIX,
@@ -359,6 +359,7 @@ class FaustBackend:
         if value is None:
             data.pop(key, None)
         else:
+            value = right_sized(value)
             data[key] = value
         if self.direct:
             return await self._send(key, value, partition)

@@ -1,0 +1,45 @@
+"""Stand-ins for the parts of a Faust table a FaustBackend touches: its store, the app's producer
+and the changelog topic's name. Imported by unit tests as `faust_fakes` (pytest puts `tests/` on
+sys.path for its rootdir conftest).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from faust.types import TP
+
+
+class FakeStore(dict):
+    def __init__(self) -> None:
+        super().__init__()
+        self.persisted: dict[Any, int] = {}
+
+    def set_persisted_offset(self, tp: Any, offset: int) -> None:
+        self.persisted[tp] = offset
+
+
+class FakeProducer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[Any, ...]] = []
+        self.pending: list[asyncio.Future[Any]] = []
+
+    async def send(self, topic: str, key: Any, value: Any, partition: Any, *rest: Any) -> Any:
+        self.sent.append((topic, key, value, partition))
+        future = asyncio.get_running_loop().create_future()
+        self.pending.append(future)
+        return future
+
+
+class FakeTable:
+    def __init__(self) -> None:
+        self.data = FakeStore()
+        self.app = type("App", (), {"producer": FakeProducer()})()
+        self.changelog_topic = type("Topic", (), {"get_topic_name": lambda self: "app-state-cl"})()
+
+
+class Acked:
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        self.topic_partition = TP(topic, partition)
+        self.offset = offset
