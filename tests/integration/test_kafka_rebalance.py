@@ -21,10 +21,10 @@ from typer.testing import CliRunner
 
 from sessionfold.events.envelope import LedgerRequestEnvelope, encode
 from sessionfold.streams.cli import app
-from sessionfold.streams.cli.worker import ENV_TEST_FOLD_HOOK
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file, session_files
 from sessionfold.streams.runtime.embedded import FLUSH_REQUESTS, EmbeddedRuntime, fold_files
 from sessionfold.streams.worker.agents import OFFLOAD_BYTES
+from sessionfold.streams.worker.fault_injection import ENV_TEST_FOLD_HOOK
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

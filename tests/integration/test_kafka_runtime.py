@@ -45,7 +45,6 @@ from sessionfold.events.envelope import (
 from sessionfold.events.flush import read_compaction
 from sessionfold.projections.pruning import index
 from sessionfold.streams.cli import app
-from sessionfold.streams.cli.worker import ENV_TEST_DELAY
 from sessionfold.streams.kafka.topic_reader import read_topic
 from sessionfold.streams.kafka.topics import Topics
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file, session_files
@@ -57,6 +56,7 @@ from sessionfold.streams.runtime.embedded import (
     EmbeddedRuntime,
     fold_files,
 )
+from sessionfold.streams.worker.fault_injection import ENV_TEST_DELAY
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

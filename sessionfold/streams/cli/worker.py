@@ -12,13 +12,9 @@ proxied between them with the caller's token). The web server binds 127.0.0.1 un
 from __future__ import annotations
 
 import os
-import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
-import orjson
 import typer
 from kafka.errors import KafkaError
 from rich.console import Console
@@ -48,15 +44,7 @@ from sessionfold.streams.kafka import clients
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.kafka.topics import Topics, ensure_topics
 from sessionfold.streams.web.auth import exposure_warning
-
-if TYPE_CHECKING:
-    from sessionfold.streams.worker.agents import SourceRecord
-
-#: Tests only: seconds the summarizer sleeps before each answer, so a test can kill it mid-call.
-ENV_TEST_DELAY = "SESSIONFOLD_TEST_SUMMARIZER_DELAY"
-#: Tests only: `freeze:SESSION:SEQ` (the worker SIGSTOPs itself in the middle of folding that
-#: session event, the first time) or `sleep:SESSION:SEQ:SECONDS` (that step takes that long).
-ENV_TEST_FOLD_HOOK = "SESSIONFOLD_TEST_FOLD_HOOK"
+from sessionfold.streams.worker import fault_injection
 
 
 def register(app: typer.Typer) -> None:
@@ -232,44 +220,22 @@ def register(app: typer.Typer) -> None:
             worker_settings,
             model_port=model_port_for(config),
             diff_model=diff_model,
-            step_hook=fold_hook_for(os.environ.get(ENV_TEST_FOLD_HOOK)),
+            step_hook=fault_injection.fold_hook_for(
+                os.environ.get(fault_injection.ENV_TEST_FOLD_HOOK)
+            ),
         )
         _run(faust_app, loglevel)
 
 
 def model_port_for(config: PruneConfig) -> ModelPort:
-    """The port `summarizerModel` names (offline unless the HTTP port is available), plus the
-    tests' artificial delay when its variable is set."""
+    """The port `summarizerModel` names (offline unless the HTTP port is available), slowed down
+    when the tests' delay variable is set (fault_injection.py)."""
     port: ModelPort = OfflineSummarizer()
     if config.summarizerModel != "offline":
         from sessionfold.ports.summarizer_http import summarizer_for
 
         port = summarizer_for(config)
-    delay = os.environ.get(ENV_TEST_DELAY)
-    if delay:
-        from sessionfold.streams.worker.agents import DelayedPort
-
-        port = DelayedPort(port, float(delay))
-    return port
-
-
-def fold_hook_for(spec: str | None) -> Callable[[SourceRecord], None] | None:
-    """The tests' fold step hook `spec` names (ENV_TEST_FOLD_HOOK), or None."""
-    if not spec:
-        return None
-    action, session, seq, *rest = spec.split(":")
-    key, done = session.encode(), []
-
-    def hook(record: SourceRecord) -> None:
-        if done or record.key != key or orjson.loads(record.value or b"{}").get("seq") != int(seq):
-            return
-        done.append(True)
-        if action == "freeze":
-            os.kill(os.getpid(), signal.SIGSTOP)  # a stall of the whole process, GIL and all
-        else:
-            time.sleep(float(rest[0]))
-
-    return hook
+    return fault_injection.delayed(port, os.environ.get(fault_injection.ENV_TEST_DELAY))
 
 
 def _partition_counts(bootstrap: str, topics: Topics, security: KafkaSecurity) -> dict[str, int]:

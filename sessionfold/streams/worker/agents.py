@@ -49,7 +49,6 @@ from sessionfold.events.envelope import (
 )
 from sessionfold.events.flush import read_compaction, read_request
 from sessionfold.events.ledger import read_ledger_request
-from sessionfold.ports.summarizer import ModelPort
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.ledger.state import load_head as load_ledger_head
 from sessionfold.projections.pruning import context_metrics, digest, windows
@@ -905,16 +904,3 @@ class SummarizeRuntime:
         ack = await self.send(Output(topic, key, encode(answer.envelope)))
         observe_answer(self.metrics, answer.envelope, answer.outcome, seconds)
         return ack
-
-
-class DelayedPort:
-    """A model port that sleeps before answering: lets tests kill a summarizer mid-call."""
-
-    def __init__(self, port: ModelPort, seconds: float) -> None:
-        self.port = port
-        self.seconds = seconds
-
-    def summarize(self, request: Any) -> Any:
-        """Sleep, then answer with the wrapped port."""
-        time.sleep(self.seconds)
-        return self.port.summarize(request)
