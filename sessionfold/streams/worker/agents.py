@@ -36,6 +36,7 @@ from sessionfold.events.envelope import (
     SESSION_EVENT_KINDS,
     CompactionEnvelope,
     EntryEnvelope,
+    Envelope,
     EnvelopeError,
     FlushMetricsEnvelope,
     FlushRequestEnvelope,
@@ -214,14 +215,16 @@ def forget_answered(store: Store, session_id: str) -> None:
 _KEPT_SUFFIXES = {fold: request_key("", fold) for fold in (PRUNING_FOLD, LEDGER_FOLD)}
 
 
-def outstanding_requests(table: Backend, partitions: int, active: set[int]) -> list[Any]:
+def outstanding_requests(
+    table: Backend, partitions: int, active: set[int]
+) -> list[FlushRequestEnvelope]:
     """The kept requests of the sessions on `active` partitions whose folds still wait on them.
 
     Only keys are scanned (the recovery's session scan reads them all anyway); a value is read
     for each kept request, one per fold and session at most. A request whose answer was applied
     after all, or that another request replaced, is left out.
     """
-    found = []
+    found: list[FlushRequestEnvelope] = []
     for table_key in list(table.keys()):
         for fold, suffix in _KEPT_SUFFIXES.items():
             if not table_key.endswith(suffix):
@@ -252,7 +255,7 @@ def _compaction_outcome(store: Store, envelope: CompactionEnvelope) -> str:
     return "applied" if payload.request_id == outstanding else "ignored"
 
 
-def _is_tool_result(envelope: Any) -> bool:
+def _is_tool_result(envelope: Envelope) -> bool:
     if not isinstance(envelope, EntryEnvelope):
         return False
     message = digest.message_of(envelope.payload.entry)
