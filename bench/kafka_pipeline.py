@@ -16,6 +16,10 @@
   4x as many, per session and per branch message; the fold worker's changelog topic read back,
   every write and the last value of each key, per session.
 - The fold worker's RSS (VmRSS) assigned and idle, and once the fleet is folded.
+- Where a fold worker's CPU goes: the CPU seconds of every fold worker, the summarizer, the broker
+  and the bench (bench/cpu_use.py); the worker's CPU per event next to the embedded fold's and
+  next to `FoldRuntime` over an in-memory table (bench/runtime_layer.py: our batches and journals
+  without Kafka), and a "what binds" line for each target not met.
 - `--fleet-sessions N`: a second fleet of N sessions of `--fleet-turns` turns, folded by one and
   by two fold workers against the embedded fold of the same files; the changelog and RSS figures
   are then taken on it.
@@ -62,6 +66,7 @@ from aiokafka import TopicPartition
 from cpu_use import CpuUse, binding_limit, listening_pid, snapshot, used
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
+from runtime_layer import runtime_cpu_seconds
 from sizing import (
     ChangelogSizes,
     SessionSizes,
@@ -332,6 +337,7 @@ class Fleet:
     embedded_seconds: float
     embedded_off_seconds: float  # the same with pruning off: no flushes
     embedded_cpu_seconds: float  # process time of the embedded fold (pruning on)
+    runtime_cpu_seconds: float  # process time of FoldRuntime over an in-memory table (no Kafka)
     expected: dict[str, Any]  # session id -> state, as the state API reports it
 
 
@@ -352,6 +358,7 @@ def make_fleet(work: Path, sessions: int, turns: int, seed: int) -> Fleet:
     started = time.perf_counter()
     fold_files(paths, load_config(None, list(PRUNING_OFF)))
     embedded_off_seconds = time.perf_counter() - started
+    runtime_seconds = runtime_cpu_seconds(records)
     # Through JSON, as the state API sends it (tuples become lists, and so on).
     expected = orjson.loads(orjson.dumps(folded["sessions"]))
     return Fleet(
@@ -362,6 +369,7 @@ def make_fleet(work: Path, sessions: int, turns: int, seed: int) -> Fleet:
         embedded_seconds=embedded_seconds,
         embedded_off_seconds=embedded_off_seconds,
         embedded_cpu_seconds=embedded_cpu_seconds,
+        runtime_cpu_seconds=runtime_seconds,
         expected=expected,
     )
 
@@ -987,6 +995,11 @@ def embedded_us(fleet: Fleet) -> float:
     return fleet.embedded_cpu_seconds * 1e6 / len(fleet.records) if fleet.records else 0.0
 
 
+def runtime_us(fleet: Fleet) -> float:
+    """FoldRuntime's CPU microseconds per event over an in-memory table (no Kafka)."""
+    return fleet.runtime_cpu_seconds * 1e6 / len(fleet.records) if fleet.records else 0.0
+
+
 def cpu_rows(run: FoldRun, fleet: Fleet) -> list[tuple[str, str, str]]:
     """Where one Faust fold run's CPU went: each fold worker's utilisation, its CPU cost per
     event next to the embedded fold's, and the CPUs the whole pipeline kept busy."""
@@ -1005,6 +1018,12 @@ def cpu_rows(run: FoldRun, fleet: Fleet) -> list[tuple[str, str, str]]:
             f"{cost:,.0f} us",
             f"embedded fold (process time, pruning on): {embedded:,.0f} us/event; "
             f"{cost / embedded if embedded else 0.0:.1f}x",
+        ),
+        (
+            "    of which the fold runtime",
+            f"{runtime_us(fleet):,.0f} us",
+            "FoldRuntime over an in-memory table, no Kafka (bench/runtime_layer.py): the fold, "
+            "its batches, journals and encoded rows; the rest is Faust's and aiokafka's path",
         ),
         (
             "  pipeline CPU used",
