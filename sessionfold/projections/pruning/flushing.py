@@ -212,7 +212,11 @@ def _register_aliases(session: Session, plan: FlushPlan) -> None:
 
 
 def apply_compaction(session: Session, payload: CompactionPayload) -> list[Envelope] | None:
-    """Apply the answer to the outstanding request; None when it answers nothing outstanding."""
+    """Apply the answer to the outstanding request; None when it answers nothing outstanding.
+
+    An answer whose plan row is gone (a damaged or partly restored state) still takes the barrier
+    down, with nothing applied: the session folds on and captures those batches again.
+    """
     if not session.busy or payload.request_id != session.head["out"]:
         return None  # a second answer, or an answer to nothing: ignored
     plan_key = row_key(session.session_id, "q", payload.request_id)
@@ -220,7 +224,8 @@ def apply_compaction(session: Session, payload: CompactionPayload) -> list[Envel
     session.store.delete(plan_key)
     session.head["out"] = None
     if info is None:
-        return None
+        log.warning("flush plan missing; barrier released", extra={"session": session.session_id})
+        return []
     plan = plan_from_row(info["plan"])
     answers = {} if payload.error else {r.batch: r for r in payload.results}
     return finish_flush(session, plan, walk_answers(plan, answers), info)
