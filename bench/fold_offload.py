@@ -14,20 +14,15 @@ import asyncio
 import time
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry
+from runtime_layer import memory_runtime
 
 from sessionfold.events.envelope import encode
-from sessionfold.projections.pruning.config import DEFAULT_CONFIG
-from sessionfold.streams.kafka.table_store import MemoryBackend, Output
 from sessionfold.streams.kafka.topics import Topics
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
 from sessionfold.streams.worker.agents import (
     OFFLOAD_BYTES,
-    FoldRuntime,
-    SessionTracker,
     SourceRecord,
 )
-from sessionfold.streams.worker.prometheus import create
 
 SESSIONS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sessions"
 REAL = ("before-compaction.jsonl", "large-session.jsonl")
@@ -48,15 +43,7 @@ def records() -> list[SourceRecord]:
 async def fold_all(batch: list[SourceRecord], offload: int | None) -> None:
     """Fold `batch` through a fresh runtime, committing every 100 records."""
 
-    async def send(_output: Output) -> asyncio.Future[None]:
-        done = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
-
-    backend = MemoryBackend()
-    metrics = create(CollectorRegistry())
-    tracker = SessionTracker(backend, DEFAULT_CONFIG, 1)
-    runtime = FoldRuntime(backend, send, TOPICS, DEFAULT_CONFIG, metrics, tracker, ledger=None)
+    runtime, _sent = memory_runtime(TOPICS, ledger=None)
     runtime.offload_bytes = offload
     for n, record in enumerate(batch, 1):
         await runtime.fold(record)

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from sessionfold.events.envelope import FlushRequestEnvelope, decode, encode
 from sessionfold.ports.ledger.model import OfflineModel
 from sessionfold.ports.summarizer import OfflineSummarizer
+from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.streams.kafka.table_store import MemoryBackend, Output
 from sessionfold.streams.kafka.topics import Topics
@@ -31,7 +32,11 @@ BATCH = 100
 _TOPICS = Topics("bench.")
 
 
-async def _fold(records: Sequence[tuple[bytes, bytes]]) -> None:
+def memory_runtime(
+    topics: Topics, ledger: LedgerConfig | None = DEFAULT_LEDGER
+) -> tuple[FoldRuntime, list[Output]]:
+    """A FoldRuntime over an in-memory table whose sends are acknowledged at once, and the list
+    its sends land in."""
     sent: list[Output] = []
 
     async def send(output: Output) -> asyncio.Future[None]:
@@ -41,14 +46,14 @@ async def _fold(records: Sequence[tuple[bytes, bytes]]) -> None:
         return done
 
     table = MemoryBackend()
-    runtime = FoldRuntime(
-        table,
-        send,
-        _TOPICS,
-        DEFAULT_CONFIG,
-        create(CollectorRegistry()),
-        SessionTracker(table, DEFAULT_CONFIG, 1),
-    )
+    metrics = create(CollectorRegistry())
+    tracker = SessionTracker(table, DEFAULT_CONFIG, 1)
+    runtime = FoldRuntime(table, send, topics, DEFAULT_CONFIG, metrics, tracker, ledger=ledger)
+    return runtime, sent
+
+
+async def _fold(records: Sequence[tuple[bytes, bytes]]) -> None:
+    runtime, sent = memory_runtime(_TOPICS)
     answerer = Answerer(OfflineSummarizer(), OfflineModel())
     offset = len(records)
 
