@@ -8,6 +8,10 @@
   held events, outstanding flushes, consumer lag), with one fold worker and a summarizer worker.
 - Its ratio to a raw aiokafka consume of the same topic (the transport's ceiling; target >= 0.5),
   next to the embedded fold of the same files (the fold's own ceiling, no Kafka).
+- With `--fleet-sessions`, the same from a backlog: the fleet published before the fold workers
+  start, timed from when all are assigned and folding until complete (a fold catching up after
+  an outage, and the fold's own rate with no publisher sharing the CPUs), with one fold worker
+  and with two.
 - Publish-to-projection latency, p50 and p99: single events of a new session, each published
   with a timestamp, the state API polled until the session's message count reflects it.
 - One fold worker against two, on the same fleet over `--partitions` partitions.
@@ -401,11 +405,13 @@ class FoldRun:
     settings: tuple[str, ...]
     rss_ready: list[int]  # bytes per fold worker, assigned and idle
     rss_done: list[int]  # bytes per fold worker, the fleet folded
-    cpu: CpuUse  # publish to complete
+    cpu: CpuUse  # publish to complete (from a backlog: assigned and folding to complete)
+    backlog: bool = False  # published before the fold workers started
 
     @property
     def rate(self) -> float:
-        """Events per second, publish to complete."""
+        """Events per second, publish to complete (from a backlog: assigned and folding to
+        complete, the events folded before that left out)."""
         return self.events / self.seconds if self.seconds > 0 else 0.0
 
 
@@ -420,42 +426,56 @@ def fold_run(
     settings: Sequence[str] = (),
     security: KafkaSecurity = PLAINTEXT,
     broker_pid: int | None = None,
+    backlog: bool = False,
 ) -> FoldRun:
     """Start `fold_workers` fold workers and a summarizer on fresh topics, publish the fleet,
     and time it until every event is folded. The workers are left running (and in `started`).
 
     `settings` are pruning settings for the fold workers (`--set`). The CPU seconds of every
     worker, of the broker (`broker_pid`, if known) and of this process are read at the first
-    publish and once complete.
+    publish and once complete. With `backlog` the fleet is published before the fold workers
+    start, and the clock (and the CPU count) starts once all of them are assigned and they have
+    folded an event (the events folded before are left out): the fold draining a backlog, as
+    after an outage, with no publisher sharing the CPUs.
     """
     topics = Topics(f"bench{uuid4().hex[:8]}.")
     ensure_topics(bootstrap, topics, partitions=partitions, security=security)
     app_id = f"bench-{uuid4().hex[:8]}"
     summarizer = start_worker(bootstrap, topics, app_id, "summarize", partitions, work)
     started.append(summarizer)
+    if backlog:
+        log(f"publishing {len(fleet.records)} events (a backlog: no fold worker yet)")
+        published = publish_all(bootstrap, topics, fleet, security)
     folds = []
     for _ in range(fold_workers):
         folds.append(start_worker(bootstrap, topics, app_id, "fold", partitions, work, settings))
         started.append(folds[-1])
     with httpx.Client() as client:
         note = f" ({', '.join(settings)})" if settings else ""
+        note += ", from a backlog" if backlog else ""
         log(f"{fold_workers} fold worker(s){note} + 1 summarizer, {partitions} partitions")
-        wait_assigned(client, folds, summarizer, partitions)
-        time.sleep(1.0)  # let the last "Worker ready" (table recovery) finish after assignment
-        rss_ready = [rss_bytes(w.process.pid) for w in folds]
-        producer = make_producer(bootstrap, security=security)
         pids = [w.process.pid for w in [*folds, summarizer]]
         pids += [os.getpid()] + ([] if broker_pid is None else [broker_pid])
-        try:
+        state = Progress()
+        if backlog:
+            rss_ready = [0 for _ in folds]
+            # Every fold worker in the group first (the first to join starts alone, and the
+            # others' joining moves partitions), then the clock starts at the next scrape.
+            wait_assigned(client, folds, summarizer, partitions)
+            wait_until(lambda: progress(client, folds).folded > 0, timeout_s, "first event", 0.01)
+            cpu_before = snapshot(pids)
+            began = time.perf_counter()
+            state = first = progress(client, folds)
+        else:
+            wait_assigned(client, folds, summarizer, partitions)
+            time.sleep(1.0)  # let the last "Worker ready" (table recovery) finish after assignment
+            rss_ready = [rss_bytes(w.process.pid) for w in folds]
             log(f"publishing {len(fleet.records)} events")
             cpu_before = snapshot(pids)
             began = time.perf_counter()
-            publish(producer, topics.session_events, fleet.records)
-            published = time.perf_counter() - began
-        finally:
-            producer.close()
+            published = publish_all(bootstrap, topics, fleet, security)
+            first = Progress()
         deadline = began + timeout_s
-        state = Progress()
         while time.perf_counter() < deadline:
             for worker in [*folds, summarizer]:
                 worker.check_alive()
@@ -476,6 +496,7 @@ def fold_run(
     rss_done = [rss_bytes(w.process.pid) for w in folds]
     complete = state.done(len(fleet.records))
     events = len(fleet.records) if complete else int(state.folded - state.held)
+    events -= int(first.folded)  # from a backlog: those folded before the clock started
     log(
         f"{fold_workers} fold worker(s): {'complete' if complete else 'INCOMPLETE'} "
         f"in {seconds:.1f}s"
@@ -495,7 +516,19 @@ def fold_run(
         rss_ready,
         rss_done,
         cpu,
+        backlog,
     )
+
+
+def publish_all(bootstrap: str, topics: Topics, fleet: Fleet, security: KafkaSecurity) -> float:
+    """Publish the fleet to session-events; the seconds it took."""
+    producer = make_producer(bootstrap, security=security)
+    try:
+        began = time.perf_counter()
+        publish(producer, topics.session_events, fleet.records)
+        return time.perf_counter() - began
+    finally:
+        producer.close()
 
 
 def changelog_topic(app_id: str) -> str:
@@ -703,6 +736,8 @@ class FleetCase:
     same_two: int
     changelog: ChangelogSizes
     recovery: Recovery | None
+    backlog_one: FoldRun | None = None  # the fleet published first, then folded by one worker
+    backlog_two: FoldRun | None = None  # ... and by two
 
 
 def fleet_changelog(
@@ -862,7 +897,9 @@ def run(args: argparse.Namespace, work: Path) -> Results:
             longer = write_fleet(work / "longer", args.sessions, 4 * args.turns, args.seed)
             sizes_longer = embedded_sizes(w.path for w in longer)
 
-            def fold(target: Fleet, count: int, settings: Sequence[str] = ()) -> FoldRun:
+            def fold(
+                target: Fleet, count: int, settings: Sequence[str] = (), backlog: bool = False
+            ) -> FoldRun:
                 return fold_run(
                     bootstrap,
                     target,
@@ -874,6 +911,7 @@ def run(args: argparse.Namespace, work: Path) -> Results:
                     settings,
                     security,
                     broker_pid,
+                    backlog,
                 )
 
             def case(
@@ -881,6 +919,7 @@ def run(args: argparse.Namespace, work: Path) -> Results:
                 turns: int,
                 with_recovery: bool,
                 on_one: Callable[[FoldRun], None] = lambda _run: None,
+                with_backlog: bool = False,
             ) -> FleetCase:
                 one = fold(target, 1)
                 on_one(one)
@@ -904,7 +943,14 @@ def run(args: argparse.Namespace, work: Path) -> Results:
                 same_two = compare_state(two, target)  # any worker answers: routed by key
                 stop_workers(workers)
                 workers.clear()
-                return FleetCase(target, turns, one, two, same_one, same_two, changelog, recovery)
+                backlog = []
+                for count in (1, 2) if with_backlog else ():
+                    backlog.append(fold(target, count, backlog=True))
+                    stop_workers(workers)
+                    workers.clear()
+                return FleetCase(
+                    target, turns, one, two, same_one, same_two, changelog, recovery, *backlog
+                )
 
             def raw_and_latency(one: FoldRun) -> None:
                 log("raw aiokafka consume of the same topic")
@@ -937,7 +983,7 @@ def run(args: argparse.Namespace, work: Path) -> Results:
                 target = make_fleet(
                     work / "case", args.fleet_sessions, args.fleet_turns, args.seed + 1
                 )
-                extra = case(target, args.fleet_turns, args.recovery)
+                extra = case(target, args.fleet_turns, args.recovery, with_backlog=True)
     finally:
         stop_workers(workers)
     return Results(
@@ -956,8 +1002,31 @@ def run(args: argparse.Namespace, work: Path) -> Results:
 
 
 def _fold_note(run: FoldRun, events: int) -> str:
-    note = f"publish to complete, {run.seconds:.1f}s"
+    if run.backlog:
+        note = f"assigned and folding to complete, {run.seconds:.1f}s; published before"
+    else:
+        note = f"publish to complete, {run.seconds:.1f}s"
     return note if run.complete else f"{note} (INCOMPLETE: {run.events}/{events} events)"
+
+
+def backlog_rows(case: FleetCase) -> list[tuple[str, str, str]]:
+    """The fold draining the fleet published beforehand: one worker and two, no publisher
+    sharing the CPUs (the same targets: one worker against the embedded fold, two against one)."""
+    fleet = case.fleet
+    events = len(fleet.records)
+    embedded = events / fleet.embedded_seconds
+    one, two = case.backlog_one, case.backlog_two
+    if one is None or two is None:
+        return []
+    return [
+        ("Faust fold from a backlog, 1 worker", f"{one.rate:,.0f} ev/s", _fold_note(one, events)),
+        per_worker_row(one, embedded),
+        *cpu_rows(one, fleet),
+        ("Faust fold from a backlog, 2 workers", f"{two.rate:,.0f} ev/s", _fold_note(two, events)),
+        per_worker_row(two, embedded),
+        *cpu_rows(two, fleet),
+        scaling_row(one, two),
+    ]
 
 
 def verdict(met: bool) -> str:
@@ -1039,7 +1108,8 @@ def bind(run: FoldRun, fleet: Fleet) -> str:
     and one worker's ceiling if its CPU per event alone keeps it under the per-worker target."""
     cpu, embedded = run.cpu, embedded_us(fleet)
     clause = binding_limit(cpu, run.events, embedded, os.cpu_count() or 1)
-    clause += f"; the publish took {run.publish_seconds:.1f} of its {run.seconds:.1f} s"
+    if not run.backlog:
+        clause += f"; the publish took {run.publish_seconds:.1f} of its {run.seconds:.1f} s"
     cost = cpu.fold_us_per_event(run.events)
     ceiling = embedded / cost if cost else 0.0
     if ceiling < PER_WORKER_TARGET:
@@ -1052,17 +1122,20 @@ def bind_rows(case: FleetCase, label: str, raw: float | None) -> list[tuple[str,
     saying which limit binds."""
     fleet = case.fleet
     embedded = len(fleet.records) / fleet.embedded_seconds
-    one, two = case.one, case.two
     rows = []
-    if raw and one.rate / raw < 0.5:
-        rows.append((f"{label}: 1 worker / raw consume", "NOT met", bind(one, fleet)))
-    for run in (one, two):
-        if run.rate / run.fold_workers / embedded < PER_WORKER_TARGET:
-            workers = "1 worker" if run.fold_workers == 1 else f"{run.fold_workers} workers"
-            what = f"{label}: {workers} / embedded fold"
-            rows.append((what, "NOT met", bind(run, fleet)))
-    if one.rate and two.rate / one.rate < SCALING_TARGET:
-        rows.append((f"{label}: 2 workers / 1", "NOT met", bind(two, fleet)))
+    if raw and case.one.rate / raw < 0.5:
+        rows.append((f"{label}: 1 worker / raw consume", "NOT met", bind(case.one, fleet)))
+    for one, two in ((case.one, case.two), (case.backlog_one, case.backlog_two)):
+        if one is None or two is None:
+            continue
+        source = ", from a backlog" if one.backlog else ""
+        for run in (one, two):
+            if run.rate / run.fold_workers / embedded < PER_WORKER_TARGET:
+                workers = "1 worker" if run.fold_workers == 1 else f"{run.fold_workers} workers"
+                what = f"{label}{source}: {workers} / embedded fold"
+                rows.append((what, "NOT met", bind(run, fleet)))
+        if one.rate and two.rate / one.rate < SCALING_TARGET:
+            rows.append((f"{label}{source}: 2 workers / 1", "NOT met", bind(two, fleet)))
     return rows
 
 
@@ -1084,6 +1157,7 @@ def fleet_rows(case: FleetCase) -> list[tuple[str, str, str]]:
         per_worker_row(two, embedded),
         *cpu_rows(two, fleet),
         scaling_row(one, two),
+        *backlog_rows(case),
         (
             "state API = embedded fold, 1 / 2 workers",
             f"{case.same_one}/{case.same_two}",
