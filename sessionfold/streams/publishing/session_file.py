@@ -64,10 +64,10 @@ TOO_LONG_REASON = "line too long"
 DEAD_LETTER_RAW_BYTES = 8 * 1024 * 1024
 ENTRY_TOO_LARGE = "entry too large"
 ENTRY_TOO_LARGE_ERROR = "EntryTooLarge"
-#: The most times its line's length an entry's envelope encodes to. orjson escapes only what
-#: JSON text must escape too, so no string grows; a number grows at most 4.5 times (`1e15` is
-#: written `1000000000000000.0`); and the envelope repeats the entry's timestamp (`time`), a
-#: string of the line. 6 bounds 4.5 + 1 with room to spare.
+#: How many times its line's length an entry's envelope encodes to, at most. orjson escapes
+#: only what JSON text must escape too, so no string grows; a number grows at most 4.5 times
+#: (`1e15` is written `1000000000000000.0`); and the envelope repeats the entry's timestamp
+#: (`time`), a string of the line. 6 bounds 4.5 + 1 with room to spare.
 ENVELOPE_GROWTH = 6
 #: The envelope's own field names, numbers and kind, and the ids a v1 entry's migration adds.
 ENVELOPE_FIELDS_BYTES = 1024
