@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sessionfold.events.envelope import MAX_ENTRY_BYTES
 from sessionfold.events.migration import v1_entry_id
 from sessionfold.streams.tools.synthetic import dumps_entry, generate_session
 
@@ -61,6 +62,20 @@ class Case:
     compare: str | None = None
     crlf: bool = False
     bom: bool = False
+
+
+def outgrowing_line(entry_id: str, parent: str | None, size: int = MAX_ENTRY_BYTES) -> bytes:
+    """A custom entry line of exactly `size` bytes whose envelope encodes over 17 MiB.
+
+    Its `data` holds 120,000 numbers written `1e15`, which orjson writes back as
+    `1000000000000000.0` (14 bytes more each), then a string that pads the line to `size`.
+    """
+    numbers = b"[" + b",".join([b"1e15"] * 120_000) + b"]"
+    head = {"type": "custom", "customType": "probe", "id": entry_id, "parentId": parent}
+    prefix = json.dumps(head).encode()[:-1] + b', "timestamp": "2026-01-01T00:00:02Z", '
+    prefix += b'"data": {"n": ' + numbers + b', "pad": "'
+    suffix = b'"}}'
+    return prefix + b"x" * (size - len(prefix) - len(suffix)) + suffix
 
 
 # --- corpora ---------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from uuid import uuid4
 
+import orjson
 import pytest
 from typer.testing import CliRunner
 
@@ -191,6 +192,46 @@ def test_dead_letters_reach_their_topic(kafka_bootstrap: str, tmp_path: Path) ->
         ("entry", 3),
     ]
     assert events[1].payload.id is None and events[1].payload.line == 2
+
+
+def test_entry_whose_envelope_outgrows_the_topics(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """A line under 16 MiB whose envelope would pass 17 MiB: its dead letter reaches the
+    dead-letter topic and a placeholder takes its seq, so session-events has no gap and holds
+    exactly what the embedded runtime folds."""
+    import base64
+
+    from damaged_sessions import outgrowing_line
+
+    from sessionfold.streams.publishing.session_file import DEAD_LETTER_RAW_BYTES
+
+    header = b'{"type":"session","version":3,"id":"big-1"}'
+    big = outgrowing_line("b", "a")
+    lines = [header, _label("a", None), big, _label("c", "b")]
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    prefix = f"t{uuid4().hex[:8]}."
+    args = ["publish", str(path), "--bootstrap", kafka_bootstrap, "--topic-prefix", prefix]
+    result = CliRunner().invoke(app, [*args, "--state-file", str(tmp_path / "s.json")])
+    assert result.exit_code == 0, result.output
+    assert "published 4, skipped 0, dead-lettered 1" in result.stdout
+    topics = Topics(prefix)
+    events = [decode(r.value) for r in read_topic(kafka_bootstrap, topics.session_events)]
+    events = [e for e in events if e.kind.value != "world"]  # a snapshot takes no seq
+    assert [(e.kind.value, e.seq) for e in events] == [
+        ("entry", 1),
+        ("entry", 2),
+        ("placeholder", 3),
+        ("entry", 4),
+    ]
+    assert events == [r for r in read_session_file(path) if not isinstance(r, DeadLetter)]
+    letters = [orjson.loads(r.value) for r in read_topic(kafka_bootstrap, topics.dead_letters)]
+    assert [(x["line"], x["error"], x["size"]) for x in letters] == [(3, "EntryTooLarge", len(big))]
+    assert base64.b64decode(letters[0]["raw_b64"]) == big[:DEAD_LETTER_RAW_BYTES]
+
+
+def _label(entry_id: str, parent: str | None) -> bytes:
+    entry = {"type": "label", "id": entry_id, "parentId": parent, "targetId": "a", "label": "x"}
+    return orjson.dumps(entry)
 
 
 def test_limits_bom_deep_and_long_lines(

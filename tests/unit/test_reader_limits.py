@@ -1,7 +1,8 @@
-"""The reader's limits: byte order marks, deep nesting, line caps, files that are not files."""
+"""The reader's limits: byte order marks, deep nesting, line caps, envelope sizes, file kinds."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import tracemalloc
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sessionfold.events.envelope import (
@@ -26,6 +27,7 @@ from sessionfold.ports.model_http import ModelError, _read_body, _read_events
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.projections.store import DictStore
 from sessionfold.streams.kafka.table_store import WriteSet
+from sessionfold.streams.publishing import session_file
 from sessionfold.streams.publishing.session_file import (
     BOM,
     MAX_LINE_ENV,
@@ -36,6 +38,7 @@ from sessionfold.streams.publishing.session_file import (
     SessionFileReader,
     header_of,
     max_line_bytes,
+    most_envelope_bytes,
     read_session_file,
     session_files,
 )
@@ -256,6 +259,67 @@ def test_numbers_the_wire_cannot_carry_are_not_json(tmp_path: Path, value: bytes
     letter = records[2]
     assert isinstance(letter, DeadLetter) and letter.reason == "not JSON"
     assert isinstance(records[3], PlaceholderEnvelope)
+
+
+# --- envelopes that encode longer than their line ----------------------------------------
+
+#: Tokens of JSON text, several of which orjson writes longer than they were written.
+_TOKENS = st.one_of(
+    st.builds(lambda m, e: f"{m}e{e}".encode(), st.integers(1, 9), st.integers(-7, 22)),
+    st.integers(-(2**70), 2**70).map(lambda n: str(n).encode()),  # past 64 bits: a float
+    st.text(max_size=8).map(lambda t: json.dumps(t).encode()),  # \u escapes: shorter again
+    st.sampled_from([b"true", b"null", b"-0", b"0.0e0", b"1E15"]),
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    tokens=st.lists(_TOKENS, min_size=1, max_size=3000),
+    session_id=st.text(min_size=1, max_size=40),
+    version=st.sampled_from([1, 3]),
+    stamp=st.text(max_size=40),
+)
+@example(tokens=[b"1e15"] * 3000, session_id="\x01" * 40, version=1, stamp="")  # the most growth
+def test_envelope_bound_holds_when_json_encodes_longer(
+    tmp_path: Path, tokens: list[bytes], session_id: str, version: int, stamp: str
+) -> None:
+    """`most_envelope_bytes` bounds every envelope read (the reader encodes none under it):
+    numbers written short, a v1 entry's added ids, the timestamp repeated as the envelope's
+    time, a session id of control characters."""
+    header = orjson.dumps({"type": "session", "version": version, "id": session_id})
+    own_ids = b'"id":"e1","parentId":null,' if version == 3 else b""
+    entry = b'{"type":"custom","customType":"p",' + own_ids + b'"timestamp":'
+    entry += json.dumps(stamp).encode() + b',"data":[' + b",".join(tokens) + b"]}"
+    path = tmp_path / "grow.jsonl"
+    path.write_bytes(header + b"\n" + entry + b"\n")
+    envelopes = list(SessionFileReader(path).records())
+    assert [type(e) for e in envelopes] == [EntryEnvelope, EntryEnvelope]
+    for envelope, line in zip(envelopes, (header, entry), strict=True):
+        assert isinstance(envelope, EntryEnvelope)
+        bound = most_envelope_bytes(len(line), envelope.session_id, envelope.producer)
+        assert len(encode(envelope)) <= bound
+
+
+def test_only_a_line_near_the_limit_is_encoded_to_measure_it(
+    tmp_path: Path, shared_sessions: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ordinary lines pay no encoding in the reader: a real session's (the longest 116 KB)
+    are never encoded; a 4 MiB line, whose bound passes the topics' limit, is, once."""
+    measured: list[int] = []
+
+    def counting(envelope: EntryEnvelope) -> bytes:
+        measured.append(envelope.seq)
+        return encode(envelope)
+
+    monkeypatch.setattr(session_file, "encode", counting)
+    assert len(list(read_session_file(shared_sessions / "large-session.jsonl"))) > 1000
+    assert measured == []
+    path = tmp_path / "near.jsonl"
+    path.write_bytes(_lines(HEADER, _entry(1, data="x" * (4 << 20)), _entry(2)))
+    kinds = [type(r) for r in read_session_file(path)]
+    assert kinds == [EntryEnvelope] * 3 and measured == [2]
 
 
 # --- line cap ------------------------------------------------------------------------------

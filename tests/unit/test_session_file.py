@@ -9,11 +9,12 @@ from pathlib import Path
 
 import orjson
 import pytest
+from damaged_sessions import outgrowing_line
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessionfold.events.entries import parse_entry
-from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope
+from sessionfold.events.envelope import EntryEnvelope, EntryPayload, PlaceholderEnvelope, encode
 from sessionfold.events.migration import v1_entry_id
 from sessionfold.streams.kafka.topics import MAX_MESSAGE_BYTES
 from sessionfold.streams.publishing.publisher import dead_letter_record
@@ -328,6 +329,40 @@ def test_over_long_line_is_one_dead_letter_that_keeps_its_place(tmp_path: Path) 
     assert (letter.session_id, letter.raw) == ("sess-1", big[:DEAD_LETTER_RAW_BYTES])
     assert [r.seq for r in records if not isinstance(r, DeadLetter)] == [1, 2, 3, 4]
     assert records[3].payload.line == 3 and records[4].payload.line == 4
+    assert len(dead_letter_record(letter)) < MAX_MESSAGE_BYTES
+
+
+def test_line_whose_envelope_outgrows_the_topics_keeps_its_place(tmp_path: Path) -> None:
+    """A line under 16 MiB whose envelope encodes past what the topics carry: the dead letter of
+    an over-long line, then a placeholder with its ids and the seq it would have had."""
+    big = outgrowing_line("b", "a")
+    assert len(big) <= MAX_ENTRY_BYTES
+    payload = EntryPayload(entry=orjson.loads(big), line=3)
+    as_read = EntryEnvelope(session_id="sess-1", seq=3, payload=payload)
+    assert len(encode(as_read)) > MAX_MESSAGE_BYTES  # the case itself, not a line that fits
+    del payload, as_read
+    path = _write(tmp_path, [HEADER, _message("a", None), big, _message("c", "b")])
+    records = list(read_session_file(path))
+    assert [type(r).__name__ for r in records] == [
+        "EntryEnvelope",
+        "EntryEnvelope",
+        "DeadLetter",
+        "PlaceholderEnvelope",
+        "EntryEnvelope",
+    ]
+    letter, placeholder = records[2], records[3]
+    assert isinstance(letter, DeadLetter) and isinstance(placeholder, PlaceholderEnvelope)
+    assert (letter.line, letter.error, letter.reason) == (3, "EntryTooLarge", ENTRY_TOO_LARGE)
+    assert (letter.size, letter.session_id) == (len(big), "sess-1")
+    assert letter.raw == big[:DEAD_LETTER_RAW_BYTES]
+    assert placeholder.payload.model_dump() == {
+        "id": "b",
+        "parentId": "a",
+        "previous": False,
+        "line": 3,
+        "reason": ENTRY_TOO_LARGE,
+    }
+    assert [r.seq for r in records if not isinstance(r, DeadLetter)] == [1, 2, 3, 4]
     assert len(dead_letter_record(letter)) < MAX_MESSAGE_BYTES
 
 

@@ -65,6 +65,7 @@ from sessionfold.streams.kafka.topic_reader import last_match
 from sessionfold.streams.kafka.topics import Topics, partition_of
 from sessionfold.streams.publishing.session_file import (
     ENTRY_TOO_LARGE,
+    ENTRY_TOO_LARGE_ERROR,
     DeadLetter,
     FileKindError,
     ReadPosition,
@@ -566,8 +567,9 @@ class Publisher:
                     self.topics.session_events, record.session_id.encode(), value
                 )
             except MessageSizeTooLargeError:
-                # A line under the reader's limit whose envelope still outgrew the topics
-                # (JSON that re-encodes longer than it was written; pi never writes such).
+                # A last guard: the reader dead-letters every entry whose envelope would not fit
+                # (session_file.envelope_fits) before it takes a seq, so only a producer whose
+                # limit is below `record_fits`'s gets here; the seq is then lost.
                 self._send(_too_large_envelope(record, sent.source, len(value)), sent)
                 return
             sent.entries += 1
@@ -737,7 +739,7 @@ def _too_large_envelope(envelope: EntryEnvelope, source: str, size: int) -> Dead
     return DeadLetter(
         source=source,
         line=envelope.payload.line,
-        error="EntryTooLarge",
+        error=ENTRY_TOO_LARGE_ERROR,
         reason=ENTRY_TOO_LARGE,
         size=size,
         session_id=envelope.session_id,

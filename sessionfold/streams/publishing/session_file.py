@@ -17,7 +17,10 @@ socket is refused by kind, never opened for reading); a line longer than `max_li
 and dead-lettered with its size and first `RAW_PREFIX_BYTES`; a UTF-8 byte order mark at the
 start of the file is skipped (offsets still count it). A line under that cap but longer than
 `MAX_ENTRY_BYTES` (16 MiB) is a dead letter too ("entry too large"): Kafka could not carry it,
-and every runtime reads files through this reader, so all of them fold the same events.
+and every runtime reads files through this reader, so all of them fold the same events. So is an
+entry of a shorter line whose envelope would not fit on the topics (`record_fits`: JSON
+that orjson writes longer than the line held it, such as numbers written `1e15`): it is decided
+here, before the entry takes a sequence number, so the embedded runtime folds what Kafka carries.
 """
 
 from __future__ import annotations
@@ -37,9 +40,11 @@ from sessionfold.events.envelope import (
     EntryPayload,
     PlaceholderEnvelope,
     PlaceholderPayload,
+    encode,
 )
 from sessionfold.events.lines import split_line
 from sessionfold.events.migration import file_version, migrate_entry
+from sessionfold.streams.kafka.limits import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +63,41 @@ TOO_LONG_REASON = "line too long"
 #: The most of a line a dead letter keeps: base64 of it still fits in one record.
 DEAD_LETTER_RAW_BYTES = 8 * 1024 * 1024
 ENTRY_TOO_LARGE = "entry too large"
+ENTRY_TOO_LARGE_ERROR = "EntryTooLarge"
+#: How many times its line's length an entry's envelope encodes to, at most. orjson escapes
+#: only what JSON text must escape too, so no string grows; a number grows at most 4.5 times
+#: (`1e15` is written `1000000000000000.0`); and the envelope repeats the entry's timestamp
+#: (`time`), a string of the line. 6 bounds 4.5 + 1 with room to spare.
+ENVELOPE_GROWTH = 6
+#: The envelope's own field names, numbers and kind, and the ids a v1 entry's migration adds.
+ENVELOPE_FIELDS_BYTES = 1024
+#: The most bytes one character of a string encodes to: a control character's `\u001f`.
+_CHAR_BYTES = 6
+#: What a record takes on a topic beyond its key and value: the record batch header (61 bytes),
+#: the record's own fields and length prefixes (under 40), with room to spare.
+RECORD_OVERHEAD_BYTES = 1024
+
+
+def record_fits(key_bytes: int, value_bytes: int) -> bool:
+    """Whether a record with a key and a value this long fits on every sessionfold topic."""
+    return key_bytes + value_bytes + RECORD_OVERHEAD_BYTES <= MAX_MESSAGE_BYTES
+
+
+def most_envelope_bytes(line_size: int, session_id: str, producer: str) -> int:
+    """The most bytes the envelope of an entry read from a line of `line_size` encodes to.
+
+    Arithmetic only: the reader encodes an envelope to measure it only when this bound does not
+    fit on the topics, so an ordinary line (pi's stay far below a MiB) pays nothing.
+    """
+    names = _CHAR_BYTES * (len(session_id) + len(producer))
+    return ENVELOPE_GROWTH * line_size + names + ENVELOPE_FIELDS_BYTES
+
+
+def envelope_fits(envelope: EntryEnvelope, line_size: int) -> bool:
+    """Whether an entry's envelope, keyed by its session, fits on the topics (`record_fits`)."""
+    key = len(envelope.session_id.encode())
+    bound = most_envelope_bytes(line_size, envelope.session_id, envelope.producer)
+    return record_fits(key, bound) or record_fits(key, len(encode(envelope)))
 
 
 def max_line_bytes() -> int:
@@ -343,7 +383,7 @@ class SessionFileReader:
                     )
                     records: list[Record] = [letter, *self._placeholder(None, letter)]
                 elif line.size > MAX_ENTRY_BYTES:
-                    letter = self._dead(line_no, "EntryTooLarge", ENTRY_TOO_LARGE, line.data)
+                    letter = self._dead(line_no, ENTRY_TOO_LARGE_ERROR, ENTRY_TOO_LARGE, line.data)
                     records = [letter, *self._placeholder(None, letter)]
                 else:
                     records = list(self._line_records(line.data, line_no))
@@ -392,16 +432,24 @@ class SessionFileReader:
             yield letter
             yield from self._placeholder(entry, letter)
             return
-        if isinstance(entry_id, str):
-            self.ids.add(entry_id)
         timestamp = entry.get("timestamp")
-        yield EntryEnvelope(
+        envelope = EntryEnvelope(
             session_id=position.session_id,
-            seq=self._take_seq(),
+            seq=self.position.next_seq,  # taken below, once the envelope is known to fit
             producer=self.producer,
             time=timestamp if isinstance(timestamp, str) else None,
             payload=EntryPayload(entry=entry, line=line_no),
         )
+        if not envelope_fits(envelope, len(line)):
+            # Kafka could not carry it: dead here, so every runtime folds the placeholder instead.
+            letter = self._dead(line_no, ENTRY_TOO_LARGE_ERROR, ENTRY_TOO_LARGE, line)
+            yield letter
+            yield from self._placeholder(entry, letter)
+            return
+        if isinstance(entry_id, str):
+            self.ids.add(entry_id)
+        self._take_seq()
+        yield envelope
 
     def _take_seq(self) -> int:
         seq = self.position.next_seq
