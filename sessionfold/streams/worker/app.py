@@ -370,13 +370,13 @@ class FaustBackend:
 
     async def write(self, key: str, value: bytes | None, partition: int) -> Any:
         """Set (or with None delete) `key` in the store and send it to the changelog."""
-        value = None if value is None else right_sized(value)
         if self.direct:
             return await self._send([(key, value)], partition)
         data = self.table.data
         if value is None:
             data.pop(key, None)
         else:
+            value = right_sized(value)
             data[key] = value
         if not self._buffer_sized:
             faust_compat.set_buffer_limit(self.table.app.producer, self.BUFFER_RECORDS)
@@ -429,14 +429,15 @@ class FaustBackend:
         return producer.send_batch(batch, self._topic, partition=partition)
 
     def _queued(self, writes: Sequence[Write], sent: asyncio.Future[Any]) -> None:
-        """`writes` are in the producer's queue: into the store now, and once acknowledged
-        their last offset is the store's persisted offset."""
+        """`writes` are in the producer's queue: into the store now (each value right-sized:
+        table_store.py), and once acknowledged their last offset is the store's persisted
+        offset."""
         data = self.table.data
         for key, value in writes:
             if value is None:
                 data.pop(key, None)
             else:
-                data[key] = value
+                data[key] = right_sized(value)
         sent.add_done_callback(lambda done: self._persisted(writes, done))
 
     def _persisted(self, writes: Sequence[Write], sent: asyncio.Future[Any]) -> None:
