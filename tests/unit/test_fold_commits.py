@@ -371,3 +371,45 @@ def test_a_worker_whose_group_moved_on_leaves_its_journal(records: list[SourceRe
     left, hand = asyncio.run(run())
     assert left
     assert hand.live == expected_table
+
+
+def test_a_journal_left_open_is_replaced_by_the_next_batch_without_outputs(
+    records: list[SourceRecord],
+) -> None:
+    """A journal a rebalance kept from being deleted is replaced (and then deleted) by the
+    session's next batch even when that batch sends nothing: left in place, it would be replayed
+    by whoever next owns the session, with outputs older than the session's state."""
+
+    async def run() -> tuple[bool, bool]:
+        hand = HandAcked()
+        runtime = _runtime(hand, hand.send)
+        lease = Lease()
+        runtime.lease = lease
+        pending = iter(records)
+        left = False
+        for record in pending:  # one record a batch, until a journal is left behind
+            await runtime.fold(record)
+            sends = sum(s[0] == "send" for s in hand.steps)
+            durable = await runtime.commit()
+            if sum(s[0] == "send" for s in hand.steps) > sends:
+                lease.current += 1  # a rebalance, before the broker acknowledged the outputs
+            await hand.ack()
+            await durable
+            left = any(k.endswith("/rt/j") for k in hand.live)
+            if left:
+                break
+        for record in pending:  # then the next batch that writes and sends nothing
+            await runtime.fold(record)
+            sends = sum(s[0] == "send" for s in hand.steps)
+            writes = len(hand.steps)
+            durable = await runtime.commit()
+            await hand.ack()
+            await durable
+            quiet = sum(s[0] == "send" for s in hand.steps) == sends
+            if quiet and len(hand.steps) > writes:
+                return left, any(k.endswith("/rt/j") for k in hand.live)
+        return left, True
+
+    left, still_there = asyncio.run(run())
+    assert left
+    assert not still_there
