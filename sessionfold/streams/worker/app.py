@@ -42,7 +42,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -58,7 +58,7 @@ from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.streams.kafka import faust_compat
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity, faust_credentials
-from sessionfold.streams.kafka.table_store import Output, Write, record_batches, right_sized
+from sessionfold.streams.kafka.table_store import Output, right_sized
 from sessionfold.streams.kafka.topics import (
     DEFAULT_PARTITIONS,
     DEFAULT_PREFIX,
@@ -81,15 +81,10 @@ log = logging.getLogger(__name__)
 
 Role = Literal["fold", "summarize", "all"]
 
-#: Largest record (and record batch) the worker produces: a session's writes over a batch are
-#: one record batch, and one event's writes can hold the whole event (the flush barrier keeps
-#: held envelopes as rows), which may be as large as session-events allows; 8 MiB more leaves
-#: room for the rest of the batch.
+#: Largest record the worker produces: a journal holds a batch's writes, and one event's writes
+#: can hold the whole event (the flush barrier keeps held envelopes as rows), which may be as
+#: large as session-events allows; 8 MiB more leaves room for the rest of the batch.
 MAX_RECORD_BYTES = MAX_MESSAGE_BYTES + 8 * 1024 * 1024
-
-#: Bytes of groups packed into one changelog record batch: a record batch is one record for the
-#: broker's size limit; 1 MiB under it leaves room for the estimate's error.
-BATCH_RECORD_BYTES = MAX_RECORD_BYTES - 1024 * 1024
 
 
 class WorkerSettings(BaseModel):
@@ -322,10 +317,6 @@ class StateTable(faust_compat.RawKeyTable):
             self.on_recovered_records(len(records))
 
 
-class RecordBatchFull(RuntimeError):
-    """Writes that must land together do not fit in one changelog record batch."""
-
-
 class FaustBackend:
     """The state table as a Backend: reads from its store, every write sent to its changelog.
 
@@ -342,12 +333,6 @@ class FaustBackend:
     the store's persisted offset (a memory store ignores it; `LocalBackend` keeps it for the
     rocksdb store, with the store's writes). Under exactly_once
     writes keep `send_changelog`, which Faust ties to its transactions.
-
-    A batch's groups of writes (`write_groups`) go the same way but as whole record batches
-    (aiokafka's `send_batch`), as many groups of the partition in one as fit in a record: the
-    broker appends a record batch to the log as one unit, so a group is in the changelog whole
-    or not at all, and the producer's per-record work (a future, a callback, a metadata check
-    per record) is paid once per batch.
     """
 
     #: Changelog records Faust may queue before it pauses the streams to drain them (its default,
@@ -370,14 +355,14 @@ class FaustBackend:
 
     async def write(self, key: str, value: bytes | None, partition: int) -> Any:
         """Set (or with None delete) `key` in the store and send it to the changelog."""
-        if self.direct:
-            return await self._send([(key, value)], partition)
         data = self.table.data
         if value is None:
             data.pop(key, None)
         else:
             value = right_sized(value)
             data[key] = value
+        if self.direct:
+            return await self._send(key, value, partition)
         if not self._buffer_sized:
             faust_compat.set_buffer_limit(self.table.app.producer, self.BUFFER_RECORDS)
             self._buffer_sized = True
@@ -385,66 +370,20 @@ class FaustBackend:
             return self.table.send_changelog(partition, key, None, value_serializer="raw")
         return self.table.send_changelog(partition, key, value)
 
-    async def write_groups(self, groups: Sequence[Sequence[Write]], partition: int) -> Any:
-        """Set (or delete) every key of `groups` in the store; one acknowledgement for all."""
-        if not self.direct:
-            # Faust's transaction, not a record batch, makes them atomic (exactly_once).
-            sent = [await self.write(k, v, partition) for group in groups for k, v in group]
-            return asyncio.gather(*sent)
-        batches = record_batches(groups, BATCH_RECORD_BYTES)
-        return asyncio.gather(*[await self._send(writes, partition) for writes in batches])
-
-    async def _send(self, writes: Sequence[Write], partition: int) -> asyncio.Future[Any]:
-        """Send `writes` to the changelog (one record alone, more as one record batch) and put
-        them in the store once the producer holds them; resolves once they are written.
-
-        Sending may wait (aiokafka queues one batch per partition at a time), and a commit
-        cancelled or failing there must leave the store as it was: a store ahead of the
-        changelog would count redelivered events as folded whose writes and outputs no broker
-        ever got.
-        """
+    async def _send(self, key: str, value: bytes | None, partition: int) -> asyncio.Future[Any]:
         if self._topic is None:
             self._topic = self.table.changelog_topic.get_topic_name()
-        if len(writes) == 1:
-            key, value = writes[0]
-            send = self.table.app.producer.send(
-                self._topic, key.encode(), value, partition, None, None
-            )
-        else:
-            send = self._send_batch(writes, partition)
-        sent = asyncio.ensure_future(await send)
-        self._queued(writes, sent)
+        producer = self.table.app.producer
+        sent = asyncio.ensure_future(
+            await producer.send(self._topic, key.encode(), value, partition, None, None)
+        )
+        sent.add_done_callback(self._persisted)
         return sent
 
-    def _send_batch(self, writes: Sequence[Write], partition: int) -> Awaitable[Any]:
-        """aiokafka's send of `writes` as one record batch (the broker appends it whole)."""
-        producer = faust_compat.aiokafka_producer(self.table.app)
-        batch = faust_compat.record_batch(producer, MAX_RECORD_BYTES)
-        for key, value in writes:
-            if batch.append(timestamp=None, key=key.encode(), value=value) is None:
-                # A group outgrew a record (one session's batch of writes): the agent stops.
-                msg = f"{len(writes)} writes do not fit in one changelog record batch"
-                raise RecordBatchFull(msg)
-        batch.close()
-        return producer.send_batch(batch, self._topic, partition=partition)
-
-    def _queued(self, writes: Sequence[Write], sent: asyncio.Future[Any]) -> None:
-        """`writes` are in the producer's queue: into the store now (each value right-sized:
-        table_store.py), and once acknowledged their last offset is the store's persisted
-        offset."""
-        data = self.table.data
-        for key, value in writes:
-            if value is None:
-                data.pop(key, None)
-            else:
-                data[key] = right_sized(value)
-        sent.add_done_callback(lambda done: self._persisted(writes, done))
-
-    def _persisted(self, writes: Sequence[Write], sent: asyncio.Future[Any]) -> None:
+    def _persisted(self, sent: asyncio.Future[Any]) -> None:
         if not sent.cancelled() and sent.exception() is None:
-            metadata = sent.result()  # a record batch's: its first offset
-            last = metadata.offset + len(writes) - 1
-            self.table.data.set_persisted_offset(metadata.topic_partition, last)
+            metadata = sent.result()
+            self.table.data.set_persisted_offset(metadata.topic_partition, metadata.offset)
 
 
 class LocalBackend(FaustBackend):
@@ -503,21 +442,21 @@ class LocalBackend(FaustBackend):
         """Writes sent to the changelog and not acknowledged yet."""
         return len(self._unconfirmed)
 
-    def _queued(self, writes: Sequence[Write], sent: asyncio.Future[Any]) -> None:
-        """`writes` are in the producer's queue: read from `_unconfirmed` until acknowledged,
-        then into the store (`_confirmed`)."""
-        serials = []
-        for key, value in writes:
-            self._serial += 1
-            self._unconfirmed[key] = (self._serial, value)
-            serials.append(self._serial)
-        sent.add_done_callback(lambda done: self._confirmed(writes, serials, done))
+    async def write(self, key: str, value: bytes | None, partition: int) -> Any:
+        """Send `key` to the changelog; the store gets it once the broker has it."""
+        self._serial += 1
+        serial = self._serial
+        self._unconfirmed[key] = (serial, value)
+        sent = await self._send(key, value, partition)
+        sent.add_done_callback(lambda done: self._confirmed(key, value, serial, done))
+        return sent
+
+    def _persisted(self, sent: asyncio.Future[Any]) -> None:
+        """The persisted offset moves with the store's writes (`_confirmed`), never alone."""
 
     def _confirmed(
-        self, writes: Sequence[Write], serials: Sequence[int], sent: asyncio.Future[Any]
+        self, key: str, value: bytes | None, serial: int, sent: asyncio.Future[Any]
     ) -> None:
-        """`writes` (one record, or one record batch from its first offset) are in: into the
-        store, with their last offset as the persisted offset, in one RocksDB write."""
         if sent.cancelled() or sent.exception() is not None:
             return
         metadata = sent.result()
@@ -525,18 +464,15 @@ class LocalBackend(FaustBackend):
         db = faust_compat.partition_dbs(store).get(metadata.topic_partition.partition)
         if db is not None:
             batch = rocksdict.WriteBatch(raw_mode=True)
-            for key, value in writes:
-                if value is None:
-                    batch.delete(key.encode())
-                else:
-                    batch.put(key.encode(), value)
-            last = metadata.offset + len(writes) - 1
-            batch.put(faust_compat.persisted_offset_key(store), str(last).encode())
+            if value is None:
+                batch.delete(key.encode())
+            else:
+                batch.put(key.encode(), value)
+            batch.put(faust_compat.persisted_offset_key(store), str(metadata.offset).encode())
             db.write(batch)
-        for (key, _value), serial in zip(writes, serials, strict=True):
-            held = self._unconfirmed.get(key)
-            if held is not None and held[0] == serial:
-                del self._unconfirmed[key]
+        held = self._unconfirmed.get(key)
+        if held is not None and held[0] == serial:
+            del self._unconfirmed[key]
 
 
 #: How long a re-read may take before the consumer is sent back again.
