@@ -624,16 +624,7 @@ class FoldRuntime:
             batch.acks += await self._finish_open_journal(session_id, record.partition)
         writes = WriteSet(batch.pending)
         try:
-            # A large record is folded in a thread, so that its step (whose cost grows with the
-            # record's size, never the session's) leaves the event loop free to serve rebalance
-            # callbacks, the producer and the web server. Nothing else writes the batch
-            # meanwhile, nor any key a fold reads (the agent commits only between two folds;
-            # the deletes of journals still open run on the loop). Small records stay on the
-            # loop: a thread hop costs more than folding one (bench/fold_offload.py).
-            if self._offloaded(record):
-                result = await asyncio.to_thread(self._fold_step, writes, record)
-            else:
-                result = self._fold_step(writes, record)
+            result = await self._step(writes, record, first=True)
         except Exception as exc:
             # A fold bug must not stop the partition: the record is set aside, nothing written.
             log.error(
@@ -669,16 +660,24 @@ class FoldRuntime:
         batch.acks, batch.folded = old.acks, old.folded
         for record, session_id in old.records:
             writes = WriteSet(batch.pending)
-            if self._offloaded(record):
-                result = await asyncio.to_thread(self._refold_step, writes, record)
-            else:
-                result = self._refold_step(writes, record)
+            result = await self._step(writes, record, first=False)
             batch.add(session_id, record, writes, self._outputs(result))
         self.batch = batch
 
-    def _offloaded(self, record: SourceRecord) -> bool:
+    async def _step(self, writes: WriteSet, record: SourceRecord, first: bool) -> FoldResult:
+        """Fold one record over `writes`; the tests' step hook runs on its first fold only.
+
+        A large record is folded in a thread, so that its step (whose cost grows with the
+        record's size, never the session's) leaves the event loop free to serve rebalance
+        callbacks, the producer and the web server. Nothing else writes the batch meanwhile, nor
+        any key a fold reads (the agent commits only between two folds; the deletes of journals
+        still open run on the loop). Small records stay on the loop: a thread hop costs more than
+        folding one (bench/fold_offload.py).
+        """
         limit = self.offload_bytes
-        return limit is not None and len(record.value or b"") >= limit
+        if limit is not None and len(record.value or b"") >= limit:
+            return await asyncio.to_thread(self._fold_step, writes, record, first)
+        return self._fold_step(writes, record, first)
 
     def _outputs(self, result: FoldResult) -> list[Output]:
         return [
@@ -686,12 +685,9 @@ class FoldRuntime:
             for e in result.outputs
         ]
 
-    def _fold_step(self, writes: WriteSet, record: SourceRecord) -> FoldResult:
-        if self.step_hook is not None:
+    def _fold_step(self, writes: WriteSet, record: SourceRecord, hook: bool) -> FoldResult:
+        if hook and self.step_hook is not None:
             self.step_hook(record)
-        return fold_record(writes, record, self.config, self.ledger)
-
-    def _refold_step(self, writes: WriteSet, record: SourceRecord) -> FoldResult:
         return fold_record(writes, record, self.config, self.ledger)
 
     async def commit(self) -> Awaitable[Any]:
