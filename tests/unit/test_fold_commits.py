@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import pytest
+from backend_fakes import DictBackend, acknowledged
 from prometheus_client import CollectorRegistry
 
 from sessionfold.events.envelope import decode, encode
@@ -35,8 +35,7 @@ TOPICS = Topics("p.")
 BATCH = 4
 
 
-@dataclass
-class HandAcked:
+class HandAcked(DictBackend):
     """A Backend and a Sender whose writes and sends wait for `ack`; every step is logged.
 
     `steps` is the order things happened in: ("write", key, value), ("send", output),
@@ -44,21 +43,12 @@ class HandAcked:
     records acknowledged to Faust).
     """
 
-    live: dict[str, bytes] = field(default_factory=dict)
-    steps: list[tuple[Any, ...]] = field(default_factory=list)
-    unacked: list[asyncio.Future[Any]] = field(default_factory=list)
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[tuple[Any, ...]] = []
+        self.unacked: list[asyncio.Future[Any]] = []
 
-    def get(self, key: str) -> bytes | None:
-        return self.live.get(key)
-
-    def keys(self) -> Any:
-        return self.live.keys()
-
-    async def write(self, key: str, value: bytes | None, partition: int) -> Any:
-        if value is None:
-            self.live.pop(key, None)
-        else:
-            self.live[key] = value
+    def written(self, key: str, value: bytes | None) -> asyncio.Future[Any]:
         self.steps.append(("write", key, value))
         return self._waiting()
 
@@ -105,9 +95,7 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> list[SourceRecord]:
         if output.topic == TOPICS.flush_requests:
             answer = answerer.answer(decode(output.value))
             answers.append(encode(answer.envelope))
-        done = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
+        return acknowledged()
 
     async def run() -> None:
         nonlocal position
@@ -145,9 +133,7 @@ async def _fold_at_once(table: dict[str, bytes], records: list[SourceRecord]) ->
 
     async def send(output: Output) -> Any:
         sent.append(output)
-        done = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
+        return acknowledged()
 
     runtime = _runtime(MemoryBackend(table), send)
     for batch in _batches(records):

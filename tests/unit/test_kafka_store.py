@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 import pytest
+from backend_fakes import DictBackend, acknowledged
 from prometheus_client import CollectorRegistry
 
 from sessionfold.events.envelope import EntryEnvelope, EntryPayload, decode, encode
@@ -110,9 +111,7 @@ class Cluster:
         if self.sends in self.crash_sends:
             raise Crash
         self.logs[output.topic].append(output)
-        done = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
+        return acknowledged()
 
     async def run(self) -> None:
         """Consume until every topic is read; a crash rewinds the consumer to its commit."""
@@ -468,7 +467,7 @@ class TestSlowSteps:
         assert state["seq"] == 1
 
 
-class LaggingBackend:
+class LaggingBackend(DictBackend):
     """A changelog whose writes are durable only once acknowledged.
 
     The worker reads and writes `live` (its memory); `settle` acknowledges every write so far
@@ -478,21 +477,11 @@ class LaggingBackend:
     """
 
     def __init__(self) -> None:
+        super().__init__()
         self.durable: dict[str, bytes] = {}
-        self.live: dict[str, bytes] = {}
         self.unacked: list[tuple[str, bytes | None, asyncio.Future[Any]]] = []
 
-    def get(self, key: str) -> bytes | None:
-        return self.live.get(key)
-
-    def keys(self) -> Any:
-        return self.live.keys()
-
-    async def write(self, key: str, value: bytes | None, partition: int) -> Any:
-        if value is None:
-            self.live.pop(key, None)
-        else:
-            self.live[key] = value
+    def written(self, key: str, value: bytes | None) -> asyncio.Future[Any]:
         done = asyncio.get_running_loop().create_future()
         self.unacked.append((key, value, done))
         return done

@@ -31,6 +31,17 @@ from sessionfold.streams.publishing.session_file import (
 REAL_FILES = ["before-compaction.jsonl", "large-session.jsonl"]
 
 
+#: The records of a header, an entry, a dead line and an entry: the dead line keeps its place
+#: (a dead letter, then a placeholder with the seq it would have had).
+DEAD_THIRD_LINE = [
+    "EntryEnvelope",
+    "EntryEnvelope",
+    "DeadLetter",
+    "PlaceholderEnvelope",
+    "EntryEnvelope",
+]
+
+
 def _plain_role_count(path: Path) -> Counter[str]:
     """Messages by role, counted straight from the file with the json module."""
     roles: Counter[str] = Counter()
@@ -183,13 +194,7 @@ def test_schema_invalid_entry_keeps_its_place(tmp_path: Path) -> None:
     bad = b'{"type":"message","id":"b","parentId":"a","message":7}'
     path = _write(tmp_path, [HEADER, _message("a", None), bad, _message("c", "b")])
     records = list(read_session_file(path))
-    assert [type(r).__name__ for r in records] == [
-        "EntryEnvelope",
-        "EntryEnvelope",
-        "DeadLetter",
-        "PlaceholderEnvelope",
-        "EntryEnvelope",
-    ]
+    assert [type(r).__name__ for r in records] == DEAD_THIRD_LINE
     letter, placeholder, after = records[2], records[3], records[4]
     assert isinstance(letter, DeadLetter) and letter.error == "EntryError"
     assert isinstance(placeholder, PlaceholderEnvelope)
@@ -316,13 +321,7 @@ def test_over_long_line_is_one_dead_letter_that_keeps_its_place(tmp_path: Path) 
     big = _message("b", "a", "x" * (MAX_ENTRY_BYTES + 10))
     path = _write(tmp_path, [HEADER, _message("a", None), big, _message("c", "a")])
     records = list(read_session_file(path))
-    assert [type(r).__name__ for r in records] == [
-        "EntryEnvelope",
-        "EntryEnvelope",
-        "DeadLetter",
-        "PlaceholderEnvelope",
-        "EntryEnvelope",
-    ]
+    assert [type(r).__name__ for r in records] == DEAD_THIRD_LINE
     letter = records[2]
     assert isinstance(letter, DeadLetter)
     assert (letter.line, letter.reason, letter.size) == (3, ENTRY_TOO_LARGE, len(big))
@@ -343,13 +342,7 @@ def test_line_whose_envelope_outgrows_the_topics_keeps_its_place(tmp_path: Path)
     del payload, as_read
     path = _write(tmp_path, [HEADER, _message("a", None), big, _message("c", "b")])
     records = list(read_session_file(path))
-    assert [type(r).__name__ for r in records] == [
-        "EntryEnvelope",
-        "EntryEnvelope",
-        "DeadLetter",
-        "PlaceholderEnvelope",
-        "EntryEnvelope",
-    ]
+    assert [type(r).__name__ for r in records] == DEAD_THIRD_LINE
     letter, placeholder = records[2], records[3]
     assert isinstance(letter, DeadLetter) and isinstance(placeholder, PlaceholderEnvelope)
     assert (letter.line, letter.error, letter.reason) == (3, "EntryTooLarge", ENTRY_TOO_LARGE)
