@@ -28,7 +28,9 @@ class DictBackend:
     def keys(self) -> Any:
         return self.live.keys()
 
-    async def write(self, key: str, value: bytes | None, partition: int) -> Any:
+    async def write(
+        self, key: str, value: bytes | None, partition: int, generation: int = 0
+    ) -> Any:
         if value is None:
             self.live.pop(key, None)
         else:

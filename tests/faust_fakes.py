@@ -23,10 +23,12 @@ class FakeStore(dict):
 class FakeProducer:
     def __init__(self) -> None:
         self.sent: list[tuple[Any, ...]] = []
+        self.headers: list[Any] = []  # each send's headers
         self.pending: list[asyncio.Future[Any]] = []
 
     async def send(self, topic: str, key: Any, value: Any, partition: Any, *rest: Any) -> Any:
         self.sent.append((topic, key, value, partition))
+        self.headers.append(rest[1] if len(rest) > 1 else None)
         future = asyncio.get_running_loop().create_future()
         self.pending.append(future)
         return future

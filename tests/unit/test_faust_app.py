@@ -13,6 +13,7 @@ from faust_fakes import Acked, FakeTable
 from prometheus_client import CollectorRegistry, generate_latest
 from pydantic import ValidationError
 
+from sessionfold.streams.kafka.fence import FENCE_HEADER, Fence
 from sessionfold.streams.worker import app as faust_app
 from sessionfold.streams.worker.app import (
     ContiguousOffsets,
@@ -225,6 +226,20 @@ class TestFaustBackend:
         ]
         assert dict(table.data) == {}
         assert table.data.persisted == {TP("app-state-cl", 2): 8}
+
+    def test_every_write_carries_its_fence_epoch(self) -> None:
+        """The epoch of the generation its records were read in, or past what was recovered."""
+
+        async def run() -> list[Any]:
+            table = FakeTable()
+            fence = Fence()
+            backend = FaustBackend(table, direct=True, fence=fence)  # type: ignore[arg-type]
+            await backend.write("s/pr/h", b"1", 2, generation=4)
+            fence.admits(3, 0, 57)  # partition 3's changelog was recovered up to epoch 57
+            await backend.write("t/pr/h", b"1", 3, generation=5)
+            return table.app.producer.headers
+
+        assert asyncio.run(run()) == [[(FENCE_HEADER, b"4")], [(FENCE_HEADER, b"58")]]
 
 
 class FakeRuntime:
@@ -571,6 +586,32 @@ class TestLocalBackend:
             return seen
 
         assert asyncio.run(run()) == [b"old", None, None, b"x", 1, None, 0, set()]
+
+    def test_the_store_keeps_its_fence_epoch_for_the_next_process(self, tmp_path: Path) -> None:
+        """A confirmed write's epoch, and the highest a recovered batch read, with the persisted
+        offset: a restart on the store fences its recovery with it and writes above it."""
+
+        async def run() -> tuple[bytes, bytes, bool, int, Any]:
+            store = FakeRocksStore(tmp_path, (1,))
+            table = FakeLocalTable(store)
+            backend = faust_app.LocalBackend(table)  # type: ignore[arg-type]
+            sent = await backend.write("s/pr/h", b"1", 1, generation=6)
+            table.app.producer.pending[0].set_result(Acked("app-state-cl", 1, 3))
+            await sent
+            await asyncio.sleep(0)
+            confirmed = store._dbs[1][faust_app.LocalBackend.FENCE_KEY]
+            backend.fence.admits(1, 4, 9)  # a recovered record of a later owner
+            table.on_applied({1: 4})
+            recovered = store._dbs[1][faust_app.LocalBackend.FENCE_KEY]
+            offset = store._dbs[1][FakeRocksStore.offset_key]
+            restarted = faust_app.LocalBackend(FakeLocalTable(store))  # type: ignore[arg-type]
+            late = restarted.fence.admits(1, 5, 8)
+            epoch = restarted.fence.epoch(1, 1)
+            keys = restarted.keys()
+            store.close()
+            return confirmed, recovered + b"@" + offset, late, epoch, keys
+
+        assert asyncio.run(run()) == (b"6", b"9@4", False, 10, {"s/pr/h"})
 
     def test_an_ack_after_revocation_leaves_the_store_alone(self, tmp_path: Path) -> None:
         """The partition's database is closed: the next assignment recovers the write."""

@@ -1,5 +1,6 @@
 """Kafka adapters: topic names and the partitioner, security settings, plain clients, topic
-readers, the table-backed store, and the Faust internals the workers rely on.
+readers, the table-backed store and its changelog's fence, and the Faust internals the workers
+rely on.
 
 No module is private to it.
 """
@@ -7,6 +8,7 @@ No module is private to it.
 __all__ = [
     "clients",
     "faust_compat",
+    "fence",
     "limits",
     "security",
     "table_store",

@@ -49,8 +49,14 @@ class Backend(Protocol):
         """Every key held."""
         ...
 
-    async def write(self, key: str, value: bytes | None, partition: int) -> Awaitable[Any]:
-        """Set `key` (None deletes it) in changelog partition `partition`; the acknowledgement."""
+    async def write(
+        self, key: str, value: bytes | None, partition: int, generation: int = 0
+    ) -> Awaitable[Any]:
+        """Set `key` (None deletes it) in changelog partition `partition`; the acknowledgement.
+
+        `generation` is the consumer generation the records behind the write were read in: the
+        changelog record's fence stamp (kafka/fence.py).
+        """
         ...
 
 
@@ -68,7 +74,9 @@ class MemoryBackend:
         """Every key held."""
         return self.data.keys()
 
-    async def write(self, key: str, value: bytes | None, partition: int) -> Awaitable[Any]:
+    async def write(
+        self, key: str, value: bytes | None, partition: int, generation: int = 0
+    ) -> Awaitable[Any]:
         """Set or delete `key` now."""
         if value is None:
             self.data.pop(key, None)
@@ -256,12 +264,14 @@ def _bytes(text: str | None) -> bytes | None:
     return None if text is None else text.encode()
 
 
-async def write_keys(table: Backend, journal: Journal, partition: int) -> list[Awaitable[Any]]:
+async def write_keys(
+    table: Backend, journal: Journal, partition: int, generation: int = 0
+) -> list[Awaitable[Any]]:
     """Apply a journal's writes and deletes (absolute values: repeatable); their acks."""
-    acks = [await table.write(k, value, partition) for k, value in journal.puts]
+    acks = [await table.write(k, value, partition, generation) for k, value in journal.puts]
     for k in journal.deletes:
         if table.get(k) is not None:
-            acks.append(await table.write(k, None, partition))
+            acks.append(await table.write(k, None, partition, generation))
     return acks
 
 

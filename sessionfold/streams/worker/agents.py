@@ -597,6 +597,10 @@ class FoldRuntime:
         #: Per session, resolved once the delete of its journal is handed to the producer.
         self._closing: dict[str, asyncio.Future[None]] = {}
 
+    def _generation(self) -> int:
+        """The consumer generation now (0 with no lease): what records read now are stamped."""
+        return 0 if self.lease is None else self.lease.generation()
+
     def discard(self) -> None:
         """Drop the open batch, unwritten: its records are to be read again."""
         self.batch = Batch(self.table)
@@ -719,7 +723,7 @@ class FoldRuntime:
             journal = batch.journal(part)
             if not journal.empty:
                 journals.append((session_id, part.partition, journal))
-        generation = 0 if self.lease is None else self.lease.generation()
+        generation = self._generation()
         opened: list[tuple[str, int, _OpenJournal]] = []
         try:
             acks += await self._write(journals, opened, generation)
@@ -759,9 +763,10 @@ class FoldRuntime:
                 # that it was replaced.
                 self._open[session_id] = flight
                 opened.append((session_id, partition, flight))
-                acks.append(await self.table.write(journal_key(session_id), flight.raw, partition))
+                write = self.table.write(journal_key(session_id), flight.raw, partition, generation)
+                acks.append(await write)
         for _session_id, partition, journal in journals:
-            acks += await write_keys(self.table, journal, partition)
+            acks += await write_keys(self.table, journal, partition, generation)
         sent: dict[str, list[tuple[Output, Awaitable[Any]]]] = {}
         for session_id, _partition, journal in journals:
             sent[session_id] = [(output, await self.send(output)) for output in journal.outputs]
@@ -775,7 +780,8 @@ class FoldRuntime:
             else:
                 # Nothing to wait for (no outputs, or acknowledged already): deleted now.
                 self._open.pop(session_id, None)
-                acks.append(await self.table.write(journal_key(session_id), None, partition))
+                delete = self.table.write(journal_key(session_id), None, partition, generation)
+                acks.append(await delete)
         return acks
 
     async def _close(
@@ -796,7 +802,7 @@ class FoldRuntime:
         handed = asyncio.get_running_loop().create_future()
         self._closing[session_id] = handed
         try:
-            ack = await self.table.write(journal_key(session_id), None, partition)
+            ack = await self.table.write(journal_key(session_id), None, partition, generation)
         finally:
             del self._closing[session_id]
             handed.set_result(None)
@@ -828,7 +834,9 @@ class FoldRuntime:
         """Count one dead-letter record into its session's state (one key: atomic)."""
         writes = WriteSet(TableStore(self.table))
         count_dead_letter(writes, record)
-        acks = await write_keys(self.table, Journal.of(writes), record.partition)
+        acks = await write_keys(
+            self.table, Journal.of(writes), record.partition, self._generation()
+        )
         return asyncio.gather(*acks)
 
     async def _finish_open_journal(self, session_id: str, partition: int) -> list[Awaitable[Any]]:
@@ -843,10 +851,11 @@ class FoldRuntime:
             del self._open[session_id]  # another worker's, recovered: replayed here
         journal = Journal.decode(raw)
         log.warning("completing an interrupted batch", extra={"session": session_id})
-        acks = await write_keys(self.table, journal, partition)
+        generation = self._generation()
+        acks = await write_keys(self.table, journal, partition, generation)
         sent = [await self.send(output) for output in journal.outputs]
         await asyncio.gather(*sent)
-        acks.append(await self.table.write(journal_key(session_id), None, partition))
+        acks.append(await self.table.write(journal_key(session_id), None, partition, generation))
         self.metrics.journal_replays.inc()
         return acks + sent
 

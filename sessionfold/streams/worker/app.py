@@ -57,6 +57,7 @@ from sessionfold.ports.summarizer import ModelPort, OfflineSummarizer
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.streams.kafka import faust_compat
+from sessionfold.streams.kafka.fence import FENCE_HEADER, Fence, decode_epoch, encode_epoch
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity, faust_credentials
 from sessionfold.streams.kafka.table_store import Output, right_sized
 from sessionfold.streams.kafka.topics import (
@@ -306,15 +307,26 @@ class StateTable(faust_compat.RawKeyTable):
     like the session id does on the topics; recovery decodes the keys the same way.
     """
 
-    #: Called with the size of every batch of changelog records recovery applies (a metric).
+    #: Called with the size of every batch of changelog records recovery reads (a metric).
     on_recovered_records: Callable[[int], None] | None = None
+    #: Which recovered records to take: a stalled worker's late writes are not (kafka/fence.py).
+    fence: Fence | None = None
+    #: Called with the number of recovered records the fence kept out (a metric).
+    on_fenced_records: Callable[[int], None] | None = None
+    #: Called once a batch is applied, with the last offset it read of each partition.
+    on_applied: Callable[[dict[int, int]], None] | None = None
 
     def apply_changelog_batch(self, batch: Any) -> None:
-        """Apply recovered changelog records to the store, counting them."""
+        """Apply the recovered changelog records the fence takes to the store, counting them."""
         records = batch if isinstance(batch, list) else list(batch)
-        super().apply_changelog_batch(records)
+        taken = records if self.fence is None else self.fence.admitted(records)
+        super().apply_changelog_batch(taken)
         if self.on_recovered_records is not None:
             self.on_recovered_records(len(records))
+        if self.on_fenced_records is not None and len(taken) < len(records):
+            self.on_fenced_records(len(records) - len(taken))
+        if self.on_applied is not None:
+            self.on_applied({r.message.partition: r.message.offset for r in records})
 
 
 class FaustBackend:
@@ -331,17 +343,21 @@ class FaustBackend:
     `send_changelog` does besides is kept: the record goes to the table's changelog topic, in the
     given partition, key as UTF-8 and value raw (StateTable), and once acknowledged its offset is
     the store's persisted offset (a memory store ignores it; `LocalBackend` keeps it for the
-    rocksdb store, with the store's writes). Under exactly_once
-    writes keep `send_changelog`, which Faust ties to its transactions.
+    rocksdb store, with the store's writes), and it carries the fence's epoch (kafka/fence.py).
+    Under exactly_once writes keep `send_changelog`, which Faust ties to its transactions (and
+    whose transactional producer fences a stalled worker: no epoch).
     """
 
     #: Changelog records Faust may queue before it pauses the streams to drain them (its default,
     #: 100, is less than one flush writes, and it warns each time the queue passes it).
     BUFFER_RECORDS = 2_000
 
-    def __init__(self, table: faust.Table, direct: bool = False) -> None:
+    def __init__(
+        self, table: faust.Table, direct: bool = False, fence: Fence | None = None
+    ) -> None:
         self.table = table
         self.direct = direct
+        self.fence = Fence() if fence is None else fence
         self._buffer_sized = False
         self._topic: str | None = None
 
@@ -353,7 +369,9 @@ class FaustBackend:
         """Every key the store holds."""
         return self.table.keys()
 
-    async def write(self, key: str, value: bytes | None, partition: int) -> Any:
+    async def write(
+        self, key: str, value: bytes | None, partition: int, generation: int = 0
+    ) -> Any:
         """Set (or with None delete) `key` in the store and send it to the changelog."""
         data = self.table.data
         if value is None:
@@ -362,7 +380,7 @@ class FaustBackend:
             value = right_sized(value)
             data[key] = value
         if self.direct:
-            return await self._send(key, value, partition)
+            return await self._send(key, value, partition, self.fence.epoch(partition, generation))
         if not self._buffer_sized:
             faust_compat.set_buffer_limit(self.table.app.producer, self.BUFFER_RECORDS)
             self._buffer_sized = True
@@ -370,12 +388,15 @@ class FaustBackend:
             return self.table.send_changelog(partition, key, None, value_serializer="raw")
         return self.table.send_changelog(partition, key, value)
 
-    async def _send(self, key: str, value: bytes | None, partition: int) -> asyncio.Future[Any]:
+    async def _send(
+        self, key: str, value: bytes | None, partition: int, epoch: int
+    ) -> asyncio.Future[Any]:
         if self._topic is None:
             self._topic = self.table.changelog_topic.get_topic_name()
         producer = self.table.app.producer
+        headers = [(FENCE_HEADER, encode_epoch(epoch))]
         sent = asyncio.ensure_future(
-            await producer.send(self._topic, key.encode(), value, partition, None, None)
+            await producer.send(self._topic, key.encode(), value, partition, None, headers)
         )
         sent.add_done_callback(self._persisted)
         return sent
@@ -410,10 +431,15 @@ class LocalBackend(FaustBackend):
     partitions (and in the commit task) is not the key's (faust_compat.partition_dbs).
     """
 
-    def __init__(self, table: faust.Table) -> None:
-        super().__init__(table, direct=True)
+    #: Where each partition's store keeps the highest fence epoch it holds (kafka/fence.py).
+    FENCE_KEY = b"__sf_fence__"
+
+    def __init__(self, table: StateTable, fence: Fence | None = None) -> None:
+        super().__init__(table, direct=True, fence=fence)
         self._unconfirmed: dict[str, tuple[int, bytes | None]] = {}
         self._serial = 0
+        self.fence.load = self._kept_fence
+        table.on_applied = self._keep_recovered
 
     def get(self, key: str) -> bytes | None:
         """The value at `key` (an unacknowledged write's, else the store's), or None."""
@@ -430,6 +456,7 @@ class LocalBackend(FaustBackend):
     def keys(self) -> Any:
         """Every key held: the store's on active partitions, with the unacknowledged writes."""
         found = {k.decode() if isinstance(k, bytes) else k for k in self.table}
+        found.discard(self.FENCE_KEY.decode())
         for k, (_serial, value) in self._unconfirmed.items():
             if value is None:
                 found.discard(k)
@@ -442,20 +469,23 @@ class LocalBackend(FaustBackend):
         """Writes sent to the changelog and not acknowledged yet."""
         return len(self._unconfirmed)
 
-    async def write(self, key: str, value: bytes | None, partition: int) -> Any:
+    async def write(
+        self, key: str, value: bytes | None, partition: int, generation: int = 0
+    ) -> Any:
         """Send `key` to the changelog; the store gets it once the broker has it."""
         self._serial += 1
         serial = self._serial
         self._unconfirmed[key] = (serial, value)
-        sent = await self._send(key, value, partition)
-        sent.add_done_callback(lambda done: self._confirmed(key, value, serial, done))
+        epoch = self.fence.epoch(partition, generation)
+        sent = await self._send(key, value, partition, epoch)
+        sent.add_done_callback(lambda done: self._confirmed(key, value, serial, epoch, done))
         return sent
 
     def _persisted(self, sent: asyncio.Future[Any]) -> None:
         """The persisted offset moves with the store's writes (`_confirmed`), never alone."""
 
     def _confirmed(
-        self, key: str, value: bytes | None, serial: int, sent: asyncio.Future[Any]
+        self, key: str, value: bytes | None, serial: int, epoch: int, sent: asyncio.Future[Any]
     ) -> None:
         if sent.cancelled() or sent.exception() is not None:
             return
@@ -469,10 +499,36 @@ class LocalBackend(FaustBackend):
             else:
                 batch.put(key.encode(), value)
             batch.put(faust_compat.persisted_offset_key(store), str(metadata.offset).encode())
+            self.fence.kept(metadata.topic_partition.partition, epoch)
+            batch.put(self.FENCE_KEY, self._fence_value(metadata.topic_partition.partition))
             db.write(batch)
         held = self._unconfirmed.get(key)
         if held is not None and held[0] == serial:
             del self._unconfirmed[key]
+
+    def _kept_fence(self, partition: int) -> int | None:
+        """The highest fence epoch `partition`'s store keeps, or None."""
+        db = faust_compat.partition_dbs(self.table.data).get(partition)
+        raw = None if db is None else db.get(self.FENCE_KEY)
+        return None if raw is None else decode_epoch(bytes(raw))
+
+    def _fence_value(self, partition: int) -> bytes:
+        newest = self.fence.newest(partition)
+        return encode_epoch(0 if newest is None else newest.epoch)
+
+    def _keep_recovered(self, offsets: dict[int, int]) -> None:
+        """After a recovered batch: each partition's store keeps the highest epoch read, and the
+        last offset read as its persisted offset (Faust's is the last the fence took: the
+        records it kept out would be read again, with the fence afresh)."""
+        store = self.table.data
+        for partition, offset in offsets.items():
+            db = faust_compat.partition_dbs(store).get(partition)
+            if db is None:
+                continue
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            batch.put(faust_compat.persisted_offset_key(store), str(offset).encode())
+            batch.put(self.FENCE_KEY, self._fence_value(partition))
+            db.write(batch)
 
 
 #: How long a re-read may take before the consumer is sent back again.
@@ -848,11 +904,14 @@ def _add_fold(
         )
     )
     table.on_recovered_records = metrics.records_recovered.inc
+    table.fence = Fence()
+    table.on_fenced_records = metrics.records_fenced.inc
     backend: FaustBackend
     if settings.local_store:
-        backend = LocalBackend(table)
+        backend = LocalBackend(table, table.fence)
     else:
-        backend = FaustBackend(table, direct=settings.processing_guarantee == "at_least_once")
+        at_least_once = settings.processing_guarantee == "at_least_once"
+        backend = FaustBackend(table, direct=at_least_once, fence=table.fence)
     tracker = SessionTracker(backend, settings.prune, settings.partitions)
     runtime = FoldRuntime(
         backend,

@@ -44,6 +44,7 @@ class Metrics:
     journal_replays: Counter
     requests_resent: Counter
     records_recovered: Counter
+    records_fenced: Counter
     dead_letters: Counter
     summarizer_requests: Counter
     summarizer_batches: Counter
@@ -109,6 +110,11 @@ def create(registry: CollectorRegistry) -> Metrics:
             "Changelog records a fold worker read back into its state table in recoveries (at "
             "start and on every assignment): the whole changelog with memory://, what the "
             "local store misses with rocksdb://.",
+        ),
+        records_fenced=counter(
+            "state_records_fenced",
+            "Changelog records a recovery left out as the late writes of a worker that had lost "
+            "its partitions (a stall past its session timeout): see kafka/fence.py.",
         ),
         dead_letters=counter(
             "dead_letters",
