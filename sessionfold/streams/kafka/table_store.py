@@ -55,7 +55,7 @@ class Backend(Protocol):
         """Set `key` (None deletes it) in changelog partition `partition`; the acknowledgement.
 
         `generation` is the consumer generation the records behind the write were read in: the
-        changelog record's fence stamp (kafka/fence.py).
+        changelog record's fence epoch (kafka/fence.py).
         """
         ...
 

@@ -598,7 +598,7 @@ class FoldRuntime:
         self._closing: dict[str, asyncio.Future[None]] = {}
 
     def _generation(self) -> int:
-        """The consumer generation now (0 with no lease): what records read now are stamped."""
+        """The consumer generation now (0 with no lease): the fence epoch of what is read now."""
         return 0 if self.lease is None else self.lease.generation()
 
     def discard(self) -> None:
