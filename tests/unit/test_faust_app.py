@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import faust
 import pytest
 import rocksdict
 from faust.types import TP
@@ -21,6 +22,7 @@ from sessionfold.streams.worker.app import (
     FoldBatcher,
     OrderedAcks,
     StallGuard,
+    StateTable,
     WorkerSettings,
     faust_options,
     shorten_fetch_wait,
@@ -240,6 +242,35 @@ class TestFaustBackend:
             return table.app.producer.headers
 
         assert asyncio.run(run()) == [[(FENCE_HEADER, b"4")], [(FENCE_HEADER, b"58")]]
+
+
+class TestStateTable:
+    def test_a_worker_that_missed_generations_reads_its_state_again(self, tmp_path: Path) -> None:
+        """From one generation to the next the store stays and recovery resumes; after a gap
+        (the group went on without this worker) the store is emptied and the changelog read
+        from the start."""
+        app = faust.App(
+            "gap",
+            broker="kafka://127.0.0.1:1",
+            autodiscover=False,
+            web_enabled=False,
+            datadir=str(tmp_path),
+        )
+        table = app.tables.add(StateTable(app, name="state", key_type=str, value_type=bytes))
+        backend = FaustBackend(table)
+        table.on_rejoined = backend.forget
+        changelog = TP(table.changelog_topic.get_topic_name(), 0)
+
+        async def rebalance(generation: int) -> tuple[bytes | None, Any]:
+            backend.table.data["s/pr/h"] = b"1"
+            app.tables.recovery.active_offsets[changelog] = 40
+            await table.on_rebalance(set(), set(), set(), generation)
+            return backend.get("s/pr/h"), app.tables.recovery.active_offsets.get(changelog)
+
+        async def run() -> list[Any]:
+            return [await rebalance(g) for g in (3, 4, 6)]
+
+        assert asyncio.run(run()) == [(b"1", 40), (b"1", 40), (None, None)]
 
 
 class FakeRuntime:
@@ -612,6 +643,31 @@ class TestLocalBackend:
             return confirmed, recovered + b"@" + offset, late, epoch, keys
 
         assert asyncio.run(run()) == (b"6", b"9@4", False, 10, {"s/pr/h"})
+
+    def test_forgetting_empties_the_store_and_keeps_later_acks_out(self, tmp_path: Path) -> None:
+        """Emptied (the worker missed generations), every partition's database is read again
+        from the start: no key, no persisted offset, no fence epoch; a write sent before and
+        acknowledged after stays out of it."""
+
+        async def run() -> tuple[list[Any], Any, Any]:
+            store = FakeRocksStore(tmp_path, (0, 1))
+            table = FakeLocalTable(store)
+            backend = faust_app.LocalBackend(table)  # type: ignore[arg-type]
+            acked = await backend.write("s/pr/h", b"1", 1, generation=3)
+            table.app.producer.pending[0].set_result(Acked("app-state-cl", 1, 4))
+            await acked
+            late = await backend.write("t/pr/h", b"2", 0, generation=3)
+            await asyncio.sleep(0)
+            backend.forget()
+            table.app.producer.pending[1].set_result(Acked("app-state-cl", 0, 5))
+            await late
+            await asyncio.sleep(0)
+            held = [dict(db.items()) for db in store._dbs.values()]
+            seen = (backend.get("t/pr/h"), backend.fence.newest(1))
+            store.close()
+            return held, *seen
+
+        assert asyncio.run(run()) == ([{}, {}], None, None)
 
     def test_an_ack_after_revocation_leaves_the_store_alone(self, tmp_path: Path) -> None:
         """The partition's database is closed: the next assignment recovers the write."""

@@ -160,6 +160,20 @@ class TestRocksStore:
         assert store[b"sid/pr/h"] == b"v"
 
 
+class TestRecoveryOffsets:
+    def test_a_changelog_read_again_is_read_from_the_start(self, tmp_path: Path) -> None:
+        """Recovery resumes a partition at the offset in `active_offsets` (or standby_offsets);
+        revoked, it has none, and the next assignment reads it from the start."""
+        app = _app(tmp_path)
+        recovery = app.tables.recovery
+        state, other = TP("compat-state-changelog", 1), TP("compat-other-changelog", 1)
+        recovery.active_offsets.update({state: 40, other: 7})
+        recovery.standby_offsets[TP("compat-state-changelog", 2)] = 9
+        faust_compat.read_changelog_again(app, "compat-state-changelog")
+        assert dict(recovery.active_offsets) == {other: 7}
+        assert dict(recovery.standby_offsets) == {}
+
+
 class TestKeySerializer:
     def test_str_keys_are_json_quoted_by_faust_and_raw_in_a_raw_key_table(
         self, tmp_path: Path

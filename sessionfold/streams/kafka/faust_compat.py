@@ -18,6 +18,7 @@ import aiokafka
 import faust
 from aiokafka.consumer.fetcher import Fetcher
 from faust.stores.rocksdb import Store as RocksStore
+from faust.tables.recovery import Recovery
 from faust.transport.consumer import Consumer
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.producer import ProducerBuffer
@@ -53,6 +54,9 @@ def missing_internals() -> list[str]:
         "faust ProducerBuffer.max_messages": isinstance(
             getattr(ProducerBuffer, "max_messages", None), int
         ),
+        "faust Recovery.active_offsets": "active_offsets" in _annotations(Recovery)
+        and "standby_offsets" in _annotations(Recovery)
+        and callable(getattr(Recovery, "revoke", None)),
     }
     return [name for name, present in checks.items() if not present]
 
@@ -155,6 +159,20 @@ def set_buffer_limit(producer: Any, records: int) -> None:
     producer.buffer.max_messages = records
 
 
+def read_changelog_again(app: Any, topic: str) -> None:
+    """Make the next recovery read changelog `topic` from the start (or from a local store's
+    persisted offset), as for a partition newly assigned (`Recovery.revoke`).
+
+    Faust's Recovery keeps, per changelog partition, the offset it has read to, and resumes
+    there for a partition kept over a rebalance; only a revoked one is read again. The offsets
+    are read from `Recovery.active_offsets` and `standby_offsets`.
+    """
+    recovery = app.tables.recovery
+    for tp in [*recovery.active_offsets, *recovery.standby_offsets]:
+        if tp.topic == topic:
+            recovery.revoke(tp)
+
+
 class RawKeyTable(faust.Table):
     """A Faust table whose str keys go to the changelog as plain UTF-8, not JSON-quoted.
 
@@ -184,6 +202,7 @@ __all__ = [
     "missing_internals",
     "partition_dbs",
     "persisted_offset_key",
+    "read_changelog_again",
     "set_buffer_limit",
     "set_fetch_max_wait",
     "version_warning",

@@ -118,5 +118,10 @@ class Fence:
         highest = epoch if newest is None else max(epoch, newest.epoch)
         self._newest[partition] = Newest(highest, None)
 
+    def forget(self) -> None:
+        """The store was emptied, to be recovered from the start: fence afresh (the epochs this
+        process writes still count on from the highest it has read or written)."""
+        self._newest.clear()
+
     def _raise_floor(self, partition: int, epoch: int) -> None:
         self._floor[partition] = max(self._floor.get(partition, 0), epoch + 1)

@@ -315,6 +315,34 @@ class StateTable(faust_compat.RawKeyTable):
     on_fenced_records: Callable[[int], None] | None = None
     #: Called once a batch is applied, with the last offset it read of each partition.
     on_applied: Callable[[dict[int, int]], None] | None = None
+    #: Called when this worker rejoins after missing consumer generations: its store is to be
+    #: emptied (FaustBackend.forget).
+    on_rejoined: Callable[[], None] | None = None
+    #: The consumer generation of the last rebalance (None before the first).
+    last_generation: int | None = None
+
+    async def on_rebalance(
+        self, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0
+    ) -> None:
+        """A worker that missed generations was out of its group: its state is read again.
+
+        Every member takes part in every generation, so a gap says the group went on without
+        this worker (a stall past its session timeout). Its partitions may have had another
+        owner meanwhile, and its store may hold writes it sent late, which the changelog fence
+        leaves out of recoveries (kafka/fence.py); Faust would resume the recovery of a
+        partition it gets back from where it stopped, over that store. So the store is emptied
+        and every partition read again from the start.
+        """
+        previous, self.last_generation = self.last_generation, generation_id
+        if previous is not None and generation_id > previous + 1:
+            log.warning(
+                "rejoined after missing consumer generations; reading the state again",
+                extra={"generations": generation_id - previous - 1},
+            )
+            if self.on_rejoined is not None:
+                self.on_rejoined()
+            faust_compat.read_changelog_again(self.app, self.changelog_topic.get_topic_name())
+        await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
 
     def apply_changelog_batch(self, batch: Any) -> None:
         """Apply the recovered changelog records the fence takes to the store, counting them."""
@@ -368,6 +396,11 @@ class FaustBackend:
     def keys(self) -> Any:
         """Every key the store holds."""
         return self.table.keys()
+
+    def forget(self) -> None:
+        """Empty the store (StateTable.on_rebalance: recovery fills it again)."""
+        self.table.data.clear()
+        self.fence.forget()
 
     async def write(
         self, key: str, value: bytes | None, partition: int, generation: int = 0
@@ -438,6 +471,7 @@ class LocalBackend(FaustBackend):
         super().__init__(table, direct=True, fence=fence)
         self._unconfirmed: dict[str, tuple[int, bytes | None]] = {}
         self._serial = 0
+        self._forgotten = 0  # the last serial sent before the store was emptied
         self.fence.load = self._kept_fence
         table.on_applied = self._keep_recovered
 
@@ -469,6 +503,17 @@ class LocalBackend(FaustBackend):
         """Writes sent to the changelog and not acknowledged yet."""
         return len(self._unconfirmed)
 
+    def forget(self) -> None:
+        """Empty every open partition's store, its persisted offset included, so recovery reads
+        the changelog from the start; writes sent before are kept out of it when acknowledged."""
+        for db in list(faust_compat.partition_dbs(self.table.data).values()):
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            batch.delete_range(b"", b"\xff")  # every key: UTF-8 never starts with 0xff
+            db.write(batch)
+        self._unconfirmed.clear()
+        self._forgotten = self._serial
+        self.fence.forget()
+
     async def write(
         self, key: str, value: bytes | None, partition: int, generation: int = 0
     ) -> Any:
@@ -487,7 +532,7 @@ class LocalBackend(FaustBackend):
     def _confirmed(
         self, key: str, value: bytes | None, serial: int, epoch: int, sent: asyncio.Future[Any]
     ) -> None:
-        if sent.cancelled() or sent.exception() is not None:
+        if sent.cancelled() or sent.exception() is not None or serial <= self._forgotten:
             return
         metadata = sent.result()
         store = self.table.data
@@ -912,6 +957,7 @@ def _add_fold(
     else:
         at_least_once = settings.processing_guarantee == "at_least_once"
         backend = FaustBackend(table, direct=at_least_once, fence=table.fence)
+    table.on_rejoined = backend.forget
     tracker = SessionTracker(backend, settings.prune, settings.partitions)
     runtime = FoldRuntime(
         backend,
