@@ -25,7 +25,9 @@ import httpx
 import orjson
 from kafka import TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
 
+from sessionfold.streams.cli import app as cli
 from sessionfold.streams.kafka import clients
 from sessionfold.streams.kafka.topics import Topics, ensure_topics
 from sessionfold.streams.publishing.publisher import (
@@ -57,6 +59,14 @@ def free_port() -> int:
 def canonical(value: Any) -> bytes:
     """The canonical JSON the equivalence tests compare."""
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def generate_fleet(root: Path, sessions: int, turns: int, seed: int) -> Path:
+    """`sessionfold generate --sessions S --turns T --seed N ROOT`; ROOT."""
+    args = ["generate", "--sessions", str(sessions), "--turns", str(turns), "--seed", str(seed)]
+    result = CliRunner().invoke(cli, [*args, str(root)])
+    assert result.exit_code == 0, result.output
+    return root
 
 
 def publish_tree(

@@ -16,10 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import unique_topic_prefix
 from kafka.structs import TopicPartition
-from kafka_workers import WorkerProcess, metric_sum, publish_tree, wait_converged
-from typer.testing import CliRunner
+from kafka_workers import WorkerProcess, generate_fleet, metric_sum, publish_tree, wait_converged
 
-from sessionfold.streams.cli import app
 from sessionfold.streams.kafka import clients
 from sessionfold.streams.kafka.fence import FENCE_HEADER, encode_epoch, epoch_of
 from sessionfold.streams.publishing.session_file import session_files
@@ -33,12 +31,7 @@ FENCED = "sessionfold_state_records_fenced_total"
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`generate --sessions 6 --turns 12 --seed 5`."""
-    root = tmp_path_factory.mktemp("fence-fleet")
-    args = ["generate", "--sessions", "6", "--turns", "12", "--seed", "5", str(root)]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    return root
+    return generate_fleet(tmp_path_factory.mktemp("fence-fleet"), 6, 12, seed=5)
 
 
 def changelog(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | None, int | None]]:

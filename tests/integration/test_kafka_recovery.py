@@ -18,15 +18,14 @@ from conftest import unique_topic_prefix
 from kafka_workers import (
     WorkerProcess,
     end_offsets,
+    generate_fleet,
     metric,
     mismatches,
     publish_tree,
     wait_converged,
     wait_progress,
 )
-from typer.testing import CliRunner
 
-from sessionfold.streams.cli import app
 from sessionfold.streams.kafka.topics import Topics
 from sessionfold.streams.publishing.session_file import session_files
 from sessionfold.streams.runtime.embedded import fold_files
@@ -39,12 +38,7 @@ RECOVERED = "sessionfold_state_records_recovered_total"
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`generate --sessions 40 --turns 40 --seed 13`."""
-    root = tmp_path_factory.mktemp("recovery-fleet")
-    args = ["generate", "--sessions", "40", "--turns", "40", "--seed", "13", str(root)]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    return root
+    return generate_fleet(tmp_path_factory.mktemp("recovery-fleet"), 40, 40, seed=13)
 
 
 def test_a_rocksdb_worker_restarts_from_its_local_state(
