@@ -351,8 +351,13 @@ class StateTable(faust_compat.RawKeyTable):
         super().apply_changelog_batch(taken)
         if self.on_recovered_records is not None:
             self.on_recovered_records(len(records))
-        if self.on_fenced_records is not None and len(taken) < len(records):
-            self.on_fenced_records(len(records) - len(taken))
+        if len(taken) < len(records):
+            fenced = len(records) - len(taken)
+            log.warning(
+                "recovery left out a stalled worker's late writes", extra={"records": fenced}
+            )
+            if self.on_fenced_records is not None:
+                self.on_fenced_records(fenced)
         if self.on_applied is not None:
             self.on_applied({r.message.partition: r.message.offset for r in records})
 
