@@ -132,3 +132,15 @@ def test_epochs_read_back_from_headers() -> None:
     assert epoch_of(None) is None and epoch_of([("x", b"12")]) is None
     for junk in (b"", b"-1", b"1.5", b"x", b"\xff"):
         assert decode_epoch(junk) is None
+
+
+def test_a_local_store_is_asked_once_per_partition() -> None:
+    """Writes ask for the epoch on every record; a store that keeps none is read once."""
+    asked: list[int] = []
+    fence = Fence(load=lambda p: asked.append(p))  # type: ignore[func-returns-value]
+    for _ in range(3):
+        fence.epoch(0, 2)
+        fence.admits(1, 5, None)
+    fence.forget()
+    fence.epoch(0, 2)
+    assert asked == [0, 1, 0]

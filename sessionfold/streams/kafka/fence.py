@@ -68,13 +68,17 @@ class Fence:
     def __init__(self, load: Callable[[int], int | None] = lambda _partition: None) -> None:
         self.load = load
         self._newest: dict[int, Newest] = {}  # what recovery fences with
+        self._loaded: set[int] = set()  # partitions `load` was asked about (once each)
         self._floor: dict[int, int] = {}  # one past the highest epoch recovered
         self._written: dict[int, int] = {}  # the highest epoch this process wrote
 
     def newest(self, partition: int) -> Newest | None:
         """The highest epoch recovered from `partition` (or kept by its local store), or None."""
         newest = self._newest.get(partition)
-        if newest is None:
+        if newest is None and partition not in self._loaded:
+            # Once per partition: writes ask on every record, and a store with nothing kept
+            # (a fresh one) would be read each time.
+            self._loaded.add(partition)
             kept = self.load(partition)
             if kept is not None:
                 newest = self._newest[partition] = Newest(kept, None)
@@ -122,6 +126,7 @@ class Fence:
         """The store was emptied, to be recovered from the start: fence afresh (the epochs this
         process writes still count on from the highest it has read or written)."""
         self._newest.clear()
+        self._loaded.clear()
 
     def _raise_floor(self, partition: int, epoch: int) -> None:
         self._floor[partition] = max(self._floor.get(partition, 0), epoch + 1)
