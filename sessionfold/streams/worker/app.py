@@ -548,9 +548,9 @@ class LocalBackend(FaustBackend):
                 batch.delete(key.encode())
             else:
                 batch.put(key.encode(), value)
-            batch.put(faust_compat.persisted_offset_key(store), str(metadata.offset).encode())
-            self.fence.kept(metadata.topic_partition.partition, epoch)
-            batch.put(self.FENCE_KEY, self._fence_value(metadata.topic_partition.partition))
+            partition = metadata.topic_partition.partition
+            self.fence.kept(partition, epoch)
+            self._put_position(batch, partition, metadata.offset)
             db.write(batch)
         held = self._unconfirmed.get(key)
         if held is not None and held[0] == serial:
@@ -562,23 +562,23 @@ class LocalBackend(FaustBackend):
         raw = None if db is None else db.get(self.FENCE_KEY)
         return None if raw is None else decode_epoch(bytes(raw))
 
-    def _fence_value(self, partition: int) -> bytes:
+    def _put_position(self, batch: rocksdict.WriteBatch, partition: int, offset: int) -> None:
+        """Put, in `batch`, the partition's persisted offset and the highest fence epoch it
+        holds: the two are written with the data, never apart."""
         newest = self.fence.newest(partition)
-        return encode_epoch(0 if newest is None else newest.epoch)
+        batch.put(faust_compat.persisted_offset_key(self.table.data), str(offset).encode())
+        batch.put(self.FENCE_KEY, encode_epoch(0 if newest is None else newest.epoch))
 
     def _keep_recovered(self, offsets: dict[int, int]) -> None:
         """After a recovered batch: each partition's store keeps the highest epoch read, and the
         last offset read as its persisted offset (Faust's is the last the fence took: the
         records it kept out would be read again, with the fence afresh)."""
-        store = self.table.data
         for partition, offset in offsets.items():
-            db = faust_compat.partition_dbs(store).get(partition)
-            if db is None:
-                continue
-            batch = rocksdict.WriteBatch(raw_mode=True)
-            batch.put(faust_compat.persisted_offset_key(store), str(offset).encode())
-            batch.put(self.FENCE_KEY, self._fence_value(partition))
-            db.write(batch)
+            db = faust_compat.partition_dbs(self.table.data).get(partition)
+            if db is not None:
+                batch = rocksdict.WriteBatch(raw_mode=True)
+                self._put_position(batch, partition, offset)
+                db.write(batch)
 
 
 #: How long a re-read may take before the consumer is sent back again.
