@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 from conftest import unique_topic_prefix
 from kafka import KafkaProducer
-from kafka_workers import WorkerProcess, fetch_state, publish_tree, wait_converged
-from typer.testing import CliRunner
+from kafka_workers import WorkerProcess, fetch_state, generate_fleet, publish_tree, wait_converged
 
 from sessionfold.events.envelope import (
     CompactRequestEnvelope,
@@ -25,7 +24,6 @@ from sessionfold.events.envelope import (
     WorldPayload,
     encode,
 )
-from sessionfold.streams.cli import app
 from sessionfold.streams.kafka.topics import Topics
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file, session_files
 from sessionfold.streams.runtime.embedded import EmbeddedRuntime
@@ -38,8 +36,7 @@ REAL = "ffae836b-9420-4060-ac13-7745215f90ff"  # before-compaction.jsonl
 def _fleet(root: Path, shared_sessions: Path) -> list[Path]:
     (root / "real").mkdir(parents=True)
     shutil.copy(shared_sessions / "before-compaction.jsonl", root / "real")
-    args = ["generate", "--sessions", "6", "--turns", "30", "--seed", "5", str(root / "gen")]
-    assert CliRunner().invoke(app, args).exit_code == 0
+    generate_fleet(root / "gen", 6, 30, seed=5)
     return list(session_files([root]))
 
 

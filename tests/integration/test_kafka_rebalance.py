@@ -16,11 +16,9 @@ from typing import Any
 
 import pytest
 from conftest import unique_topic_prefix
-from kafka_workers import WorkerProcess, metric_sum, publish_tree, wait_converged
-from typer.testing import CliRunner
+from kafka_workers import WorkerProcess, generate_fleet, metric_sum, publish_tree, wait_converged
 
 from sessionfold.events.envelope import LedgerRequestEnvelope, encode
-from sessionfold.streams.cli import app
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file, session_files
 from sessionfold.streams.runtime.embedded import FLUSH_REQUESTS, EmbeddedRuntime, fold_files
 from sessionfold.streams.worker.agents import OFFLOAD_BYTES
@@ -48,10 +46,7 @@ def _freeze_point(paths: list[Path]) -> tuple[str, int]:
 @pytest.fixture(scope="module")
 def small_fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """`generate --sessions 24 --turns 50 --seed 5` and its embedded states."""
-    root = tmp_path_factory.mktemp("rebalance-fleet")
-    args = ["generate", "--sessions", "24", "--turns", "50", "--seed", "5", str(root)]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
+    root = generate_fleet(tmp_path_factory.mktemp("rebalance-fleet"), 24, 50, seed=5)
     return root, fold_files(list(session_files([root])))["sessions"]
 
 

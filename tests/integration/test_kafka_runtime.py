@@ -25,6 +25,7 @@ from kafka_workers import (
     WorkerProcess,
     auth,
     canonical,
+    generate_fleet,
     metric,
     metric_sum,
     publish_tree,
@@ -84,9 +85,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, shared_sessions: Path) -> Pa
     (root / "real").mkdir()
     for name in ("before-compaction.jsonl", "large-session.jsonl"):
         shutil.copy(shared_sessions / name, root / "real" / name)
-    args = ["generate", "--sessions", "50", "--turns", "60", "--seed", "3", str(root / "gen")]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
+    generate_fleet(root / "gen", 50, 60, seed=3)
     return root
 
 
@@ -375,9 +374,7 @@ def test_summarizer_killed_mid_call_answers_after_restart(
 ) -> None:
     """A summarizer SIGKILLed in the middle of a model call leaves the request unanswered; the
     restarted one answers it, and the session ends as the embedded runtime folds it."""
-    root = tmp_path / "sessions"
-    args = ["generate", "--sessions", "2", "--turns", "30", "--seed", "11", str(root)]
-    assert CliRunner().invoke(app, args).exit_code == 0
+    root = generate_fleet(tmp_path / "sessions", 2, 30, seed=11)
     paths = list(session_files([root]))
     assert not any(isinstance(r, DeadLetter) for p in paths for r in read_session_file(p))
     expected = fold_files(paths)["sessions"]

@@ -11,6 +11,7 @@ from uuid import uuid4
 
 import orjson
 import pytest
+from kafka_workers import generate_fleet
 from typer.testing import CliRunner
 
 from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope, decode
@@ -59,10 +60,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, shared_sessions: Path) -> Pa
     (root / "real").mkdir()
     for name in ("before-compaction.jsonl", "large-session.jsonl"):
         shutil.copy(shared_sessions / name, root / "real" / name)
-    result = CliRunner().invoke(
-        app, ["generate", "--sessions", "100", "--turns", "40", "--seed", "7", str(root / "gen")]
-    )
-    assert result.exit_code == 0, result.output
+    generate_fleet(root / "gen", 100, 40, seed=7)
     return root
 
 

@@ -23,6 +23,7 @@ from uuid import uuid4
 
 import orjson
 import pytest
+from kafka_workers import generate_fleet
 from typer.testing import CliRunner
 
 from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope, decode
@@ -102,12 +103,7 @@ def live_broker(own_broker: Node) -> Node:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """60 generated sessions, about 5,000 entries."""
-    root = tmp_path_factory.mktemp("fault-fleet")
-    result = CliRunner().invoke(
-        app, ["generate", "--sessions", "60", "--turns", "40", "--seed", "11", str(root)]
-    )
-    assert result.exit_code == 0, result.output
-    return root
+    return generate_fleet(tmp_path_factory.mktemp("fault-fleet"), 60, 40, seed=11)
 
 
 def _expected(root: Path) -> dict[str, list[int]]:

@@ -20,10 +20,8 @@ from typing import Any
 import httpx
 import pytest
 from conftest import unique_topic_prefix
-from kafka_workers import API_TOKEN, WorkerProcess, auth, fetch_state, publish_tree
-from typer.testing import CliRunner
+from kafka_workers import API_TOKEN, WorkerProcess, auth, fetch_state, generate_fleet, publish_tree
 
-from sessionfold.streams.cli import app
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file, session_files
 from sessionfold.streams.web.state_api import MAX_ID_CHARS
 
@@ -102,8 +100,7 @@ def test_the_state_api_asks_for_the_token_and_forwards_it(
     """401 without or with a wrong token, 200 with it, also through the non-owner; long ids
     are clean 400s; the workers listen on loopback only and never log the token."""
     prefix = unique_topic_prefix()
-    args = ["generate", "--sessions", "6", "--turns", "4", "--seed", "11", str(tmp_path / "fleet")]
-    assert CliRunner().invoke(app, args).exit_code == 0
+    generate_fleet(tmp_path / "fleet", 6, 4, seed=11)
     sessions = _sessions(tmp_path / "fleet")
     publish_tree(kafka_bootstrap, prefix, 2, [tmp_path / "fleet"], tmp_path / "publish.json")
     workers = [WorkerProcess(kafka_bootstrap, prefix, "all", 2, tmp_path, name=n) for n in "ab"]
