@@ -1,14 +1,28 @@
 """Stand-ins for the parts of a Faust table a FaustBackend touches: its store, the app's producer
-and the changelog topic's name. Imported by unit tests as `faust_fakes` (pytest puts `tests/` on
-sys.path for its rootdir conftest).
+and the changelog topic's name; and a real Faust app that is never started. Imported by unit
+tests as `faust_fakes` (pytest puts `tests/` on sys.path for its rootdir conftest).
 """
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
+import faust
 from faust.types import TP
+
+
+def unstarted_app(tmp_path: Path, app_id: str = "unstarted", **options: Any) -> faust.App:
+    """A real Faust app that is never started (its broker does not exist)."""
+    return faust.App(
+        app_id,
+        broker="kafka://127.0.0.1:1",
+        autodiscover=False,
+        web_enabled=False,
+        datadir=str(tmp_path),
+        **options,
+    )
 
 
 class FakeStore(dict):

@@ -6,11 +6,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import faust
 import pytest
 import rocksdict
 from faust.types import TP
-from faust_fakes import Acked, FakeTable
+from faust_fakes import Acked, FakeTable, unstarted_app
 from prometheus_client import CollectorRegistry, generate_latest
 from pydantic import ValidationError
 
@@ -249,13 +248,7 @@ class TestStateTable:
         """From one generation to the next the store stays and recovery resumes; after a gap
         (the group went on without this worker) the store is emptied and the changelog read
         from the start."""
-        app = faust.App(
-            "gap",
-            broker="kafka://127.0.0.1:1",
-            autodiscover=False,
-            web_enabled=False,
-            datadir=str(tmp_path),
-        )
+        app = unstarted_app(tmp_path)
         table = app.tables.add(StateTable(app, name="state", key_type=str, value_type=bytes))
         backend = FaustBackend(table)
         table.on_rejoined = backend.forget

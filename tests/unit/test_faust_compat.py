@@ -6,7 +6,6 @@ import asyncio
 import inspect
 import logging
 from pathlib import Path
-from typing import Any
 
 import aiokafka
 import faust
@@ -15,24 +14,13 @@ import rocksdict
 from faust.stores.rocksdb import Store as RocksStore
 from faust.transport.consumer import Consumer
 from faust.types import TP, Message
+from faust_fakes import unstarted_app
 from typer.testing import CliRunner
 
 from sessionfold.streams.cli import app as cli
 from sessionfold.streams.kafka import faust_compat
 
 TP0 = TP("t.session-events", 0)
-
-
-def _app(tmp_path: Path, **options: Any) -> faust.App:
-    """A real Faust app that is never started (its broker does not exist)."""
-    return faust.App(
-        "compat",
-        broker="kafka://127.0.0.1:1",
-        autodiscover=False,
-        web_enabled=False,
-        datadir=str(tmp_path),
-        **options,
-    )
 
 
 def _message(offset: int) -> Message:
@@ -85,7 +73,7 @@ class TestGapBooking:
         with gap booking off it stops at the hole."""
 
         async def new_offset(disable: bool) -> int | None:
-            consumer = _app(tmp_path).consumer
+            consumer = unstarted_app(tmp_path).consumer
             if disable:
                 faust_compat.disable_gap_booking(consumer)
             consumer._committed_offset[TP0] = 4
@@ -100,7 +88,7 @@ class TestGapBooking:
 class TestCommittedOffset:
     def test_it_reads_what_faust_records_after_a_commit(self, tmp_path: Path) -> None:
         """None before any commit (without creating an entry), then the offset Faust stored."""
-        consumer = _app(tmp_path).consumer
+        consumer = unstarted_app(tmp_path).consumer
         assert faust_compat.committed_offset(consumer, TP0) is None
         assert TP0 not in consumer._committed_offset
         consumer._committed_offset.update({TP0: 12})  # what Faust does after a commit
@@ -111,7 +99,7 @@ class TestUnacked:
     def test_a_forgotten_record_leaves_the_set_wait_empty_waits_on(self, tmp_path: Path) -> None:
         """`unacked` is the set Faust's revocation waits to empty (`wait_empty`); a record
         forgotten leaves it, still not acked."""
-        consumer = _app(tmp_path).consumer
+        consumer = unstarted_app(tmp_path).consumer
         assert consumer.unacked is consumer._unacked_messages
         assert "self._unacked_messages" in inspect.getsource(Consumer.wait_empty)
         message = _message(3)
@@ -127,7 +115,7 @@ class TestFetchWait:
         """Faust's consumer thread builds aiokafka's consumer with a 1.5 s fetch wait."""
 
         async def run() -> int:
-            app = _app(tmp_path)
+            app = unstarted_app(tmp_path)
             thread = app.consumer._thread
             assert thread._consumer is None  # built only when the thread starts
             consumer = thread._create_worker_consumer(app.transport)
@@ -137,14 +125,14 @@ class TestFetchWait:
 
     def test_nothing_is_set_before_the_fetcher_exists(self, tmp_path: Path) -> None:
         """An app whose consumer has not started reports that it could not set the wait."""
-        assert faust_compat.set_fetch_max_wait(_app(tmp_path), 100) is False
+        assert faust_compat.set_fetch_max_wait(unstarted_app(tmp_path), 100) is False
 
 
 class TestRocksStore:
     def test_a_partition_db_and_its_offset_key(self, tmp_path: Path) -> None:
         """`_dbs` holds each open partition's RocksDB, and the persisted offset Faust reads
         back is the one written under `offset_key` in that database."""
-        app = _app(tmp_path, store="rocksdb://")
+        app = unstarted_app(tmp_path, store="rocksdb://")
         table = app.Table("state", key_type=str, value_type=bytes, options={"driver": "rocksdict"})
         store = table.data
         tp = TP(table.changelog_topic.get_topic_name(), 1)
@@ -164,12 +152,12 @@ class TestRecoveryOffsets:
     def test_a_changelog_read_again_is_read_from_the_start(self, tmp_path: Path) -> None:
         """Recovery resumes a partition at the offset in `active_offsets` (or standby_offsets);
         revoked, it has none, and the next assignment reads it from the start."""
-        app = _app(tmp_path)
+        app = unstarted_app(tmp_path)
         recovery = app.tables.recovery
-        state, other = TP("compat-state-changelog", 1), TP("compat-other-changelog", 1)
+        state, other = TP("unstarted-state-changelog", 1), TP("unstarted-other-changelog", 1)
         recovery.active_offsets.update({state: 40, other: 7})
-        recovery.standby_offsets[TP("compat-state-changelog", 2)] = 9
-        faust_compat.read_changelog_again(app, "compat-state-changelog")
+        recovery.standby_offsets[TP("unstarted-state-changelog", 2)] = 9
+        faust_compat.read_changelog_again(app, "unstarted-state-changelog")
         assert dict(recovery.active_offsets) == {other: 7}
         assert dict(recovery.standby_offsets) == {}
 
@@ -179,7 +167,7 @@ class TestKeySerializer:
         self, tmp_path: Path
     ) -> None:
         """Faust serializes a str table key as JSON; RawKeyTable's go out as plain UTF-8."""
-        app = _app(tmp_path)
+        app = unstarted_app(tmp_path)
         plain = app.Table("plain", key_type=str, value_type=bytes)
         raw = app.tables.add(
             faust_compat.RawKeyTable(app, name="raw", key_type=str, value_type=bytes)
@@ -192,8 +180,8 @@ class TestKeySerializer:
 class TestProducerBuffer:
     def test_the_buffer_limit_is_faust_s_class_default_until_set(self, tmp_path: Path) -> None:
         """Faust's producer buffer pauses streams past 100 records; the limit is per app."""
-        producer = _app(tmp_path).producer
+        producer = unstarted_app(tmp_path).producer
         assert producer.buffer.max_messages == 100
         faust_compat.set_buffer_limit(producer, 2_000)
         assert producer.buffer.max_messages == 2_000
-        assert _app(tmp_path).producer.buffer.max_messages == 100
+        assert unstarted_app(tmp_path).producer.buffer.max_messages == 100
