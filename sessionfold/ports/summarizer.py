@@ -24,6 +24,7 @@ from sessionfold.events.flush import (
     ModelUsage,
 )
 from sessionfold.projections.pruning.capture import js_length
+from sessionfold.projections.text_lines import line_at
 
 # --- shared text formats ---------------------------------------------------------------------
 
@@ -138,9 +139,18 @@ class OfflineSummarizer:
 
 # --- the offline summary ---------------------------------------------------------------------
 
-_ERROR_LINE = re.compile(
-    r"error|failed|failure|exception|traceback|fatal|cannot|not found|denied", re.IGNORECASE
+_ERROR_WORDS = (
+    "error",
+    "failed",
+    "failure",
+    "exception",
+    "traceback",
+    "fatal",
+    "cannot",
+    "not found",
+    "denied",
 )
+_ERROR_LINE = re.compile("|".join(_ERROR_WORDS), re.IGNORECASE)
 _PRINTED_PATH = re.compile(r"(?<![\w/.-])(?:\.{1,2}/|/)?(?:[\w.@-]+/)+[\w.@-]+\.[A-Za-z]\w*")
 _PATH_TOOLS = frozenset({"read", "write", "edit", "ls", "find", "grep"})
 _GIST_KEYS = ("path", "command", "pattern", "query", "url", "file", "cmd")
@@ -187,20 +197,37 @@ def _argument_gist(call: FlushCall) -> str:
 
 def _evidence(call: FlushCall) -> str:
     """The first error line it printed, else (for tools not named by path) a path it printed."""
-    lines = [line.strip() for line in call.head.splitlines() if line.strip()]
-    # No match of the pattern spans a line break, so a head it misses whole has no error line
-    # and the search per line is skipped.
-    error = None
-    if _ERROR_LINE.search(call.head):
-        error = next((line for line in lines if _ERROR_LINE.search(line)), None)
-    if error is None and call.is_error and lines:
-        error = lines[0]
+    error = _first_error_line(call.head)
+    if error is None and call.is_error:
+        error = next((line.strip() for line in call.head.splitlines() if line.strip()), None)
     if error is not None:
         return f"error line: `{_clip(error, 120)}`"
     if call.tool_name in _PATH_TOOLS:
         return ""
     found = _PRINTED_PATH.search(call.head)
     return f"printed `{_clip(found.group(0), 100)}`" if found else ""
+
+
+def _first_error_line(text: str) -> str | None:
+    """The first line of `text` that `_ERROR_LINE` matches, stripped; None if none does.
+
+    No match spans a line break, so the line that holds the first match in the whole text is
+    that line. In ASCII text (where re.I equates only ASCII letters) the first match starts
+    where the first of the pattern's words does in the lower-cased text: a few `find`s instead
+    of the pattern tried at every character.
+    """
+    if text.isascii():
+        lowered = text.lower()
+        found = [at for at in map(lowered.find, _ERROR_WORDS) if at >= 0]
+        if not found:
+            return None
+        at = min(found)
+    else:
+        match = _ERROR_LINE.search(text)
+        if match is None:
+            return None
+        at = match.start()
+    return line_at(text, at).strip()
 
 
 def _clip(text: str, limit: int) -> str:

@@ -3,4 +3,4 @@
 No module is private to it.
 """
 
-__all__ = ["folds", "jsjson", "ledger", "pruning", "store", "views"]
+__all__ = ["folds", "jsjson", "ledger", "pruning", "store", "text_lines", "views"]

@@ -28,6 +28,7 @@ LAYERS: dict[str, tuple[int, int, str]] = {
     "sessionfold.events": (0, 0, "events"),
     "sessionfold.projections.store": (1, 0, "projections.core"),
     "sessionfold.projections.jsjson": (1, 0, "projections.core"),
+    "sessionfold.projections.text_lines": (1, 0, "projections.core"),
     "sessionfold.projections.pruning": (1, 1, "projections.pruning"),
     "sessionfold.projections.views": (1, 2, "projections.views"),
     "sessionfold.projections.ledger": (1, 2, "projections.ledger"),

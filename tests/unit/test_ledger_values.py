@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_ledger_verify import Session
 
 from sessionfold.events.envelope import EntryEnvelope
@@ -219,3 +221,86 @@ def test_skipping_outputs_without_a_patterns_words_finds_what_a_full_scan_finds(
             assert [m.group(0) for m in ledger_values._scanned(pattern, line, low)] == [
                 m.group(0) for m in pattern.finditer(line)
             ]
+
+
+#: Pieces of outputs near the output patterns' words: the words (in the case a pattern takes
+#: and in others), separators (every ASCII character \\s matches among them), numbers and
+#: units, and non-ASCII letters that re.I equates with ASCII ones.
+_WORDS = (
+    "error",
+    "ERROR",
+    "errors",
+    "warning",
+    "Warning",
+    "port",
+    "PORT",
+    "Port",
+    "took",
+    "Took",
+    "TOOK",
+    "duration",
+    "Duration:",
+    "elapsed",
+    "Elapsed:",
+    "time:",
+    "Time:",
+    "TIME:",
+    "Done in",
+    "done in",
+    "Finished in",
+    "Completed in",
+    "passed",
+    "failed",
+    "skipped",
+    "test",
+    "Tests",
+    "[main",
+    "[a/b (root-commit)",
+    "]",
+    "localhost",
+    "127.0.0.1",
+    "0.0.0.0",
+    "[::1]",
+    "[::]",
+    "a.ts",
+    "b.ts(3,4)",
+    "c.py:12:5",
+    "x[::]",
+    "ſ",
+    "ı",
+    "K",
+)
+_SEPARATORS = (" ", " ", " ", ":", " - ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "x")
+_NUMBERS = ("3", "42", "8080", "1a2b3c4", "1.5", "ms", "s", "min", "é", "3ms", "1.5 s")
+_PIECE = st.sampled_from((*_WORDS, *_SEPARATORS, *_NUMBERS))
+
+
+def _grid() -> list[str]:
+    """Every word between every separator and number, at a line's start and after text."""
+    return [
+        f"{before}{number}{gap}{word}{gap}{number}{after}"
+        for word in _WORDS
+        for gap in _SEPARATORS
+        for number in _NUMBERS
+        for before, after in (("", ""), ("x ", "."), ("\n", "s"), ("x", ")"))
+    ]
+
+
+def test_the_word_check_finds_every_match_of_the_grid() -> None:
+    """Each pattern's word check keeps every output of the grid that the pattern matches."""
+    for text in _grid():
+        lowered = text.lower() if text.isascii() else None
+        for pattern in ledger_values._NEEDS:
+            scanned = ledger_values._scanned(pattern, text, lowered)
+            assert [m.span() for m in scanned] == [m.span() for m in pattern.finditer(text)]
+
+
+@settings(max_examples=1000)
+@given(st.lists(_PIECE, max_size=40).map("".join))
+def test_the_word_check_never_hides_a_match(text: str) -> None:
+    """Property: for any output made of pieces near the patterns' words, the word check
+    before each pattern finds exactly what the pattern's full scan finds."""
+    lowered = text.lower() if text.isascii() else None
+    for pattern in ledger_values._NEEDS:
+        scanned = [(m.start(), m.group(0)) for m in ledger_values._scanned(pattern, text, lowered)]
+        assert scanned == [(m.start(), m.group(0)) for m in pattern.finditer(text)]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from sessionfold.events.flush import FlushBatch, FlushCall, FlushRequestPayload
+from sessionfold.ports import summarizer
 from sessionfold.ports.summarizer import (
     OfflineSummarizer,
     batch_prompt,
@@ -11,6 +15,7 @@ from sessionfold.ports.summarizer import (
     summary_footer,
 )
 from sessionfold.projections.pruning.capture import js_length
+from sessionfold.projections.text_lines import line_at
 
 
 def _call(
@@ -143,3 +148,55 @@ def test_offline_summarizer_answers_each_batch_and_echoes_skips() -> None:
     assert summarized.outcome == "summarized" and summarized.refs == ("t4", "t5")
     assert summarized.text is not None and "`t4`" in summarized.text and "`t5`" in summarized.text
     assert answer.usage.calls == 1
+
+
+#: Every character `str.splitlines` ends a line at (asked of it, not of the code under test).
+_BREAKS = [c for c in map(chr, range(0x3000)) if len(f"a{c}b".splitlines()) == 2]
+
+#: Pieces of a tool's output near the error words: the words in several cases, every line
+#: break `str.splitlines` knows, blanks, and non-ASCII letters re.I equates with ASCII ones.
+_ERROR_PIECES = st.sampled_from(
+    (
+        *summarizer._ERROR_WORDS,
+        "ERROR",
+        "Failed",
+        "NOT FOUND",
+        "not  found",
+        "Traceback (most recent call last):",
+        *_BREAKS,
+        "\r\n",
+        " ",
+        "\t",
+        "ok",
+        "x",
+        "é",
+        "K",
+        "ſ",
+        "İ",
+    )
+)
+
+
+def _first_error_line_by_lines(text: str) -> str | None:
+    """What `_first_error_line` replaces: every stripped line tried in order."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return next((line for line in lines if summarizer._ERROR_LINE.search(line)), None)
+
+
+@settings(max_examples=1000)
+@given(st.lists(_ERROR_PIECES, max_size=30).map("".join))
+def test_the_first_error_line_is_the_first_line_the_pattern_matches(text: str) -> None:
+    """Property: the line found around the first match is the first matching line, stripped."""
+    assert summarizer._first_error_line(text) == _first_error_line_by_lines(text)
+
+
+@given(st.lists(_ERROR_PIECES, max_size=30).map("".join), st.data())
+def test_line_at_is_the_line_splitlines_gives(text: str, data: st.DataObject) -> None:
+    """Property: `line_at` cuts out the same line `str.splitlines` has the character in."""
+    at = 0
+    for line in text.splitlines(keepends=True):
+        content = line.splitlines()[0] if line.splitlines() else ""
+        if content:
+            offset = data.draw(st.integers(0, len(content) - 1))
+            assert line_at(text, at + offset) == content
+        at += len(line)

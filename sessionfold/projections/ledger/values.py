@@ -59,24 +59,39 @@ def without_cut(text: str) -> str:
     return text[:start] + (text[end:] if end >= 0 else "")
 
 
-# Words each output pattern cannot match without (in ASCII text, lower-cased): an output
-# that holds none of them is not scanned by that pattern, whose per-character cost is what
-# the fold spends most on. Text that is not ASCII is always scanned (re.I equates a few
-# non-ASCII letters with ASCII ones, which lower() does not).
+# Words each output pattern cannot match without (any one of them): an output that holds none
+# of them is not scanned by that pattern, whose per-character cost is what the fold spends
+# most on. A case-sensitive pattern's words are looked for in the output as it is; an re.I
+# pattern's in the lower-cased output, and only in ASCII text (re.I equates a few non-ASCII
+# letters with ASCII ones, which lower() does not): other text is always scanned.
 _NEEDS: dict[re.Pattern[str], tuple[str, ...]] = {
     _ERROR_LOCATION: ("error", "warning"),
     _COMMIT_MADE: ("[",),
-    _ADDRESS: ("localhost", "127.0.0.1", "0.0.0.0", "[::"),
-    _PORT: ("port",),
-    _TIMING: ("took", "duration", "elapsed", "time:", "done in", "finished in", "completed in"),
-    _TESTS: ("passed", "failed", "skipped", "error", "test"),
+    _ADDRESS: ("localhost:", "127.0.0.1:", "0.0.0.0:", "[::]:", "[::1]:"),
+    # "port" then any character \s matches in ASCII text
+    _PORT: tuple("port" + space for space in " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"),
+    _TIMING: (
+        "Took",
+        "took",
+        "Duration",
+        "duration",
+        "Elapsed",
+        "elapsed",
+        "Time:",
+        "time:",
+        "Done in",
+        "Finished in",
+        "Completed in",
+    ),
+    _TESTS: (" passed", " failed", " skipped", " error", " test"),
 }
 
 
 def _scanned(pattern: re.Pattern[str], output: str, lowered: str | None) -> list[re.Match[str]]:
-    """`pattern`'s matches in `output`; none, unscanned, when `lowered` (the ASCII output in
-    lower case) holds none of the words it needs."""
-    if lowered is not None and not any(word in lowered for word in _NEEDS[pattern]):
+    """`pattern`'s matches in `output`; none, unscanned, when the output holds none of the
+    words the pattern needs (`lowered`: the ASCII output in lower case, else None)."""
+    text = lowered if pattern.flags & re.IGNORECASE else output
+    if text is not None and not any(word in text for word in _NEEDS[pattern]):
         return []
     return list(pattern.finditer(output))
 
