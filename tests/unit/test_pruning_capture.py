@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from sessionfold.projections.pruning.capture import (
     Batch,
     Call,
@@ -106,3 +112,30 @@ def test_agent_message_mode_merges_one_user_turn() -> None:
     assert [c.tool_call_id for c in grouped[0].calls] == ["a", "b", "c"]
     assert grouped[0].assistant_text == "first\n\nthird"
     assert grouped[0].timestamp == 30
+
+
+#: Pieces of a result's text around what normalization changes: line ends, trailing blanks,
+#: JavaScript's other white space, and a lone surrogate.
+_TEXT = st.lists(
+    st.sampled_from(["a", "é", " ", "\t", "\n", "\r\n", "\r", "\u00a0", "\u2028", "\ud800"]),
+    max_size=30,
+).map("".join)
+
+
+def _normalized_line_by_line(text: str) -> str:
+    """§5.3 spelled out: CRLF to LF, every line's trailing spaces and tabs off, then trimmed."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    return "\n".join(line.rstrip(" \t") for line in lines).strip(
+        "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+        "\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+    )
+
+
+@settings(max_examples=500)
+@given(_TEXT)
+def test_normalizing_skips_no_line_that_changes(text: str) -> None:
+    """Property: the normalized text and its hash are those of the line-by-line definition."""
+    normalized = _normalized_line_by_line(text)
+    assert normalize_text(text) == normalized
+    data = re.sub("[\ud800-\udfff]", "\ufffd", f"bash\0{normalized}")
+    assert content_hash("bash", text) == hashlib.sha1(data.encode("utf-8")).hexdigest()

@@ -117,13 +117,19 @@ def call_arguments(block: dict[str, Any]) -> dict[str, Any]:
 
 def normalize_text(text: str) -> str:
     """CRLF to LF, trailing spaces/tabs stripped per line, whole text trimmed (§5.3)."""
-    lines = text.replace("\r\n", "\n").split("\n")
-    return js_trim("\n".join(line.rstrip(" \t") for line in lines))
+    text = text.replace("\r\n", "\n")
+    # Only a line that ends in a space or tab before a newline changes (the trim takes the
+    # last line's): most outputs have none, and skip the split into lines.
+    if " \n" in text or "\t\n" in text:
+        text = "\n".join(line.rstrip(" \t") for line in text.split("\n"))
+    return js_trim(text)
 
 
 def content_hash(tool_name: str, text: str) -> str:
     """SHA-1 hex of `toolName + NUL + normalize(text)`, as UTF-8 (lone surrogates as U+FFFD)."""
-    data = _LONE_SURROGATE.sub("\ufffd", f"{tool_name}\0{normalize_text(text)}")
+    data = f"{tool_name}\0{normalize_text(text)}"
+    if not data.isascii():  # ASCII holds no surrogate: the scan is skipped
+        data = _LONE_SURROGATE.sub("\ufffd", data)
     return hashlib.sha1(data.encode("utf-8")).hexdigest()
 
 
