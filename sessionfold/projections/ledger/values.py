@@ -91,7 +91,7 @@ def _scanned(pattern: re.Pattern[str], output: str, lowered: str | None) -> list
     """`pattern`'s matches in `output`; none, unscanned, when the output holds none of the
     words the pattern needs (`lowered`: the ASCII output in lower case, else None)."""
     text = lowered if pattern.flags & re.IGNORECASE else output
-    if text is not None and not any(word in text for word in _NEEDS[pattern]):
+    if text is not None and not any(map(text.__contains__, _NEEDS[pattern])):
         return []
     return list(pattern.finditer(output))
 
