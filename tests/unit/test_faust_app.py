@@ -242,6 +242,24 @@ class TestFaustBackend:
 
         assert asyncio.run(run()) == [[(FENCE_HEADER, b"4")], [(FENCE_HEADER, b"58")]]
 
+    def test_a_batch_read_before_a_rejoin_writes_the_changelog_only(self) -> None:
+        """Emptied at generation 6, the store takes no write of a batch read at generation 3 (a
+        commit still handing its writes over), while the changelog still gets it; writes of
+        generation 6, and of no generation (tools), go into the store."""
+
+        async def run() -> tuple[list[Any], dict[str, Any]]:
+            table = FakeTable()
+            backend = FaustBackend(table, direct=True)  # type: ignore[arg-type]
+            backend.forget(6)
+            await backend.write("old/pr/h", b"3", 0, generation=3)
+            await backend.write("s/pr/h", b"6", 0, generation=6)
+            await backend.write("t/pr/h", b"0", 0)
+            return [sent[1] for sent in table.app.producer.sent], dict(table.data)
+
+        sent, held = asyncio.run(run())
+        assert sent == [b"old/pr/h", b"s/pr/h", b"t/pr/h"]
+        assert held == {"s/pr/h": b"6", "t/pr/h": b"0"}
+
 
 class TestStateTable:
     def test_a_worker_that_missed_generations_reads_its_state_again(self, tmp_path: Path) -> None:
@@ -661,6 +679,34 @@ class TestLocalBackend:
             return held, *seen
 
         assert asyncio.run(run()) == ([{}, {}], None, None)
+
+    def test_a_batch_read_before_a_rejoin_stays_out_of_the_local_store(
+        self, tmp_path: Path
+    ) -> None:
+        """A write of a batch read before the rejoin's generation, sent after the store was
+        emptied and acknowledged, is neither read back nor kept; a current one is."""
+
+        async def run() -> tuple[Any, ...]:
+            store = FakeRocksStore(tmp_path, (0,))
+            table = FakeLocalTable(store)
+            backend = faust_app.LocalBackend(table)  # type: ignore[arg-type]
+            backend.forget(6)
+            stale = await backend.write("old/pr/h", b"3", 0, generation=3)
+            current = await backend.write("s/pr/h", b"6", 0, generation=6)
+            seen = (backend.get("old/pr/h"), backend.unconfirmed)
+            table.app.producer.pending[0].set_result(Acked("app-state-cl", 0, 7))
+            table.app.producer.pending[1].set_result(Acked("app-state-cl", 0, 8))
+            await stale
+            await current
+            await asyncio.sleep(0)
+            kept = {bytes(k) for k, _ in store._dbs[0].items()} - {
+                faust_app.LocalBackend.FENCE_KEY,
+                FakeRocksStore.offset_key,
+            }
+            store.close()
+            return *seen, kept, len(table.app.producer.sent)
+
+        assert asyncio.run(run()) == (None, 1, {b"s/pr/h"}, 2)
 
     def test_an_ack_after_revocation_leaves_the_store_alone(self, tmp_path: Path) -> None:
         """The partition's database is closed: the next assignment recovers the write."""

@@ -315,9 +315,9 @@ class StateTable(faust_compat.RawKeyTable):
     on_fenced_records: Callable[[int], None] | None = None
     #: Called once a batch is applied, with the last offset it read of each partition.
     on_applied: Callable[[dict[int, int]], None] | None = None
-    #: Called when this worker rejoins after missing consumer generations: its store is to be
-    #: emptied (FaustBackend.forget).
-    on_rejoined: Callable[[], None] | None = None
+    #: Called with the new generation when this worker rejoins after missing consumer
+    #: generations: its store is to be emptied (FaustBackend.forget).
+    on_rejoined: Callable[[int], None] | None = None
     #: The consumer generation of the last rebalance (None before the first).
     last_generation: int | None = None
 
@@ -340,7 +340,7 @@ class StateTable(faust_compat.RawKeyTable):
                 extra={"generations": generation_id - previous - 1},
             )
             if self.on_rejoined is not None:
-                self.on_rejoined()
+                self.on_rejoined(generation_id)
             faust_compat.read_changelog_again(self.app, self.changelog_topic.get_topic_name())
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
 
@@ -393,6 +393,8 @@ class FaustBackend:
         self.fence = Fence() if fence is None else fence
         self._buffer_sized = False
         self._topic: str | None = None
+        #: Writes of batches read before this generation stay out of the store (`forget`).
+        self._stale_below = 0
 
     def get(self, key: str) -> bytes | None:
         """The value at `key`, or None."""
@@ -402,20 +404,33 @@ class FaustBackend:
         """Every key the store holds."""
         return self.table.keys()
 
-    def forget(self) -> None:
-        """Empty the store (StateTable.on_rebalance: recovery fills it again)."""
+    def forget(self, generation: int = 0) -> None:
+        """Empty the store (StateTable.on_rebalance, at `generation`: recovery fills it again).
+
+        A commit of a batch read before `generation` may still be handing its writes over:
+        they go on to the changelog (whose fence leaves them out of recoveries) but no longer
+        into the store, where a key only they created would outlive the recovery.
+        """
         self.table.data.clear()
         self.fence.forget()
+        self._stale_below = generation
+
+    def _stale(self, generation: int) -> bool:
+        """Whether a write of a batch read in `generation` is from before the last `forget`."""
+        return 0 < generation < self._stale_below
 
     async def write(
         self, key: str, value: bytes | None, partition: int, generation: int = 0
     ) -> Any:
         """Set (or with None delete) `key` in the store and send it to the changelog."""
         data = self.table.data
-        if value is None:
+        if value is not None:
+            value = right_sized(value)
+        if self._stale(generation):
+            pass  # the changelog only (`forget`)
+        elif value is None:
             data.pop(key, None)
         else:
-            value = right_sized(value)
             data[key] = value
         if self.direct:
             return await self._send(key, value, partition, self.fence.epoch(partition, generation))
@@ -508,9 +523,10 @@ class LocalBackend(FaustBackend):
         """Writes sent to the changelog and not acknowledged yet."""
         return len(self._unconfirmed)
 
-    def forget(self) -> None:
+    def forget(self, generation: int = 0) -> None:
         """Empty every open partition's store, its persisted offset included, so recovery reads
-        the changelog from the start; writes sent before are kept out of it when acknowledged."""
+        the changelog from the start; writes sent before, and writes of batches read before
+        `generation`, are kept out of it when acknowledged."""
         for db in list(faust_compat.partition_dbs(self.table.data).values()):
             batch = rocksdict.WriteBatch(raw_mode=True)
             batch.delete_range(b"", b"\xff")  # every key: UTF-8 never starts with 0xff
@@ -518,15 +534,18 @@ class LocalBackend(FaustBackend):
         self._unconfirmed.clear()
         self._forgotten = self._serial
         self.fence.forget()
+        self._stale_below = generation
 
     async def write(
         self, key: str, value: bytes | None, partition: int, generation: int = 0
     ) -> Any:
         """Send `key` to the changelog; the store gets it once the broker has it."""
+        epoch = self.fence.epoch(partition, generation)
+        if self._stale(generation):
+            return await self._send(key, value, partition, epoch)  # the changelog only
         self._serial += 1
         serial = self._serial
         self._unconfirmed[key] = (serial, value)
-        epoch = self.fence.epoch(partition, generation)
         sent = await self._send(key, value, partition, epoch)
         sent.add_done_callback(lambda done: self._confirmed(key, value, serial, epoch, done))
         return sent
