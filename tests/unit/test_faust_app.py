@@ -128,6 +128,32 @@ class TestOrderedAcks:
         asyncio.run(run())
         assert acked == []
 
+    def test_records_read_before_a_rebalance_are_not_acked(self) -> None:
+        """A batch whose turn comes in a later generation than it was read in is handed back
+        unacked (Faust would count the ack in the new generation); one of the same generation,
+        and one of no generation, is acked."""
+        acked: list[str] = []
+        stale: list[str] = []
+        generation = [3]
+
+        async def run() -> None:
+            loop = asyncio.get_running_loop()
+            first, second = loop.create_future(), loop.create_future()
+            acks = OrderedAcks(lambda: generation[0], lambda e: stale.extend(x.name for x in e))
+            acks.add(NamedEvent("old", acked), first, generation=3)
+            acks.add(NamedEvent("untold", acked), second)
+            generation[0] = 4  # a rebalance before the broker confirmed the writes
+            first.set_result(None)
+            second.set_result(None)
+            await asyncio.sleep(0.01)
+            done = loop.create_future()
+            acks.add(NamedEvent("new", acked), done, generation=4)
+            done.set_result(None)
+            await asyncio.sleep(0.01)
+
+        asyncio.run(run())
+        assert (acked, stale) == (["untold", "new"], ["old"])
+
 
 class TestContiguousOffsets:
     def test_a_skipped_record_is_read_again(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -517,6 +543,43 @@ class TestStallGuard:
             runtime, events, abandoned = self.run_stalled_batch(stall_s, lambda app: None)
             assert (runtime.commits, abandoned) == ([[0, 1, 2]], [])
             assert all(event.acked for event in events)
+
+    def test_a_batch_confirmed_after_a_rebalance_is_read_again_unacked(self) -> None:
+        """Committed in its generation, a batch whose writes the broker confirms only after a
+        rebalance is not acked: its records go back to be read again."""
+        stale: list[int] = []
+
+        class SlowRuntime(FakeRuntime):
+            async def commit(self) -> Any:
+                await super().commit()
+                self.durable: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                return self.durable
+
+        async def run() -> list[Event]:
+            app = GroupApp()
+            guard = StallGuard(app, lease_s=4.0, grace_s=3.0, tick_s=0.001, clock=Clock())
+            runtime = SlowRuntime()
+            batcher = FoldBatcher(
+                runtime,  # type: ignore[arg-type]
+                limit=2,
+                linger_s=0.0,
+                guard=guard,
+                on_stale=lambda events: stale.extend(e.message.offset for e in events),
+            )
+            events = [Event(offset) for offset in range(2)]
+            for event in events:
+                await batcher.before()
+                await batcher.add(event)
+            batcher.after()
+            await batcher.before()
+            app.consumer_generation_id = 5  # type: ignore[misc]
+            runtime.durable.set_result(None)
+            await asyncio.sleep(0.01)
+            return events
+
+        events = asyncio.run(run())
+        assert stale == [0, 1]
+        assert not any(event.acked for event in events)
 
     def test_lease_and_grace_follow_the_heartbeat_settings(self) -> None:
         """The lease is the session timeout less two heartbeats; the grace two heartbeats and

@@ -672,6 +672,12 @@ class ContiguousOffsets:
             if tp in self._next:
                 self._next[tp] = min(self._next[tp], offset)
 
+    def release(self, events: list[Any]) -> None:
+        """Take records read before a rebalance out of Faust's unacked set (`_release`); the
+        rebalance reads them again from the committed offsets, so none is expected here."""
+        for event in events:
+            self._release(event.message)
+
     def _release(self, message: Any) -> None:
         """Take a record nobody will ack out of Faust's unacked set (it is read again later).
 
@@ -733,26 +739,47 @@ class OrderedAcks:
     the one before waits for its flush request) would let a commit pass the earlier record,
     and a crash then lose it. A write the broker refuses stops the chain: nothing later is
     acknowledged, and the records are read again after a restart.
+
+    Records read in another consumer generation than the one current when their turn comes
+    (`generation` against `current`) go to `on_stale` instead, to be read again: after a
+    rebalance Faust reads each partition again from its committed offset, yet counts an ack of
+    a record read before it (from the lowest acked offset on, while it has no committed offset
+    for the partition), so a late ack could move a commit past records whose writes the
+    changelog's fence leaves out of recoveries.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        current: Callable[[], int] | None = None,
+        on_stale: Callable[[list[Any]], None] = lambda _events: None,
+    ) -> None:
+        self.current = current
+        self.on_stale = on_stale
         self._tail: asyncio.Future[None] | None = None
 
-    def add(self, events: Any, durable: Any) -> None:
-        """Acknowledge `events` (one or a list) once `durable` resolves and those before are."""
+    def add(self, events: Any, durable: Any, generation: int | None = None) -> None:
+        """Acknowledge `events` (one or a list, read in `generation`) once `durable` resolves
+        and those before are."""
         batch = events if isinstance(events, list) else [events]
         previous = self._tail
-        self._tail = asyncio.ensure_future(self._ack_in_turn(batch, durable, previous))
+        self._tail = asyncio.ensure_future(self._ack_in_turn(batch, durable, previous, generation))
         self._tail.add_done_callback(_report_refused)
 
-    @staticmethod
-    async def _ack_in_turn(events: list[Any], durable: Any, previous: Any) -> None:
+    async def _ack_in_turn(
+        self, events: list[Any], durable: Any, previous: Any, generation: int | None
+    ) -> None:
         await durable
         if previous is not None:
             try:
                 await previous
             except Exception:
                 raise _ChainStopped from None
+        if generation is not None and self.current is not None and self.current() != generation:
+            log.warning(
+                "records read before a rebalance are read again", extra={"records": len(events)}
+            )
+            self.on_stale(events)
+            return
         for event in events:
             event.ack()
 
@@ -872,13 +899,15 @@ class FoldBatcher:
         linger_s: float,
         on_abandon: Callable[[list[Any]], None] = lambda _events: None,
         guard: StallGuard | None = None,
+        on_stale: Callable[[list[Any]], None] = lambda _events: None,
     ) -> None:
         self.runtime = runtime
         self.limit = limit
         self.linger_s = linger_s
         self.on_abandon = on_abandon
         self.guard = guard
-        self.acks = OrderedAcks()
+        # Acks of a batch read before a rebalance are given up (OrderedAcks): `on_stale`.
+        self.acks = OrderedAcks(None if guard is None else guard.generation, on_stale)
         self.abandoned = 0  # batches the guard kept from being committed
         self._generation = 0  # the consumer generation the open batch was read in
         self._events: list[Any] = []
@@ -945,7 +974,7 @@ class FoldBatcher:
             self.runtime.discard()
             self.on_abandon(events)
             return
-        self.acks.add(events, await self.runtime.commit())
+        self.acks.add(events, await self.runtime.commit(), self._generation)
         self._committing = []
 
 
@@ -1003,7 +1032,12 @@ def _add_fold(
         """Fold session events and compactions into the state table, in batches."""
         records = stream.noack()
         batcher = FoldBatcher(
-            runtime, settings.batch_records, settings.batch_linger_s, offsets.reread, guard
+            runtime,
+            settings.batch_records,
+            settings.batch_linger_s,
+            offsets.reread,
+            guard,
+            on_stale=offsets.release,
         )
         try:
             async for event in records.events():
