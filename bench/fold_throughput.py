@@ -5,9 +5,10 @@ one run.
 
     .venv/bin/python bench/fold_throughput.py [--repeat 3] [--baseline FILE=EV_S ...]
 
-`--baseline before-compaction.jsonl=5094` prints the fold's events/s as a multiple of a figure
-recorded earlier (on the same machine, under the same load: the multiple is only as honest as
-that).
+Each session's events/s is also printed as a multiple of the figure when issue #13 was filed
+(its target: 3x). `--baseline before-compaction.jsonl=5094` prints the fold's events/s as a
+multiple of a figure recorded earlier (on the same machine, under the same load: the multiple is
+only as honest as that).
 
 Prints ratios, not absolute targets: the machine's speed cancels out of each ratio. The one
 ratio with a target is the huge output's: a fold is linear in an entry's size, so one 1 MB
@@ -34,6 +35,10 @@ from sessionfold.streams.runtime.embedded import EmbeddedRuntime
 
 SESSIONS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sessions"
 REAL = ("before-compaction.jsonl", "large-session.jsonl")
+#: The fold's events/s when issue #13 was filed (this bench, this kind of machine); its target
+#: is 3x them.
+AT_ISSUE_13 = {"before-compaction.jsonl": 2316.0, "large-session.jsonl": 4276.0}
+TARGET = 3.0
 
 
 def best_of(repeat: int, run: Callable[[], Any]) -> float:
@@ -62,13 +67,14 @@ def fold_file(path: Path) -> None:
 
 
 def throughput(repeat: int, baseline: dict[str, float] | None = None) -> None:
-    """Events/s and MB/s of the embedded fold next to the orjson parse ceiling, and (for the
-    files `baseline` has a recorded events/s of) the fold's events/s as a multiple of it."""
+    """Events/s and MB/s of the embedded fold next to the orjson parse ceiling, its events/s as
+    a multiple of the figure when issue #13 was filed (target 3x) and (for the files `baseline`
+    has a recorded events/s of) as a multiple of that."""
     baseline = baseline or {}
     print("embedded fold vs raw parse ceiling (orjson over the same lines)")
     print(
         f"{'file':28} {'events':>7} {'MB':>6} {'fold ev/s':>10} {'fold MB/s':>10} "
-        f"{'parse MB/s':>11} {'ratio':>6} {'vs base':>8}"
+        f"{'parse MB/s':>11} {'ratio':>6} {'vs base':>8} {'vs #13':>7}"
     )
     for name in REAL:
         path = SESSIONS / name
@@ -77,9 +83,12 @@ def throughput(repeat: int, baseline: dict[str, float] | None = None) -> None:
         fold_s = best_of(repeat, lambda p=path: fold_file(p))
         parse_s = best_of(repeat, lambda p=path: parse_only(p))
         versus = f"{events / fold_s / baseline[name]:7.2f}x" if name in baseline else ""
+        issue = events / fold_s / AT_ISSUE_13[name]
+        verdict = "met" if issue >= TARGET else "NOT met"
         print(
             f"{name:28} {events:7d} {size:6.2f} {events / fold_s:10.0f} {size / fold_s:10.1f} "
-            f"{size / parse_s:11.1f} {parse_s / fold_s:6.3f} {versus:>8}"
+            f"{size / parse_s:11.1f} {parse_s / fold_s:6.3f} {versus:>8} {issue:6.2f}x"
+            f"  (target {TARGET:.0f}x of {AT_ISSUE_13[name]:,.0f} ev/s at #13: {verdict})"
         )
 
 
