@@ -190,6 +190,44 @@ class TestContiguousOffsets:
         assert asyncio.run(run()) == [False, True, True, True]
         assert consumer.seeks == [(TP0, 5)]
 
+    def test_a_partition_faust_holds_no_commit_for_starts_where_the_group_reads_it(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With no committed offset in Faust's books (never committed, or at 0), the first record
+        expected is where the group's reading starts (faust_compat.start_offset), asked once:
+        records Faust dropped before the first commit are read again, not committed past (a
+        frozen-worker run lost a session's first 85 events so)."""
+        asked: list[TP] = []
+
+        async def start_offset(_consumer: Any, tp: TP) -> int:
+            asked.append(tp)
+            return 0
+
+        monkeypatch.setattr(faust_app.faust_compat, "start_offset", start_offset)
+        consumer = FakeConsumer({})
+        offsets = ContiguousOffsets(FakeApp(consumer))  # type: ignore[arg-type]
+
+        async def run() -> list[bool]:
+            return [await offsets.admit(Message(TP0, n)) for n in (85, 86, 0, 1)]
+
+        assert asyncio.run(run()) == [False, False, True, True]
+        assert consumer.seeks == [(TP0, 0)]
+        assert asked == [TP0]
+
+    def test_a_start_the_broker_cannot_tell_lets_the_record_through(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A lookup that fails (a rebalance, no answer) leaves the record to Faust, as before."""
+
+        async def start_offset(_consumer: Any, _tp: TP) -> int:
+            raise TimeoutError
+
+        monkeypatch.setattr(faust_app.faust_compat, "start_offset", start_offset)
+        consumer = FakeConsumer({})
+        offsets = ContiguousOffsets(FakeApp(consumer))  # type: ignore[arg-type]
+        assert asyncio.run(offsets.admit(Message(TP0, 85)))
+        assert consumer.seeks == []
+
     def test_exactly_once_lets_everything_through(self) -> None:
         """Under exactly_once, transaction markers make real gaps: nothing is refused."""
         consumer = FakeConsumer({TP0: 0})

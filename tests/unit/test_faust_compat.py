@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import logging
 from pathlib import Path
+from typing import Any
 
 import aiokafka
 import faust
@@ -93,6 +94,63 @@ class TestCommittedOffset:
         assert TP0 not in consumer._committed_offset
         consumer._committed_offset.update({TP0: 12})  # what Faust does after a commit
         assert faust_compat.committed_offset(consumer, TP0) == 12
+
+
+class TestStartOffset:
+    def test_faust_keeps_no_offset_to_seek_back_to_for_a_partition_never_committed(
+        self, tmp_path: Path
+    ) -> None:
+        """Faust books a committed offset of 0 as None, and aiokafka's `seek_to_committed` moves
+        only partitions committed past 0: a partition without a commit stays where the fetcher
+        left it, past any record Faust dropped."""
+        assert "if offset and offset > 0" in inspect.getsource(
+            aiokafka.AIOKafkaConsumer.seek_to_committed
+        )
+
+        async def run() -> int | None:
+            consumer = unstarted_app(tmp_path).consumer
+
+            async def seek_to_committed() -> dict[TP, int]:
+                return {TP0: 0}
+
+            consumer.seek_to_committed = seek_to_committed  # type: ignore[method-assign]
+            await consumer.perform_seek()
+            return faust_compat.committed_offset(consumer, TP0)
+
+        assert asyncio.run(run()) is None
+
+    @pytest.mark.parametrize(
+        ("committed", "earliest", "start"), [(None, 0, 0), (0, 0, 0), (42, 0, 42), (5, 10, 10)]
+    )
+    def test_the_group_s_commit_else_the_log_s_start(
+        self, tmp_path: Path, committed: int | None, earliest: int, start: int
+    ) -> None:
+        """The broker's committed offset for the group, read through Faust's consumer thread;
+        with none, or one the log no longer holds, the partition's earliest offset."""
+        asked: list[Any] = []
+
+        class Client:
+            async def committed(self, tp: aiokafka.TopicPartition) -> int | None:
+                asked.append(tp)
+                return committed
+
+        async def run() -> int:
+            consumer = unstarted_app(tmp_path).consumer
+            thread = consumer._thread
+            thread._ensure_consumer = Client  # type: ignore[method-assign]
+
+            async def call_thread(fun: Any, *args: Any) -> Any:
+                return await fun(*args)
+
+            async def earliest_offsets(*tps: TP) -> dict[TP, int]:
+                return {tp: earliest for tp in tps}
+
+            thread.call_thread = call_thread  # type: ignore[method-assign]
+            consumer.earliest_offsets = earliest_offsets  # type: ignore[method-assign]
+            return await faust_compat.start_offset(consumer, TP0)
+
+        assert asyncio.run(run()) == start
+        assert asked == [aiokafka.TopicPartition(TP0.topic, TP0.partition)]
 
 
 class TestUnacked:

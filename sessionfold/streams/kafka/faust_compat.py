@@ -19,7 +19,7 @@ import faust
 from aiokafka.consumer.fetcher import Fetcher
 from faust.stores.rocksdb import Store as RocksStore
 from faust.tables.recovery import Recovery
-from faust.transport.consumer import Consumer
+from faust.transport.consumer import Consumer, ThreadDelegateConsumer
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.producer import ProducerBuffer
 
@@ -42,6 +42,11 @@ def missing_internals() -> list[str]:
         "faust Consumer._committed_offset": "_committed_offset" in _annotations(Consumer),
         "faust Consumer.unacked": isinstance(getattr(Consumer, "unacked", None), property),
         "faust AIOKafkaConsumerThread._consumer": hasattr(AIOKafkaConsumerThread, "_consumer"),
+        "faust Consumer._thread": "_thread" in _annotations(ThreadDelegateConsumer),
+        "faust AIOKafkaConsumerThread._ensure_consumer, call_thread": callable(
+            getattr(AIOKafkaConsumerThread, "_ensure_consumer", None)
+        )
+        and inspect.iscoroutinefunction(getattr(AIOKafkaConsumerThread, "call_thread", None)),
         "aiokafka Fetcher fetch_max_wait_ms": "fetch_max_wait_ms"
         in inspect.signature(Fetcher.__init__).parameters,
         "faust rocksdb Store._dbs": "_dbs" in _annotations(RocksStore),
@@ -104,6 +109,36 @@ def committed_offset(consumer: Any, tp: Any) -> int | None:
     the offset `ContiguousOffsets` expects first.
     """
     return getattr(consumer, "_committed_offset", {}).get(tp)
+
+
+async def start_offset(consumer: Any, tp: Any) -> int:
+    """Where the group's reading of `tp` starts: its committed offset, or with none (or one the
+    log no longer holds) the partition's earliest offset, where `auto_offset_reset="earliest"`
+    puts the fetcher.
+
+    Faust drops records it has fetched and relies on `perform_seek` (each partition back to its
+    committed offset) to read them again: at the end of a recovery it pauses the changelog
+    partitions before it resumes the stream partitions, and a fetch running meanwhile is handed
+    its live set of active partitions, empty for that moment, which aiokafka's
+    `Fetcher.fetched_records` takes as "every partition"; Faust then drops the stream records
+    it returns as not active, with the fetcher's position past them. But Faust keeps no
+    committed offset for a partition the group never committed, nor for one committed at 0
+    (`perform_seek` books both as None), and aiokafka's `seek_to_committed` moves only a
+    partition committed past 0: such a partition's dropped records are skipped for good, and
+    Faust, whose check for a hole below the acknowledged offsets needs a committed offset,
+    commits past them. Asked of the broker, not of Faust's bookkeeping, which is empty between a
+    revocation and the end of the next recovery. The group's offset is read through Faust's
+    consumer thread (`AIOKafkaConsumerThread._ensure_consumer`, in its loop: `call_thread`); the
+    earliest offset through Faust's `earliest_offsets`.
+    """
+    thread = consumer._thread
+    client = thread._ensure_consumer()
+    committed = await thread.call_thread(
+        client.committed, aiokafka.TopicPartition(tp.topic, tp.partition)
+    )
+    earliest = (await consumer.earliest_offsets(tp))[tp]
+    # A commit older than the log's start (retention) reads from the start too.
+    return max(int(committed or 0), int(earliest))
 
 
 def forget_unacked(consumer: Any, message: Any) -> None:
@@ -205,5 +240,6 @@ __all__ = [
     "read_changelog_again",
     "set_buffer_limit",
     "set_fetch_max_wait",
+    "start_offset",
     "version_warning",
 ]

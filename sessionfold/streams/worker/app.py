@@ -603,6 +603,9 @@ class LocalBackend(FaustBackend):
 #: How long a re-read may take before the consumer is sent back again.
 RETRY_SEEK_S = 2.0
 
+#: How long `ContiguousOffsets` waits for the broker to say where a partition starts.
+START_LOOKUP_S = 10.0
+
 
 class ContiguousOffsets:
     """Lets each partition's records through in offset order, with none left out.
@@ -617,7 +620,9 @@ class ContiguousOffsets:
     acked), the consumer is sent back to the first missing offset, and Faust's gap booking is
     turned off so nothing past the hole is committed before it is read. Records Faust had already
     buffered still arrive after the seek and move its read offset past the hole, so it drops the
-    re-read ones: `retry` (a timer) seeks again until the missing record arrives.
+    re-read ones: `retry` (a timer) seeks again until the missing record arrives. A partition
+    Faust holds no committed offset for (never committed, or at 0) is expected from where the
+    group's reading of it starts, asked of the broker (`_start_of`).
 
     Under exactly_once, transaction markers leave real gaps: then every record is let through
     and Faust's gap booking is kept (`repair=False`).
@@ -630,6 +635,8 @@ class ContiguousOffsets:
         self._generation: int | None = None
         self._next: dict[Any, int] = {}
         self._rewound: dict[Any, tuple[int, float]] = {}
+        #: Per partition without an offset in Faust's books, where the group's reading starts.
+        self._start: dict[Any, int] = {}
 
     async def admit(self, message: Any) -> bool:
         """Whether to process `message` now (False: an earlier record is missing)."""
@@ -645,10 +652,13 @@ class ContiguousOffsets:
             self._generation = generation
             self._next.clear()
             self._rewound.clear()
+            self._start.clear()
         tp, offset = message.tp, message.offset
         expected = self._next.get(tp)
         if expected is None:
             expected = faust_compat.committed_offset(consumer, tp)
+        if expected is None:
+            expected = await self._start_of(tp)
         if expected is not None and offset > expected:
             rewound = self._rewound.get(tp)
             if rewound is None or rewound[0] != expected:
@@ -662,6 +672,35 @@ class ContiguousOffsets:
         self._rewound.pop(tp, None)
         self._next[tp] = offset + 1
         return True
+
+    async def _start_of(self, tp: Any) -> int | None:
+        """Where the group reads `tp` from when Faust books no committed offset for it (never
+        committed, committed at 0, or not yet read back after a rebalance); None if the broker
+        cannot tell (the record is let through, as before).
+
+        Faust drops records it fetched as a recovery ends, and seeks back only the partitions it
+        holds a committed offset for (faust_compat.start_offset): without this, the first record
+        after such a hole passed for the partition's first, and its commit covered the hole (a
+        frozen-worker run lost a session's first 85 events: the worker frozen first had never
+        committed that partition).
+        """
+        start = self._start.get(tp)
+        if start is None:
+            generation = self._generation
+            try:
+                start = await asyncio.wait_for(
+                    faust_compat.start_offset(self.app.consumer, tp), START_LOOKUP_S
+                )
+            except Exception as exc:  # revoked meanwhile, or the broker did not answer
+                log.warning(
+                    "could not read where a partition starts",
+                    extra={"partition": tp.partition, "error": type(exc).__name__},
+                )
+                return None
+            if self.app.consumer_generation_id != generation:
+                return None  # a rebalance meanwhile: the record is from the generation before
+            self._start[tp] = start
+        return start
 
     def reread(self, events: list[Any]) -> None:
         """Treat these records (delivered, never processed) as missing: they are read again,
