@@ -1,8 +1,8 @@
 """Lines as `str.splitlines` reads them, found around one position instead of by splitting.
 
-The fold and the offline models look for the first line of an output that a pattern matches;
-when no match spans a line break, that line is the one around the first match in the whole
-text, and cutting it out around that position costs a few `find`s, not a split of the text.
+The offline summary names the first line of a tool's output that a pattern matches; when no
+match spans a line break, that line is the one around the first match in the whole text, and
+cutting it out around that position costs a few `find`s, not a split of the text.
 """
 
 from __future__ import annotations
