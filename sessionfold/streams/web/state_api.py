@@ -14,8 +14,8 @@ caller's headers: the API token goes along). An unknown session or ref is a 404 
 `error`; a session id or ref longer than `MAX_ID_CHARS` is a 400, refused before it is routed;
 a partition nobody owns yet (a rebalance) is a 503. Every view asks for the API token when the
 worker has one (web/auth.py).
-Reads see a session as of its last committed batch (an interrupted batch's journal is applied
-over the table for the read).
+Reads see a session as of its last committed batch (the writes of a journal an interrupted
+batch left are applied over the table for the read).
 """
 
 from __future__ import annotations
