@@ -3,4 +3,14 @@
 No module is private to it.
 """
 
-__all__ = ["cli", "kafka", "logs", "publishing", "runtime", "tools", "web", "worker"]
+__all__ = [
+    "cli",
+    "kafka",
+    "logs",
+    "private_dirs",
+    "publishing",
+    "runtime",
+    "tools",
+    "web",
+    "worker",
+]

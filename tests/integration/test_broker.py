@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -118,9 +119,15 @@ def test_records_survive_stop_and_start(port_pair: int, tmp_path: Path, topic_pr
     topic = f"{topic_prefix}durable"
     values = [f"record-{i}".encode() for i in range(20)]
     try:
-        code, out, err = _cli("broker", "up", *where)
+        old_umask = os.umask(0o022)  # the broker process inherits it
+        try:
+            code, out, err = _cli("broker", "up", *where)
+        finally:
+            os.umask(old_umask)
         assert code == 0, err
         assert out.strip() == f"127.0.0.1:{port_pair}"
+        # The data dir holds every topic's records: only its owner may enter it.
+        assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
         _create_topic(config.bootstrap, topic)
         _produce(config.bootstrap, topic, values)
 

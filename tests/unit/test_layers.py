@@ -35,6 +35,7 @@ LAYERS: dict[str, tuple[int, int, str]] = {
     "sessionfold.projections.folds": (1, 3, "projections.folds"),
     "sessionfold.ports": (2, 0, "ports"),
     "sessionfold.streams.logs": (3, 0, "streams.logs"),
+    "sessionfold.streams.private_dirs": (3, 0, "streams.private_dirs"),
     "sessionfold.streams.kafka": (4, 0, "streams.kafka"),
     "sessionfold.streams.publishing": (5, 0, "streams.publishing"),
     "sessionfold.streams.runtime": (6, 0, "streams.runtime"),

@@ -41,6 +41,7 @@ from typing import Any
 import orjson
 
 import sessionfold
+from sessionfold.streams.private_dirs import make_private_dirs
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +255,7 @@ def open_below(root: Path, directory: Path) -> int:
     """
     root = Path(os.path.abspath(root))
     parts = Path(os.path.abspath(directory)).relative_to(root).parts
-    _make_directories(root)
+    make_private_dirs(root)
     fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
         for part in parts:
@@ -274,20 +275,6 @@ def open_below(root: Path, directory: Path) -> int:
         os.close(fd)
         raise
     return fd
-
-
-def _make_directories(path: Path) -> None:
-    """Create `path` and its missing parents, each `0700` whatever the umask."""
-    missing = []
-    while not path.is_dir():
-        missing.append(path)
-        if path.parent == path:
-            break
-        path = path.parent
-    for directory in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(directory, 0o700)
-            os.chmod(directory, 0o700)
 
 
 # --- records ------------------------------------------------------------------------------------

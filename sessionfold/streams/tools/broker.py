@@ -59,6 +59,7 @@ from pydantic import (
 
 from sessionfold.streams.kafka.security import PLAINTEXT as PLAINTEXT_SECURITY
 from sessionfold.streams.kafka.security import KafkaSecurity, kafka_python_options
+from sessionfold.streams.private_dirs import make_private_dirs
 
 # 3.9.2 resolved from Maven Central (3.9.1 is the fallback); see deploy/kafka/pom-3.9.xml.
 DEFAULT_KAFKA_VERSION = "3.9.2"
@@ -418,7 +419,7 @@ def _jars_present(config: BrokerConfig) -> bool:
 @contextlib.contextmanager
 def _locked(lock_path: Path) -> Iterator[None]:
     """Hold an exclusive flock: CI and a test session never fetch or start the same thing twice."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(lock_path.parent)
     with lock_path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -642,7 +643,7 @@ def _cluster_id(config: BrokerConfig) -> str:
 def format_storage(config: BrokerConfig, progress: ProgressFn = _noop) -> bool:
     """Format log.dirs for KRaft once. Returns True if it formatted, False if already formatted."""
     java = _require_tool("java")
-    config.home.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(config.home)  # the topics' records: what sessions say
     properties = _render_properties(config)
     if (config.log_dirs / "meta.properties").is_file():
         _check_downgrade(config)
@@ -937,7 +938,7 @@ def start(config: BrokerConfig, progress: ProgressFn = _noop) -> StartResult:
     Fetches jars and formats storage first when needed. Returns once the java process is spawned;
     call `wait_ready()` to wait until it answers.
     """
-    config.home.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(config.home)  # the topics' records: what sessions say
     with _locked(config.home / ".broker.lock"):
         pid = read_pid(config)
         if pid is not None:

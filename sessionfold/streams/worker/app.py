@@ -66,6 +66,7 @@ from sessionfold.streams.kafka.topics import (
     MAX_MESSAGE_BYTES,
     Topics,
 )
+from sessionfold.streams.private_dirs import make_private_dirs
 from sessionfold.streams.runtime.step import Answerer
 from sessionfold.streams.web import auth as web_auth
 from sessionfold.streams.web import state_api
@@ -271,7 +272,7 @@ def make_app(
     `diff_model` ledger pass requests (both offline by default); `step_hook` (tests only) is
     called before each fold step."""
     options = faust_options(settings)
-    Path(options["datadir"]).parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(Path(options["datadir"]))  # the state table: what sessions say
     app = faust.App(settings.faust_id, **options)
     topics = Topics(settings.topic_prefix)
     metrics = create(registry or CollectorRegistry())
