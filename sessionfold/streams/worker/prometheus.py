@@ -97,7 +97,7 @@ def create(registry: CollectorRegistry) -> Metrics:
         ),
         journal_replays=counter(
             "journal_replays",
-            "Journals a crashed worker left behind (outputs maybe unsent) that this one completed.",
+            "Batch journals a crashed worker left behind and this one completed.",
         ),
         requests_resent=counter(
             "requests_resent",
