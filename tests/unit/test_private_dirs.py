@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from collections.abc import Iterator
@@ -40,6 +41,11 @@ def test_every_directory_created_is_the_owners_alone(tmp_path: Path, open_umask:
 def test_a_fold_workers_state_directory_is_private(tmp_path: Path, open_umask: None) -> None:
     """The state table's directory (rocksdb:// stores live in it) is created 0700."""
     settings = WorkerSettings(data_dir=tmp_path / "data", role="fold", store="rocksdb://")
-    make_app(settings)
+    server_log = logging.getLogger("aiohttp.server")
+    filters = list(server_log.filters)
+    try:
+        make_app(settings)
+    finally:
+        server_log.filters[:] = filters  # building an app quiets aiohttp's log, process-wide
     assert _mode(tmp_path / "data") == 0o700
     assert _mode(tmp_path / "data" / settings.faust_id) == 0o700
