@@ -424,15 +424,13 @@ class FaustBackend:
         self, key: str, value: bytes | None, partition: int, generation: int = 0
     ) -> Any:
         """Set (or with None delete) `key` in the store and send it to the changelog."""
-        data = self.table.data
         if value is not None:
             value = right_sized(value)
-        if self._stale(generation):
-            pass  # the changelog only (`forget`)
-        elif value is None:
-            data.pop(key, None)
-        else:
-            data[key] = value
+        if not self._stale(generation):  # a stale write goes to the changelog only (`forget`)
+            if value is None:
+                self.table.data.pop(key, None)
+            else:
+                self.table.data[key] = value
         if self.direct:
             return await self._send(key, value, partition, self.fence.epoch(partition, generation))
         if not self._buffer_sized:
