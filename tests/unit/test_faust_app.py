@@ -136,10 +136,13 @@ class TestOrderedAcks:
         stale: list[str] = []
         generation = [3]
 
+        async def clear(read_in: int) -> bool:
+            return read_in == generation[0]
+
         async def run() -> None:
             loop = asyncio.get_running_loop()
             first, second = loop.create_future(), loop.create_future()
-            acks = OrderedAcks(lambda: generation[0], lambda e: stale.extend(x.name for x in e))
+            acks = OrderedAcks(clear, lambda e: stale.extend(x.name for x in e))
             acks.add(NamedEvent("old", acked), first, generation=3)
             acks.add(NamedEvent("untold", acked), second)
             generation[0] = 4  # a rebalance before the broker confirmed the writes
@@ -618,6 +621,77 @@ class TestStallGuard:
         events = asyncio.run(run())
         assert stale == [0, 1]
         assert not any(event.acked for event in events)
+
+    def run_batch_confirmed_after_a_stall(
+        self, after_stall: Any
+    ) -> tuple[list[Event], list[int], float]:
+        """Commit offsets 0..1, stall 10 s before the broker confirms their writes, then tick
+        the watchdog every 0.5 s of clock; `after_stall(app)` is what the group does meanwhile.
+        Returns the events, those given back, and the clock seconds the acks waited."""
+        stale: list[int] = []
+        clock = Clock()
+        app = GroupApp()
+        guard = StallGuard(app, lease_s=4.0, grace_s=3.0, tick_s=0.001, clock=clock)
+        waited = [0.0]
+
+        class SlowRuntime(FakeRuntime):
+            async def commit(self) -> Any:
+                await super().commit()
+                self.durable: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                return self.durable
+
+        async def run() -> list[Event]:
+            runtime = SlowRuntime()
+            batcher = FoldBatcher(
+                runtime,  # type: ignore[arg-type]
+                limit=2,
+                linger_s=0.0,
+                guard=guard,
+                on_stale=lambda events: stale.extend(e.message.offset for e in events),
+            )
+            events = [Event(offset) for offset in range(2)]
+            for event in events:
+                await batcher.before()
+                await batcher.add(event)
+            batcher.after()
+            await batcher.before()  # the writes are with the producer
+            start = clock.now
+            clock.now += 10.0  # the process is stopped; the writes land after the stall
+            runtime.durable.set_result(None)  # the acks run before the watchdog's next tick
+            after_stall(app)
+            for _ in range(20):
+                await asyncio.sleep(0.002)
+                if not any(event.acked for event in events) and not stale:
+                    waited[0] = clock.now - start
+                clock.now += 0.5
+                guard.tick()
+            return events
+
+        events = asyncio.run(run())
+        return events, stale, waited[0]
+
+    def test_a_batch_confirmed_after_a_stall_is_read_again_when_the_group_moved_on(
+        self,
+    ) -> None:
+        """Writes sent just before a stall land after it, perhaps after the new owner's (the
+        fence leaves them out): once the grace shows the worker was dropped, the records are
+        given back unacked. Acked, a commit the broker takes from the dropped worker (no
+        generation, the group empty) had skipped them: a looped frozen-worker run lost a
+        session's last 12 events so."""
+
+        def revoke(app: Any) -> None:
+            app.rebalancing = True
+
+        events, stale, _waited = self.run_batch_confirmed_after_a_stall(revoke)
+        assert stale == [0, 1]
+        assert not any(event.acked for event in events)
+
+    def test_a_batch_confirmed_after_a_stall_the_group_did_not_notice_is_acked(self) -> None:
+        """With the worker still a member after the grace, the acks only wait for it."""
+        events, stale, waited = self.run_batch_confirmed_after_a_stall(lambda app: None)
+        assert stale == []
+        assert all(event.acked for event in events)
+        assert waited >= 13.0  # the 10 s stall and its 3 s grace
 
     def test_lease_and_grace_follow_the_heartbeat_settings(self) -> None:
         """The lease is the session timeout less two heartbeats; the grace two heartbeats and

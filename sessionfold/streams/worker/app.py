@@ -42,7 +42,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -702,19 +702,13 @@ class ContiguousOffsets:
         return start
 
     def reread(self, events: list[Any]) -> None:
-        """Treat these records (delivered, never processed) as missing: they are read again,
+        """Treat these records (delivered, never acknowledged) as missing: they are read again,
         and they leave Faust's unacked set (`_release`)."""
         for event in events:
             self._release(event.message)
             tp, offset = event.message.tp, event.message.offset
             if tp in self._next:
                 self._next[tp] = min(self._next[tp], offset)
-
-    def release(self, events: list[Any]) -> None:
-        """Take records read before a rebalance out of Faust's unacked set (`_release`); the
-        rebalance reads them again from the committed offsets, so none is expected here."""
-        for event in events:
-            self._release(event.message)
 
     def _release(self, message: Any) -> None:
         """Take a record nobody will ack out of Faust's unacked set (it is read again later).
@@ -778,20 +772,22 @@ class OrderedAcks:
     and a crash then lose it. A write the broker refuses stops the chain: nothing later is
     acknowledged, and the records are read again after a restart.
 
-    Records read in another consumer generation than the one current when their turn comes
-    (`generation` against `current`) go to `on_stale` instead, to be read again: after a
-    rebalance Faust reads each partition again from its committed offset, yet counts an ack of
-    a record read before it (from the lowest acked offset on, while it has no committed offset
-    for the partition), so a late ack could move a commit past records whose writes the
-    changelog's fence leaves out of recoveries.
+    Records whose turn comes when their consumer generation can no longer vouch for their
+    writes (`clear(generation)` false, StallGuard.clear: a stall not yet over its grace, a
+    rebalance begun, or another generation) go to `on_stale` instead, to be read again. Such
+    writes may have reached the changelog after another worker's, and the fence leaves them
+    out of recoveries, while an ack would still let a commit pass the records: Faust counts
+    the ack of a record read before a rebalance, and a worker dropped from the group during a
+    stall commits with no generation, which the broker takes whenever the group is empty (a
+    frozen-worker run lost a session's last 12 events so, both workers having frozen in turn).
     """
 
     def __init__(
         self,
-        current: Callable[[], int] | None = None,
+        clear: Callable[[int], Awaitable[bool]] | None = None,
         on_stale: Callable[[list[Any]], None] = lambda _events: None,
     ) -> None:
-        self.current = current
+        self.clear = clear
         self.on_stale = on_stale
         self._tail: asyncio.Future[None] | None = None
 
@@ -812,9 +808,10 @@ class OrderedAcks:
                 await previous
             except Exception:
                 raise _ChainStopped from None
-        if generation is not None and self.current is not None and self.current() != generation:
+        if generation is not None and self.clear is not None and not await self.clear(generation):
             log.warning(
-                "records read before a rebalance are read again", extra={"records": len(events)}
+                "records confirmed after a stall or a rebalance are read again",
+                extra={"records": len(events)},
             )
             self.on_stale(events)
             return
@@ -944,8 +941,8 @@ class FoldBatcher:
         self.linger_s = linger_s
         self.on_abandon = on_abandon
         self.guard = guard
-        # Acks of a batch read before a rebalance are given up (OrderedAcks): `on_stale`.
-        self.acks = OrderedAcks(None if guard is None else guard.generation, on_stale)
+        # Acks of a batch confirmed after a stall or a rebalance are given up (OrderedAcks).
+        self.acks = OrderedAcks(None if guard is None else guard.clear, on_stale)
         self.abandoned = 0  # batches the guard kept from being committed
         self._generation = 0  # the consumer generation the open batch was read in
         self._events: list[Any] = []
@@ -1075,7 +1072,7 @@ def _add_fold(
             settings.batch_linger_s,
             offsets.reread,
             guard,
-            on_stale=offsets.release,
+            on_stale=offsets.reread,
         )
         try:
             async for event in records.events():
@@ -1088,11 +1085,12 @@ def _add_fold(
 
     async def count_dead_letters(stream: faust.StreamT[bytes]) -> None:
         """Count each session's dead letters into the state table."""
-        acks = OrderedAcks()
+        acks = OrderedAcks(guard.clear, offsets.reread)
         async for event in stream.noack().events():
             if await offsets.admit(event.message):
+                generation = guard.generation()
                 record = _record(event.message)
-                acks.add(event, await runtime.handle_dead_letter(record))
+                acks.add(event, await runtime.handle_dead_letter(record), generation)
 
     async def on_recovered() -> None:
         tracker.rebuild()
