@@ -1,12 +1,15 @@
-"""Backends over a dict for the fold runtime's unit tests: writes land in `live` at once, and
-each returns an acknowledgement the test gives (or has given) itself. Imported by unit tests as
-`backend_fakes` (pytest puts `tests/` on sys.path for its rootdir conftest).
+"""Backends over a dict for the fold runtime's unit tests: writes (and record batches of them)
+land in `live` at once, and each returns an acknowledgement the test gives (or has given) itself.
+Imported by unit tests as `backend_fakes` (pytest puts `tests/` on sys.path for its rootdir
+conftest).
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
+
+from sessionfold.streams.kafka.table_store import Write
 
 
 def acknowledged() -> asyncio.Future[None]:
@@ -37,6 +40,21 @@ class DictBackend:
             self.live[key] = value
         return self.written(key, value)
 
+    async def write_groups(
+        self, groups: list[list[Write]], partition: int, generation: int = 0
+    ) -> Any:
+        writes = [write for group in groups for write in group]
+        for key, value in writes:
+            if value is None:
+                self.live.pop(key, None)
+            else:
+                self.live[key] = value
+        return self.written_groups(writes)
+
     def written(self, key: str, value: bytes | None) -> asyncio.Future[Any]:
         """The acknowledgement of one write, just applied to `live`."""
+        raise NotImplementedError
+
+    def written_groups(self, writes: list[Write]) -> asyncio.Future[Any]:
+        """The acknowledgement of a record batch's writes (groups in order), just applied."""
         raise NotImplementedError

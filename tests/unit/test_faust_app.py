@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from pydantic import ValidationError
 
 from sessionfold.streams.kafka.fence import FENCE_HEADER, Fence
+from sessionfold.streams.kafka.table_store import Write
 from sessionfold.streams.worker import app as faust_app
 from sessionfold.streams.worker.app import (
     ContiguousOffsets,
@@ -305,9 +306,96 @@ class TestFaustBackend:
             await backend.write("s/pr/h", b"1", 2, generation=4)
             fence.admits(3, 0, 57)  # partition 3's changelog was recovered up to epoch 57
             await backend.write("t/pr/h", b"1", 3, generation=5)
-            return table.app.producer.headers
+            groups = [[("u/rt/j", b"[]"), ("u/pr/h", b"1")]]
+            await backend.write_groups(groups, 3, generation=60)
+            producer = table.app.producer
+            return [*producer.headers, *producer._producer.headers]
 
-        assert asyncio.run(run()) == [[(FENCE_HEADER, b"4")], [(FENCE_HEADER, b"58")]]
+        stamp = [(FENCE_HEADER, b"60")]
+        assert asyncio.run(run()) == [
+            [(FENCE_HEADER, b"4")],
+            [(FENCE_HEADER, b"58")],
+            [stamp, stamp],  # the record batch: every record
+        ]
+
+    def test_groups_go_to_the_changelog_as_one_record_batch(self) -> None:
+        """A partition's groups of writes are one record batch (the broker appends it whole),
+        in order; the store has them at once, and once the batch is acknowledged its last
+        record's offset is the persisted offset."""
+
+        async def run() -> tuple[FakeTable, Any, bool]:
+            table = FakeTable()
+            table.data["s/gone"] = b"0"
+            backend = FaustBackend(table, direct=True)  # type: ignore[arg-type]
+            groups = [[("s/rt/j", b"[]"), ("s/pr/h", b"1")], [("s/gone", None)]]
+            ack = await backend.write_groups(groups, 2)
+            waited = ack.done()
+            table.app.producer.pending[0].set_result(Acked("app-state-cl", 2, 7))
+            await ack
+            return table, table.app.producer._producer.batches, waited
+
+        table, batches, waited = asyncio.run(run())
+        assert batches == [
+            ("app-state-cl", 2, [(b"s/rt/j", b"[]"), (b"s/pr/h", b"1"), (b"s/gone", None)])
+        ]
+        assert not waited
+        assert dict(table.data) == {"s/rt/j": b"[]", "s/pr/h": b"1"}
+        assert table.data.persisted == {TP("app-state-cl", 2): 9}
+        assert table.app.producer.sent == []  # no record went one at a time
+
+    @pytest.mark.parametrize("local", [False, True])
+    @pytest.mark.parametrize("groups", [[[("s/pr/h", b"1")]], [[("s/pr/h", b"1"), ("s/h", b"2")]]])
+    def test_a_send_cancelled_while_it_waits_leaves_the_store_as_it_was(
+        self, tmp_path: Path, local: bool, groups: list[list[Write]]
+    ) -> None:
+        """A commit cancelled (its agent stopped) while the producer makes it wait: nothing of
+        it is read back, so redelivered events are folded again rather than skipped as folded
+        with their writes and outputs never sent."""
+
+        async def run() -> tuple[Any, Any]:
+            if local:
+                store = FakeRocksStore(tmp_path, (0,))
+                table: Any = FakeLocalTable(store)
+                backend: Any = faust_app.LocalBackend(table)
+            else:
+                table = FakeTable()
+                backend = FaustBackend(table, direct=True)  # type: ignore[arg-type]
+            table.app.producer.full = asyncio.Event()
+            table.app.producer.full.set()
+            task = asyncio.ensure_future(backend.write_groups(groups, 0))
+            await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            seen = (backend.get("s/pr/h"), backend.keys() if local else table.data)
+            if local:
+                store.close()
+            return seen
+
+        read, keys = asyncio.run(run())
+        assert read is None
+        assert not set(keys)
+
+    def test_groups_too_large_for_one_record_batch_are_split_between_groups(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Packed in order, a group never split: each lands whole."""
+        monkeypatch.setattr(faust_app, "BATCH_RECORD_BYTES", 300)
+        groups = [[(f"s{n}/pr/h", b"x" * 100), (f"s{n}/h", b"y" * 50)] for n in range(3)]
+
+        async def run() -> Any:
+            table = FakeTable()
+            backend = FaustBackend(table, direct=True)  # type: ignore[arg-type]
+            ack = await backend.write_groups(groups, 0)
+            for n, future in enumerate(table.app.producer.pending):
+                future.set_result(Acked("app-state-cl", 0, 10 * n))
+            await ack
+            return table.app.producer._producer.batches
+
+        batches = asyncio.run(run())
+        assert [records for _topic, _partition, records in batches] == [
+            [(k.encode(), v) for k, v in group] for group in groups
+        ]
 
     def test_a_batch_read_before_a_rejoin_writes_the_changelog_only(self) -> None:
         """Emptied at generation 6, the store takes no write of a batch read at generation 3 (a
@@ -774,6 +862,38 @@ class TestLocalBackend:
         assert db[b"s/pr/h"] == b"1"
         assert db.get(b"s/pr/m/1") is None
         assert db[FakeRocksStore.offset_key] == b"7"
+        db.close()
+
+    def test_a_group_reaches_the_store_whole_once_its_batch_is_acknowledged(
+        self, tmp_path: Path
+    ) -> None:
+        """A record batch's writes are read back at once, and enter the partition's store in
+        one RocksDB batch with its last offset as the persisted offset, only when acknowledged:
+        killed before that, the store holds none of them."""
+
+        async def run() -> tuple[list[Any], Any, Any]:
+            store = FakeRocksStore(tmp_path, (0, 2))
+            store._dbs[2][b"s/gone"] = b"0"
+            table = FakeLocalTable(store)
+            backend = faust_app.LocalBackend(table)  # type: ignore[arg-type]
+            groups = [[("s/rt/j", b"[]"), ("s/pr/h", b"1")], [("s/gone", None)]]
+            ack = await backend.write_groups(groups, 2)
+            await asyncio.sleep(0)
+            seen = [backend.get("s/pr/h"), backend.get("s/gone"), backend.unconfirmed]
+            before = dict(store._dbs[2].items())
+            table.app.producer.pending[0].set_result(Acked("app-state-cl", 2, 7))
+            await ack
+            await asyncio.sleep(0)
+            seen.append(backend.unconfirmed)
+            store.close()
+            return seen, before, _rocks(tmp_path / "state-2.db")
+
+        seen, before, db = asyncio.run(run())
+        assert seen == [b"1", None, 3, 0]
+        assert before == {b"s/gone": b"0"}
+        assert db.get(b"s/pr/h") == b"1" and db.get(b"s/rt/j") == b"[]"
+        assert db.get(b"s/gone") is None
+        assert db[FakeRocksStore.offset_key] == b"9"
         db.close()
 
     def test_reads_find_the_key_in_its_partition_and_deletes_wait_for_acks(

@@ -22,7 +22,13 @@ from sessionfold.ports.ledger.model import OfflineModel
 from sessionfold.ports.summarizer import OfflineSummarizer
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.projections.store import Store, key
-from sessionfold.streams.kafka.table_store import Journal, MemoryBackend, Output, journal_key
+from sessionfold.streams.kafka.table_store import (
+    Journal,
+    MemoryBackend,
+    Output,
+    Write,
+    journal_key,
+)
 from sessionfold.streams.kafka.topics import Topics
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
 from sessionfold.streams.runtime.step import Answerer
@@ -38,9 +44,10 @@ BATCH = 4
 class HandAcked(DictBackend):
     """A Backend and a Sender whose writes and sends wait for `ack`; every step is logged.
 
-    `steps` is the order things happened in: ("write", key, value), ("send", output),
-    ("ack",) (everything so far acknowledged) and ("acked", n) (the first n batches'
-    records acknowledged to Faust).
+    `steps` is the order things happened in: ("write", key, value), ("group", writes) (a
+    record batch: its writes land together), ("send", output), ("ack", n) (the first n
+    writes and sends waiting acknowledged) and ("acked", n) (the first n batches' records
+    acknowledged to Faust).
     """
 
     def __init__(self) -> None:
@@ -50,6 +57,10 @@ class HandAcked(DictBackend):
 
     def written(self, key: str, value: bytes | None) -> asyncio.Future[Any]:
         self.steps.append(("write", key, value))
+        return self._waiting()
+
+    def written_groups(self, writes: list[Write]) -> asyncio.Future[Any]:
+        self.steps.append(("group", writes))
         return self._waiting()
 
     async def send(self, output: Output) -> Any:
@@ -191,9 +202,17 @@ def test_a_batch_is_committed_while_the_one_before_waits_for_its_acks(
     for step in hand.steps:
         if step[0] == "send":
             sent_before.add(step[1].value)
-        elif step[0] == "write" and step[1].endswith("/rt/j") and step[2] is not None:
-            carried += len({o.value for o in Journal.decode(step[2]).outputs} & sent_before)
+        for k, value in _writes(step):
+            if k.endswith("/rt/j") and value is not None:
+                carried += len({o.value for o in Journal.decode(value).outputs} & sent_before)
     assert carried > 0
+
+
+def _writes(step: tuple[Any, ...]) -> list[Write]:
+    """The changelog writes of one step (none for a send or an ack)."""
+    if step[0] == "write":
+        return [(step[1], step[2])]
+    return list(step[1]) if step[0] == "group" else []
 
 
 def _crash_at(hand: HandAcked, point: int, lose_unacked_writes: bool) -> tuple[dict, list, int]:
@@ -204,7 +223,7 @@ def _crash_at(hand: HandAcked, point: int, lose_unacked_writes: bool) -> tuple[d
     sent: list[Output] = []
     batches_acked = 0
     for step in hand.steps[:point]:
-        if step[0] in ("write", "send"):
+        if step[0] in ("write", "group", "send"):
             waiting.append(step)
         elif step[0] == "ack":
             acked, waiting = waiting[: step[1]], waiting[step[1] :]
@@ -212,7 +231,7 @@ def _crash_at(hand: HandAcked, point: int, lose_unacked_writes: bool) -> tuple[d
         else:
             batches_acked = step[1]
     if not lose_unacked_writes:
-        _apply(table, [step for step in waiting if step[0] == "write"], [])
+        _apply(table, [step for step in waiting if step[0] != "send"], [])
     return table, sent, batches_acked
 
 
@@ -220,10 +239,11 @@ def _apply(table: dict[str, bytes], steps: list[tuple[Any, ...]], sent: list[Out
     for step in steps:
         if step[0] == "send":
             sent.append(step[1])
-        elif step[2] is None:
-            table.pop(step[1], None)
-        else:
-            table[step[1]] = step[2]
+        for k, value in _writes(step):
+            if value is None:
+                table.pop(k, None)
+            else:
+                table[k] = value
 
 
 def _settle(table: dict[str, bytes], sent: list[Output]) -> None:
@@ -331,3 +351,45 @@ def test_a_worker_whose_group_moved_on_leaves_its_journal(records: list[SourceRe
     left, hand = asyncio.run(run())
     assert left
     assert hand.live == expected_table
+
+
+def test_a_journal_left_open_is_replaced_by_the_next_batch_without_outputs(
+    records: list[SourceRecord],
+) -> None:
+    """A journal a rebalance kept from being deleted is replaced (and then deleted) by the
+    session's next batch even when that batch sends nothing: left in place, it would be replayed
+    by whoever next owns the session, with outputs older than the session's state."""
+
+    async def run() -> tuple[bool, bool]:
+        hand = HandAcked()
+        runtime = _runtime(hand, hand.send)
+        lease = Lease()
+        runtime.lease = lease
+        pending = iter(records)
+        left = False
+        for record in pending:  # one record a batch, until a journal is left behind
+            await runtime.fold(record)
+            sends = sum(s[0] == "send" for s in hand.steps)
+            durable = await runtime.commit()
+            if sum(s[0] == "send" for s in hand.steps) > sends:
+                lease.current += 1  # a rebalance, before the broker acknowledged the outputs
+            await hand.ack()
+            await durable
+            left = any(k.endswith("/rt/j") for k in hand.live)
+            if left:
+                break
+        for record in pending:  # then the next batch that writes and sends nothing
+            await runtime.fold(record)
+            sends = sum(s[0] == "send" for s in hand.steps)
+            writes = len(hand.steps)
+            durable = await runtime.commit()
+            await hand.ack()
+            await durable
+            quiet = sum(s[0] == "send" for s in hand.steps) == sends
+            if quiet and len(hand.steps) > writes:
+                return left, any(k.endswith("/rt/j") for k in hand.live)
+        return left, True
+
+    left, still_there = asyncio.run(run())
+    assert left
+    assert not still_there

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import faust
 import orjson
 import pytest
 from kafka_steps import SESSION_EVENTS, StepCluster, fold_file
@@ -16,6 +17,7 @@ from sessionfold.projections.store import DictStore
 from sessionfold.streams.kafka.table_store import offset_key
 from sessionfold.streams.runtime.embedded import fold_files
 from sessionfold.streams.tools.synthetic import generate_session, write_session
+from sessionfold.streams.web import state_api
 from sessionfold.streams.web.state_api import (
     MAX_ID_CHARS,
     RefLocation,
@@ -151,3 +153,13 @@ def test_ids_longer_than_the_limit_are_too_long() -> None:
     assert too_long("s" * (MAX_ID_CHARS + 1))
     assert too_long("s", "t" * (MAX_ID_CHARS + 1))
     assert not too_long("s", "t1")
+
+
+def test_reads_wait_while_the_table_is_recovered() -> None:
+    """While the worker rebuilds its table (a half-applied group may be in it) every read is a
+    503 naming the session; none once the recovery is done."""
+    app = faust.App("state-api-recovering", broker="kafka://127.0.0.1:1", autodiscover=False)
+    app.in_recovery = True
+    assert state_api.recovering(app, "s1") == {"error": "recovering", "session_id": "s1"}
+    app.in_recovery = False
+    assert state_api.recovering(app, "s1") is None

@@ -17,10 +17,11 @@ from typing import Any
 import aiokafka
 import faust
 from aiokafka.consumer.fetcher import Fetcher
+from aiokafka.producer.message_accumulator import BatchBuilder, MessageAccumulator
 from faust.stores.rocksdb import Store as RocksStore
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import Consumer, ThreadDelegateConsumer
-from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Producer
 from faust.transport.producer import ProducerBuffer
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,15 @@ def missing_internals() -> list[str]:
         "faust Recovery.active_offsets": "active_offsets" in _annotations(Recovery)
         and "standby_offsets" in _annotations(Recovery)
         and callable(getattr(Recovery, "revoke", None)),
+        "faust aiokafka Producer._producer": "_producer" in _annotations(Producer),
+        "aiokafka MessageAccumulator._compression_type": "self._compression_type ="
+        in inspect.getsource(MessageAccumulator.__init__),
+        "aiokafka AIOKafkaProducer._message_accumulator": "self._message_accumulator ="
+        in inspect.getsource(aiokafka.AIOKafkaProducer.__init__),
+        "aiokafka BatchBuilder(batch_size, compression_type)": list(
+            inspect.signature(BatchBuilder.__init__).parameters
+        )[1:3]
+        == ["batch_size", "compression_type"],
     }
     return [name for name, present in checks.items() if not present]
 
@@ -208,6 +218,26 @@ def read_changelog_again(app: Any, topic: str) -> None:
             recovery.revoke(tp)
 
 
+def aiokafka_producer(app: Any) -> Any:
+    """The aiokafka producer under a started Faust app's producer (`Producer._producer`).
+
+    Faust's Producer sends one record at a time; aiokafka's `send_batch` (public) appends a
+    whole record batch, which the broker writes to the log as one unit.
+    """
+    return app.producer._producer
+
+
+def record_batch(producer: Any, max_bytes: int) -> Any:
+    """An empty aiokafka `BatchBuilder` of up to `max_bytes`, compressed as `producer` compresses.
+
+    `AIOKafkaProducer.create_batch` sizes it by the producer's batch size, which also bounds the
+    batches of every topic its single records go to; a changelog batch may be larger. The codec
+    is the accumulator's (`MessageAccumulator._compression_type`). Not transactional: only the
+    at-least-once path sends batches.
+    """
+    return BatchBuilder(max_bytes, producer._message_accumulator._compression_type)
+
+
 class RawKeyTable(faust.Table):
     """A Faust table whose str keys go to the changelog as plain UTF-8, not JSON-quoted.
 
@@ -230,6 +260,7 @@ __all__ = [
     "TESTED_FAUST",
     "RawKeyTable",
     "UpstreamChanged",
+    "aiokafka_producer",
     "check_upstream",
     "committed_offset",
     "disable_gap_booking",
@@ -238,6 +269,7 @@ __all__ = [
     "partition_dbs",
     "persisted_offset_key",
     "read_changelog_again",
+    "record_batch",
     "set_buffer_limit",
     "set_fetch_max_wait",
     "start_offset",

@@ -1,25 +1,31 @@
-"""The fold's state table, and the journal that makes one event's writes atomic and durable.
+"""The fold's state table, and the journal that keeps a batch's outputs until the broker has them.
 
 The table maps string keys (`key(session_id, ...)`, e.g. `sid/pr/h`) to the orjson bytes of a
 JSON-ready value. Every write is one record on the table's changelog, so an event that writes five
-keys is five records, and a worker killed between two of them would leave a state that is neither
-before nor after the event; and an output (a flush request) lost in the same crash would never be
-sent again, since redelivery skips an event whose sequence number the head record already holds.
+keys is five records. A worker killed between two of them would leave a state that is neither
+before nor after the event, so the runtime hands a session's writes over a batch to the Backend as
+one group (`write_groups`), and a group lands in the changelog whole or not at all: a Kafka record
+batch is appended to a partition's log as a unit, and `FaustBackend` sends every group (and as
+many groups of the same partition as fit) as one record batch.
 
-So the fold writes into a `WriteSet` (reads fall through to the table, or to the writes of the
-records before it in the same batch: `Pending`), and the runtime commits a batch per session as
-a `Journal`: first the session's whole effect over the batch, writes (each key once, its last
-value) and outputs, as one changelog record under `sid/rt/j`; then the keys; then the outputs;
-and once the broker has acknowledged the outputs, the journal is deleted. A journal still there
-when the next record of its session arrives (a crash came between) is replayed: its writes are
-absolute values and its outputs are answered idempotently downstream, so doing it twice is
-harmless; the batch's records, not acknowledged yet, are redelivered and ignored by sequence
-number (a compaction by its request id). The next batch is folded while the outputs are on their
-way (worker/agents.py, `FoldRuntime.commit`): a session's next journal then carries the earlier
-one's unacknowledged outputs, and only the session's latest journal is deleted. Runtime rows other
-than the journal live under `sid/rt/` too: log positions (`o/<seq>`), the dead-letter count (`dl`)
-and each outstanding request as sent (`rq/<fold>`, so a recovered worker can send it again:
-worker/agents.py, `outstanding_requests`).
+The fold writes into a `WriteSet` (reads fall through to the table, or to the writes of the
+records before it in the same batch: `Pending`), and the runtime commits a batch per session:
+the session's keys (each once, its last value) in one group, and then its outputs (flush
+requests, ledger pass requests, flush-metrics, on other topics). An output lost in a crash would
+never be sent again, since redelivery skips an event whose sequence number the head record
+already holds; so a session with outputs also gets a `Journal`, one changelog record under
+`sid/rt/j` holding them, written in the same group as the keys (and so does each later batch of
+the session while its journal is open, replacing it). Once the broker has acknowledged
+the outputs, the journal is deleted. A journal still there when the next record of its session
+arrives (a crash came between) is replayed: its outputs are answered idempotently downstream, so
+sending them twice is harmless. The next batch is folded while the outputs are on their way
+(worker/agents.py, `FoldRuntime.commit`): a session's next journal then carries the earlier one's
+unacknowledged outputs, and only the session's latest journal is deleted. A journal may also hold
+writes (puts and deletes, absolute values: replaying them is repeatable); this version writes
+none, and replays those of journals an earlier one left. Runtime rows other than the journal live
+under `sid/rt/` too: log positions (`o/<seq>`), the dead-letter count (`dl`) and each outstanding
+request as sent (`rq/<fold>`, so a recovered worker can send it again: worker/agents.py,
+`outstanding_requests`).
 
 A `Backend` returns an acknowledgement for every write; the runtime acknowledges a batch's source
 records to Faust only when all of them (and its outputs) are acknowledged, so an offset is never
@@ -29,13 +35,16 @@ committed ahead of the state it produced.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable, MutableMapping
+from collections.abc import Awaitable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
 
 from sessionfold.projections.store import key
+
+#: One key's write: its value, or None to delete it.
+Write = tuple[str, bytes | None]
 
 
 class Backend(Protocol):
@@ -59,6 +68,15 @@ class Backend(Protocol):
         """
         ...
 
+    async def write_groups(
+        self, groups: Sequence[Sequence[Write]], partition: int, generation: int = 0
+    ) -> Awaitable[Any]:
+        """Apply `groups` in order, each whole or not at all; the acknowledgement of them all.
+
+        `generation` is as for `write`.
+        """
+        ...
+
 
 class MemoryBackend:
     """A Backend over a plain mapping, acknowledged at once (tests, tools)."""
@@ -78,13 +96,31 @@ class MemoryBackend:
         self, key: str, value: bytes | None, partition: int, generation: int = 0
     ) -> Awaitable[Any]:
         """Set or delete `key` now."""
+        self._apply(key, value)
+        return _done()
+
+    async def write_groups(
+        self, groups: Sequence[Sequence[Write]], partition: int, generation: int = 0
+    ) -> Awaitable[Any]:
+        """Apply every group now, each with one `update` of the mapping (then its deletes)."""
+        for group in groups:
+            last = dict(group)  # a key's last write in the group wins, as in the changelog
+            self.data.update({k: right_sized(v) for k, v in last.items() if v is not None})
+            for k in [k for k, v in last.items() if v is None]:
+                self.data.pop(k, None)
+        return _done()
+
+    def _apply(self, key: str, value: bytes | None) -> None:
         if value is None:
             self.data.pop(key, None)
         else:
             self.data[key] = right_sized(value)
-        done = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
+
+
+def _done() -> asyncio.Future[None]:
+    done = asyncio.get_running_loop().create_future()
+    done.set_result(None)
+    return done
 
 
 def right_sized(value: bytes) -> bytes:
@@ -230,11 +266,6 @@ class Journal:
         """Whether the event changed and sent nothing."""
         return not (self.puts or self.deletes or self.outputs)
 
-    @property
-    def atomic(self) -> bool:
-        """Whether applying it takes one changelog record at most (no journal needed)."""
-        return len(self.puts) + len(self.deletes) <= 1 and not self.outputs
-
     def encode(self) -> bytes:
         """The journal record: values embedded as they will be written (no re-encoding)."""
         return orjson.dumps(
@@ -264,15 +295,35 @@ def _bytes(text: str | None) -> bytes | None:
     return None if text is None else text.encode()
 
 
-async def write_keys(
-    table: Backend, journal: Journal, partition: int, generation: int = 0
-) -> list[Awaitable[Any]]:
-    """Apply a journal's writes and deletes (absolute values: repeatable); their acks."""
-    acks = [await table.write(k, value, partition, generation) for k, value in journal.puts]
-    for k in journal.deletes:
-        if table.get(k) is not None:
-            acks.append(await table.write(k, None, partition, generation))
-    return acks
+def key_writes(table: Backend, journal: Journal) -> list[Write]:
+    """A journal's puts, and its deletes of keys the table holds (absolute values: repeatable)."""
+    writes: list[Write] = list(journal.puts)
+    writes += [(k, None) for k in journal.deletes if table.get(k) is not None]
+    return writes
+
+
+#: Bytes a record adds to a record batch besides its key and value, at most (varints, headers).
+RECORD_OVERHEAD = 64
+
+
+def record_batches(groups: Sequence[Sequence[Write]], limit: int) -> list[list[Write]]:
+    """`groups` packed in order into record batches of at most `limit` bytes, no group split.
+
+    A group larger than `limit` alone is a batch of its own (the broker then refuses it whole).
+    """
+    batches: list[list[Write]] = []
+    current: list[Write] = []
+    size = 0
+    for group in groups:
+        group_size = sum(len(k.encode()) + len(v or b"") + RECORD_OVERHEAD for k, v in group)
+        if current and size + group_size > limit:
+            batches.append(current)
+            current, size = [], 0
+        current += group
+        size += group_size
+    if current:
+        batches.append(current)
+    return batches
 
 
 def open_journal(table: Backend, session_id: str) -> Journal | None:

@@ -12,16 +12,19 @@ Every view is routed by Faust's `table_route` on the session id, so any fold wor
 the one that owns the session's partition answers (Faust proxies the request to it, with the
 caller's headers: the API token goes along). An unknown session or ref is a 404 with a JSON
 `error`; a session id or ref longer than `MAX_ID_CHARS` is a 400, refused before it is routed;
-a partition nobody owns yet (a rebalance) is a 503. Every view asks for the API token when the
+a partition nobody owns yet (a rebalance) is a 503, and so is any read while the owner rebuilds
+its table from the changelog (`recovering`). Every view asks for the API token when the
 worker has one (web/auth.py).
-Reads see a session as of its last committed batch (an interrupted batch's journal is applied
-over the table for the read).
+Reads see a session as of its last committed batch (the writes of a journal an interrupted
+batch left are applied over the table for the read).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +44,9 @@ from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.kafka.table_store import Backend, dead_letter_key, offset_key, read_view
 from sessionfold.streams.kafka.topics import Topics
 from sessionfold.streams.runtime import step
+
+#: A state view as registered (view, request, the session id, the path's other parts).
+Handler = Callable[..., Awaitable[Response]]
 
 #: How long a ref read waits for its record.
 READ_TIMEOUT_S = 10.0
@@ -164,6 +170,19 @@ def ref_document(location: RefLocation, value: bytes | None, topic: str) -> dict
     }
 
 
+def recovering(app: Any, session_id: str) -> dict[str, Any] | None:
+    """The 503 body while the worker rebuilds its table from the changelog, else None.
+
+    Recovery applies the changelog in Faust's chunks (`recovery_buffer_size` records), not in
+    the groups the fold wrote whole: in between, a session's head can count rows not applied
+    yet, and its document would be half of two states (a frozen-worker run read one and the
+    view raised).
+    """
+    if not app.in_recovery:
+        return None
+    return {"error": "recovering", "session_id": session_id}
+
+
 def too_long(*ids: str) -> bool:
     """Whether any of the ids is longer than the API accepts."""
     return any(len(value) > MAX_ID_CHARS for value in ids)
@@ -182,6 +201,7 @@ def register(
     """Add the state views to a fold worker's web server (`table` routes, `state` answers)."""
 
     @app.table_route(table=table, match_info="session_id")
+    @_unless_recovering(app)
     async def session(view: View, request: Request, session_id: str) -> Response:
         document = session_document(read_view(state, session_id), session_id, config, ledger)
         if document is None:
@@ -189,6 +209,7 @@ def register(
         return _json(view, document)
 
     @app.table_route(table=table, match_info="session_id")
+    @_unless_recovering(app)
     async def flushes(view: View, request: Request, session_id: str) -> Response:
         document = flushes_document(read_view(state, session_id), session_id)
         if document is None:
@@ -196,6 +217,7 @@ def register(
         return _json(view, document)
 
     @app.table_route(table=table, match_info="session_id")
+    @_unless_recovering(app)
     async def original(view: View, request: Request, session_id: str, ref: str) -> Response:
         location = locate_ref(read_view(state, session_id), session_id, ref)
         if isinstance(location, str):
@@ -237,6 +259,23 @@ def register(
     app.page("/sessions/{session_id}", name="session")(Session)
     app.page("/sessions/{session_id}/flushes", name="session-flushes")(Flushes)
     app.page("/sessions/{session_id}/refs/{ref}", name="session-ref")(Ref)
+
+
+def _unless_recovering(app: Any) -> Callable[[Handler], Handler]:
+    """A view (run where the session's partition is) that answers 503 while the table is
+    recovered (`recovering`)."""
+
+    def wrap(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        async def guarded(view: View, request: Request, session_id: str, *args: Any) -> Response:
+            busy = recovering(app, session_id)
+            if busy is not None:
+                return _json(view, busy, 503)
+            return await handler(view, request, session_id, *args)
+
+        return guarded
+
+    return wrap
 
 
 def _too_long(view: View) -> Response:

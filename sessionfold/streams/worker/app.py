@@ -42,7 +42,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,7 +59,7 @@ from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.streams.kafka import faust_compat
 from sessionfold.streams.kafka.fence import FENCE_HEADER, Fence, decode_epoch, encode_epoch
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity, faust_credentials
-from sessionfold.streams.kafka.table_store import Output, right_sized
+from sessionfold.streams.kafka.table_store import Output, Write, record_batches, right_sized
 from sessionfold.streams.kafka.topics import (
     DEFAULT_PARTITIONS,
     DEFAULT_PREFIX,
@@ -83,10 +83,15 @@ log = logging.getLogger(__name__)
 
 Role = Literal["fold", "summarize", "all"]
 
-#: Largest record the worker produces: a journal holds a batch's writes, and one event's writes
-#: can hold the whole event (the flush barrier keeps held envelopes as rows), which may be as
-#: large as session-events allows; 8 MiB more leaves room for the rest of the batch.
+#: Largest record (and record batch) the worker produces: a session's writes over a batch are
+#: one record batch, and one event's writes can hold the whole event (the flush barrier keeps
+#: held envelopes as rows), which may be as large as session-events allows; 8 MiB more leaves
+#: room for the rest of the batch.
 MAX_RECORD_BYTES = MAX_MESSAGE_BYTES + 8 * 1024 * 1024
+
+#: Bytes of groups packed into one changelog record batch: a record batch is one record for the
+#: broker's size limit; 1 MiB under it leaves room for the estimate's error.
+BATCH_RECORD_BYTES = MAX_RECORD_BYTES - 1024 * 1024
 
 
 class WorkerSettings(BaseModel):
@@ -363,6 +368,10 @@ class StateTable(faust_compat.RawKeyTable):
             self.on_applied({r.message.partition: r.message.offset for r in records})
 
 
+class RecordBatchFull(RuntimeError):
+    """Writes that must land together do not fit in one changelog record batch."""
+
+
 class FaustBackend:
     """The state table as a Backend: reads from its store, every write sent to its changelog.
 
@@ -380,6 +389,12 @@ class FaustBackend:
     rocksdb store, with the store's writes), and it carries the fence's epoch (kafka/fence.py).
     Under exactly_once writes keep `send_changelog`, which Faust ties to its transactions (and
     whose transactional producer fences a stalled worker: no epoch).
+
+    A batch's groups of writes (`write_groups`) go the same way but as whole record batches
+    (aiokafka's `send_batch`), as many groups of the partition in one as fit in a record: the
+    broker appends a record batch to the log as one unit, so a group is in the changelog whole
+    or not at all, and the producer's per-record work (a future, a callback, a metadata check
+    per record) is paid once per batch.
     """
 
     #: Changelog records Faust may queue before it pauses the streams to drain them (its default,
@@ -424,6 +439,8 @@ class FaustBackend:
         self, key: str, value: bytes | None, partition: int, generation: int = 0
     ) -> Any:
         """Set (or with None delete) `key` in the store and send it to the changelog."""
+        if self.direct:
+            return await self._send([(key, value)], partition, generation)
         if value is not None:
             value = right_sized(value)
         if not self._stale(generation):  # a stale write goes to the changelog only (`forget`)
@@ -431,8 +448,6 @@ class FaustBackend:
                 self.table.data.pop(key, None)
             else:
                 self.table.data[key] = value
-        if self.direct:
-            return await self._send(key, value, partition, self.fence.epoch(partition, generation))
         if not self._buffer_sized:
             faust_compat.set_buffer_limit(self.table.app.producer, self.BUFFER_RECORDS)
             self._buffer_sized = True
@@ -440,23 +455,78 @@ class FaustBackend:
             return self.table.send_changelog(partition, key, None, value_serializer="raw")
         return self.table.send_changelog(partition, key, value)
 
+    async def write_groups(
+        self, groups: Sequence[Sequence[Write]], partition: int, generation: int = 0
+    ) -> Any:
+        """Set (or delete) every key of `groups` in the store; one acknowledgement for all."""
+        if not self.direct:
+            # Faust's transaction, not a record batch, makes them atomic (exactly_once).
+            sent = [await self.write(k, v, partition) for group in groups for k, v in group]
+            return asyncio.gather(*sent)
+        batches = record_batches(groups, BATCH_RECORD_BYTES)
+        sends = [await self._send(writes, partition, generation) for writes in batches]
+        return asyncio.gather(*sends)
+
     async def _send(
-        self, key: str, value: bytes | None, partition: int, epoch: int
+        self, writes: Sequence[Write], partition: int, generation: int
     ) -> asyncio.Future[Any]:
+        """Send `writes` to the changelog (one record alone, more as one record batch) and put
+        them in the store once the producer holds them; resolves once they are written.
+
+        Sending may wait (aiokafka queues one batch per partition at a time), and a commit
+        cancelled or failing there must leave the store as it was: a store ahead of the
+        changelog would count redelivered events as folded whose writes and outputs no broker
+        ever got.
+        """
         if self._topic is None:
             self._topic = self.table.changelog_topic.get_topic_name()
-        producer = self.table.app.producer
+        epoch = self.fence.epoch(partition, generation)
         headers = [(FENCE_HEADER, encode_epoch(epoch))]
-        sent = asyncio.ensure_future(
-            await producer.send(self._topic, key.encode(), value, partition, None, headers)
-        )
-        sent.add_done_callback(self._persisted)
+        if len(writes) == 1:
+            key, value = writes[0]
+            send = self.table.app.producer.send(
+                self._topic, key.encode(), value, partition, None, headers
+            )
+        else:
+            send = self._send_batch(writes, partition, headers)
+        sent = asyncio.ensure_future(await send)
+        self._queued(writes, sent, epoch, self._stale(generation))
         return sent
 
-    def _persisted(self, sent: asyncio.Future[Any]) -> None:
+    def _send_batch(
+        self, writes: Sequence[Write], partition: int, headers: list[tuple[str, bytes]]
+    ) -> Awaitable[Any]:
+        """aiokafka's send of `writes` as one record batch (the broker appends it whole)."""
+        producer = faust_compat.aiokafka_producer(self.table.app)
+        batch = faust_compat.record_batch(producer, MAX_RECORD_BYTES)
+        for key, value in writes:
+            appended = batch.append(timestamp=None, key=key.encode(), value=value, headers=headers)
+            if appended is None:
+                # A group outgrew a record (one session's batch of writes): the agent stops.
+                msg = f"{len(writes)} writes do not fit in one changelog record batch"
+                raise RecordBatchFull(msg)
+        batch.close()
+        return producer.send_batch(batch, self._topic, partition=partition)
+
+    def _queued(
+        self, writes: Sequence[Write], sent: asyncio.Future[Any], epoch: int, stale: bool
+    ) -> None:
+        """`writes` are in the producer's queue: into the store now (each value right-sized:
+        table_store.py), unless `stale` (`forget`), and once acknowledged their last offset is
+        the store's persisted offset."""
+        data = self.table.data
+        for key, value in [] if stale else writes:
+            if value is None:
+                data.pop(key, None)
+            else:
+                data[key] = right_sized(value)
+        sent.add_done_callback(lambda done: self._persisted(writes, done))
+
+    def _persisted(self, writes: Sequence[Write], sent: asyncio.Future[Any]) -> None:
         if not sent.cancelled() and sent.exception() is None:
-            metadata = sent.result()
-            self.table.data.set_persisted_offset(metadata.topic_partition, metadata.offset)
+            metadata = sent.result()  # a record batch's: its first offset
+            last = metadata.offset + len(writes) - 1
+            self.table.data.set_persisted_offset(metadata.topic_partition, last)
 
 
 class LocalBackend(FaustBackend):
@@ -535,44 +605,49 @@ class LocalBackend(FaustBackend):
         self.fence.forget()
         self._stale_below = generation
 
-    async def write(
-        self, key: str, value: bytes | None, partition: int, generation: int = 0
-    ) -> Any:
-        """Send `key` to the changelog; the store gets it once the broker has it."""
-        epoch = self.fence.epoch(partition, generation)
-        if self._stale(generation):
-            return await self._send(key, value, partition, epoch)  # the changelog only
-        self._serial += 1
-        serial = self._serial
-        self._unconfirmed[key] = (serial, value)
-        sent = await self._send(key, value, partition, epoch)
-        sent.add_done_callback(lambda done: self._confirmed(key, value, serial, epoch, done))
-        return sent
-
-    def _persisted(self, sent: asyncio.Future[Any]) -> None:
-        """The persisted offset moves with the store's writes (`_confirmed`), never alone."""
+    def _queued(
+        self, writes: Sequence[Write], sent: asyncio.Future[Any], epoch: int, stale: bool
+    ) -> None:
+        """`writes` are in the producer's queue: read from `_unconfirmed` until acknowledged,
+        then into the store (`_confirmed`); `stale` ones (`forget`) never."""
+        if stale:
+            return
+        serials = []
+        for key, value in writes:
+            self._serial += 1
+            self._unconfirmed[key] = (self._serial, value)
+            serials.append(self._serial)
+        sent.add_done_callback(lambda done: self._confirmed(writes, serials, epoch, done))
 
     def _confirmed(
-        self, key: str, value: bytes | None, serial: int, epoch: int, sent: asyncio.Future[Any]
+        self,
+        writes: Sequence[Write],
+        serials: Sequence[int],
+        epoch: int,
+        sent: asyncio.Future[Any],
     ) -> None:
-        if sent.cancelled() or sent.exception() is not None or serial <= self._forgotten:
+        """`writes` (one record, or one record batch from its first offset) are in: into the
+        store, with their last offset as the persisted offset, in one RocksDB write."""
+        if sent.cancelled() or sent.exception() is not None or serials[-1] <= self._forgotten:
             return
         metadata = sent.result()
         store = self.table.data
         db = faust_compat.partition_dbs(store).get(metadata.topic_partition.partition)
         if db is not None:
             batch = rocksdict.WriteBatch(raw_mode=True)
-            if value is None:
-                batch.delete(key.encode())
-            else:
-                batch.put(key.encode(), value)
+            for key, value in writes:
+                if value is None:
+                    batch.delete(key.encode())
+                else:
+                    batch.put(key.encode(), value)
             partition = metadata.topic_partition.partition
             self.fence.kept(partition, epoch)
-            self._put_position(batch, partition, metadata.offset)
+            self._put_position(batch, partition, metadata.offset + len(writes) - 1)
             db.write(batch)
-        held = self._unconfirmed.get(key)
-        if held is not None and held[0] == serial:
-            del self._unconfirmed[key]
+        for (key, _value), serial in zip(writes, serials, strict=True):
+            held = self._unconfirmed.get(key)
+            if held is not None and held[0] == serial:
+                del self._unconfirmed[key]
 
     def _kept_fence(self, partition: int) -> int | None:
         """The highest fence epoch `partition`'s store keeps, or None."""

@@ -97,7 +97,7 @@ def create(registry: CollectorRegistry) -> Metrics:
         ),
         journal_replays=counter(
             "journal_replays",
-            "Batch journals a crashed worker left behind and this one completed.",
+            "Journals a crashed worker left behind (outputs maybe unsent) that this one completed.",
         ),
         requests_resent=counter(
             "requests_resent",
