@@ -77,6 +77,7 @@ def test_requests_answered_while_a_frozen_fold_worker_loses_its_partitions(
         freezes = _resume_frozen(folds)
         assert freezes >= 1, "no fold worker reached the freeze point"
         wait_converged(workers, folds[1].url, expected, timeout=240)
+        assert _missing(folds) == 0  # no session's events jumped a hole on the way
         for worker in folds:
             worker.stop()
         for worker in folds:
@@ -84,10 +85,16 @@ def test_requests_answered_while_a_frozen_fold_worker_loses_its_partitions(
         for worker in folds:
             worker.wait_web()
         wait_converged(workers, folds[0].url, expected, timeout=180)
+        assert _missing(folds) == 0
     finally:
         for worker in workers:
             worker.resume()
             worker.stop()
+
+
+def _missing(folds: list[WorkerProcess]) -> float:
+    """Session events the fold workers skipped past since they started (a loss)."""
+    return sum(metric_sum(w.metrics(), "sessionfold_events_missing_total") for w in folds)
 
 
 def _resume_frozen(folds: list[WorkerProcess]) -> int:

@@ -179,6 +179,7 @@ def test_one_worker_of_all_roles_equals_embedded(
         assert embedded.ledger_passes == 2  # before-compaction.jsonl's two pi compactions
         assert metric(samples, "sessionfold_events_folded_total", kind="entry") == published + 1
         assert metric_sum(samples, "sessionfold_events_duplicate_total") == 0
+        assert metric_sum(samples, "sessionfold_events_missing_total") == 0
         for trigger, count in embedded.flush_requests.items():
             assert metric(samples, "sessionfold_flush_requests_total", trigger=trigger) == count
         assert metric_sum(samples, "sessionfold_flush_requests_total") == requests

@@ -37,6 +37,7 @@ from sessionfold.streams.worker.agents import (
     dead_letter_value,
     fold_record,
     observe_answer,
+    observe_fold,
     outstanding_requests,
     read_request_record,
     request_fold,
@@ -191,3 +192,22 @@ def test_answers_are_counted_by_outcome_and_batch(cluster: StepCluster) -> None:
     )
     pruning = [a for a in answers if isinstance(a, PruningCompactionEnvelope)]
     assert batches == sum(len(a.payload.results) for a in pruning) > 0
+
+
+def test_a_hole_in_a_sessions_sequence_numbers_is_counted_as_missing(session_path: Path) -> None:
+    """Events a session's state never got (seq 5 to 7 here) are counted once, by how many; the
+    events on either side of the hole and a redelivery count none."""
+    envelopes = [e for e in read_session_file(session_path) if e.seq not in (5, 6, 7)]
+    store = DictStore()
+    registry = CollectorRegistry()
+    metrics = create(registry)
+    missing = []
+    for offset, envelope in enumerate([*envelopes, envelopes[3]]):  # the last one redelivered
+        key = envelope.session_id.encode()
+        record = SourceRecord(SESSION_EVENTS, 0, offset, key, encode(envelope))
+        result = fold_record(store, record, DEFAULT_CONFIG)
+        observe_fold(metrics, result)
+        missing.append(result.missing)
+    assert missing[3:5] == [0, 3]  # seq 4 folded, then seq 8
+    assert sum(missing) == 3
+    assert registry.get_sample_value("sessionfold_events_missing_total") == 3

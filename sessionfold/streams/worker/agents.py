@@ -108,6 +108,7 @@ class FoldResult:
 
     kind: str | None = None
     fresh: bool = False  # a session event above the session's last sequence number
+    missing: int = 0  # sequence numbers between the session's last and this event's
     compaction: str | None = None  # applied, ignored, ledger, unreadable
     outputs: list[Any] = field(default_factory=list)
     fault: Fault | None = None
@@ -152,16 +153,19 @@ def fold_record(
         return FoldResult(fault=Fault("unexpected-kind", f"{envelope.kind.value} is not folded"))
     session_id = envelope.session_id
     # A World snapshot is unsequenced (it carries the seq it follows): the ledger decides.
-    fresh = (
-        envelope.kind == Kind.WORLD or envelope.seq > pruning.load_head(store, session_id)["seq"]
-    )
+    world = envelope.kind == Kind.WORLD
+    last = pruning.load_head(store, session_id)["seq"]
+    fresh = world or envelope.seq > last
+    # The reader numbers a session's entries without holes (a dead letter keeps its number as a
+    # placeholder): a jump is events this state never got, lost or past the topic's retention.
+    missing = 0 if world or not fresh else envelope.seq - last - 1
     if fresh and _is_tool_result(envelope):
         # Where the original sits, so a ref can be read back (the index points at the seq).
         position = {"p": record.partition, "o": record.offset}
         store.put(offset_key(session_id, envelope.seq), position)
     outputs = fold_step(store, envelope, config, ledger)
     keep_requests(store, session_id, outputs)
-    return FoldResult(kind=envelope.kind.value, fresh=fresh, outputs=outputs)
+    return FoldResult(kind=envelope.kind.value, fresh=fresh, missing=missing, outputs=outputs)
 
 
 # --- outstanding requests, kept so a recovered worker can send them again ---------------------
@@ -359,6 +363,8 @@ def observe_fold(metrics: Metrics, result: FoldResult) -> None:
     elif result.kind is not None:
         counter = metrics.events_folded if result.fresh else metrics.events_duplicate
         counter.labels(kind=result.kind).inc()
+        if result.missing:
+            metrics.events_missing.inc(result.missing)
     for envelope in result.outputs:
         payload = envelope.payload
         if isinstance(envelope, FlushRequestEnvelope):
@@ -737,6 +743,11 @@ class FoldRuntime:
             raise
         for result, session_id, partition in batch.folded:
             observe_fold(self.metrics, result)
+            if result.missing:
+                log.warning(
+                    "session events missing before this one",
+                    extra={"session": session_id, "missing": result.missing},
+                )
             if session_id is not None and result.kind is not None:
                 self.tracker.touch(session_id, partition)
         return asyncio.gather(*acks)

@@ -38,6 +38,7 @@ class Metrics:
     worker_info: Gauge
     events_folded: Counter
     events_duplicate: Counter
+    events_missing: Counter
     flush_requests: Counter
     flush_attempts: Counter
     compactions: Counter
@@ -78,6 +79,11 @@ def create(registry: CollectorRegistry) -> Metrics:
             "events_duplicate",
             "Session events ignored as already folded (redelivery, replay, duplicate publish).",
             ["kind"],
+        ),
+        events_missing=counter(
+            "events_missing",
+            "Sequence numbers a session's events skipped, never folded: events lost on the way, "
+            "or older than the topic's retention when the session's state began.",
         ),
         flush_requests=counter(
             "flush_requests",
