@@ -13,9 +13,11 @@ import faust
 import pytest
 import rocksdict
 from faust.stores.rocksdb import Store as RocksStore
+from faust.tables.manager import TableManager
+from faust.tables.recovery import Recovery
 from faust.transport.consumer import Consumer
 from faust.types import TP, Message
-from faust_fakes import unstarted_app
+from faust_fakes import RecoveryDriver, unstarted_app
 from typer.testing import CliRunner
 
 from sessionfold.streams.cli import app as cli
@@ -218,6 +220,165 @@ class TestRecoveryOffsets:
         faust_compat.read_changelog_again(app, "unstarted-state-changelog")
         assert dict(recovery.active_offsets) == {other: 7}
         assert dict(recovery.standby_offsets) == {}
+
+
+class TestRecoveryProgress:
+    """What the recovery under way has applied of each changelog partition, on Faust's real
+    Recovery loops (faust_fakes.RecoveryDriver) over a consumer stand-in."""
+
+    def test_faust_books_a_record_as_read_before_it_applies_it(self, tmp_path: Path) -> None:
+        """A record read counts in `active_offsets` while it waits in `buffers`, out of the
+        store, until the buffer holds a chunk (of any partition's records)."""
+
+        async def run() -> None:
+            driver = RecoveryDriver(tmp_path, chunk=2)
+            driver.ends.update({driver.tp(0): 1, driver.tp(1): 1})
+            await driver.rebalance(0, 1)
+            recovery = driver.recovery
+            await driver.read(0, 0)
+            assert recovery.active_offsets[driver.tp(0)] == 0
+            assert recovery.active_offsets[driver.tp(0)] >= recovery.active_highwaters[driver.tp(0)]
+            assert [e.message.offset for e in recovery.buffers[driver.table]] == [0]
+            assert dict(driver.table.data) == {}
+            await driver.read(1, 0)
+            assert recovery.buffers[driver.table] == []
+            assert set(driver.table.data) == {b"k0-0", b"k1-0"}
+            driver.stop()
+
+        asyncio.run(run())
+
+    def test_faust_keeps_a_kept_partition_s_highwater_over_a_rebalance(
+        self, tmp_path: Path
+    ) -> None:
+        """A rebalance that keeps a partition leaves its old highwater (the end offset less one)
+        in `active_highwaters` until the recovery builds the new one; a revoked one has none."""
+        recovery = unstarted_app(tmp_path).tables.recovery
+        kept, revoked = TP("t-changelog", 0), TP("t-changelog", 1)
+        recovery.active_highwaters.update({kept: 4, revoked: 4})
+
+        class Consumer:
+            async def highwaters(self, *tps: TP) -> dict[TP, int]:
+                return dict.fromkeys(tps, 10)
+
+        async def run() -> None:
+            await recovery.on_rebalance({kept}, {revoked}, set(), 0)
+            assert dict(recovery.active_highwaters) == {kept: 4}
+            await recovery._build_highwaters(Consumer(), {kept}, recovery.active_highwaters, "a")
+            assert dict(recovery.active_highwaters) == {kept: 9}
+
+        asyncio.run(run())
+        # What a recovery read before the rebalance is applied before the next one builds.
+        source = inspect.getsource(Recovery._restart_recovery.fun)
+        assert source.index("self.flush_buffers") < source.index("self._build_highwaters")
+
+    def test_every_assignment_reaches_the_table_manager_s_on_rebalance(self) -> None:
+        """Faust's app hands each assignment to `app.tables.on_rebalance`, looked up when called
+        (so `watch_recovery` sees it), which rebalances the recovery."""
+        assigned = inspect.getsource(faust.App._on_partitions_assigned)
+        assert "await T(self.tables.on_rebalance)(" in assigned
+        assert "self.recovery.on_rebalance" in inspect.getsource(TableManager.on_rebalance)
+
+    def test_a_partition_applied_to_its_highwater_is_recovered_while_others_are_not(
+        self, tmp_path: Path
+    ) -> None:
+        """Partition 0 read to its highwater is recovered once its records are applied, while
+        partition 1 still recovers; nothing is before the first rebalance."""
+
+        async def run() -> None:
+            driver = RecoveryDriver(tmp_path, chunk=3, tracked=faust_compat.watch_recovery)
+            progress = driver.progress
+            p0, p1 = driver.tp(0), driver.tp(1)
+            assert not progress.recovered(p0)
+            driver.ends.update({p0: 2, p1: 3})
+            await driver.rebalance(0, 1)
+            assert driver.app.in_recovery
+            assert not progress.recovered(p0)
+            await driver.read(0, 0)
+            await driver.read(0, 1)
+            assert not progress.recovered(p0)  # read to its highwater, still in the buffer
+            await driver.read(1, 0)  # the chunk is applied
+            assert progress.recovered(p0)
+            assert not progress.recovered(p1)
+            assert not progress.recovered(TP(p0.topic, 2))  # not assigned here
+            await driver.read(1, 1)
+            await driver.read(1, 2)
+            assert not driver.app.in_recovery
+            assert progress.recovered(p0)
+            assert progress.recovered(p1)
+            driver.stop()
+
+        asyncio.run(run())
+
+    def test_a_new_rebalance_voids_what_the_last_recovery_built(self, tmp_path: Path) -> None:
+        """After a rebalance a partition recovered before is not, until the new recovery has
+        applied it up to its new highwater."""
+
+        async def run() -> None:
+            driver = RecoveryDriver(tmp_path, chunk=1, tracked=faust_compat.watch_recovery)
+            progress = driver.progress
+            p0, p1 = driver.tp(0), driver.tp(1)
+            driver.ends.update({p0: 1, p1: 1})
+            await driver.rebalance(0, 1)
+            await driver.read(0, 0)
+            await driver.read(1, 0)
+            assert not driver.app.in_recovery
+            assert progress.recovered(p0)
+            driver.ends.update({p0: 2, p1: 2})  # written to since
+            await driver.rebalance(0, 1)
+            assert driver.app.in_recovery
+            assert not progress.recovered(p0)
+            await driver.read(0, 1)
+            assert progress.recovered(p0)
+            assert not progress.recovered(p1)
+            driver.stop()
+
+        asyncio.run(run())
+
+    def test_highwaters_are_the_recovery_s_only_if_built_since_its_rebalance(
+        self, tmp_path: Path
+    ) -> None:
+        """Once a rebalance begins, the highwaters Faust still holds are the last recovery's, and
+        so are those of a build the rebalance overtook: nothing is recovered until a build that
+        began after it."""
+        app = unstarted_app(tmp_path)
+        progress = faust_compat.watch_recovery(app)
+        recovery = app.tables.recovery
+        tp = TP("t-changelog", 0)
+        recovery.active_tps.add(tp)
+        recovery.active_offsets[tp] = 5
+
+        class Consumer:
+            def __init__(self) -> None:
+                self.answer = asyncio.Event()  # the broker answers the highwater request
+
+            async def highwaters(self, *tps: TP) -> dict[TP, int]:
+                await self.answer.wait()
+                return dict.fromkeys(tps, 6)
+
+        async def run() -> None:
+            consumer = Consumer()
+            consumer.answer.set()
+
+            async def build() -> None:
+                await recovery._build_highwaters(consumer, {tp}, recovery.active_highwaters, "a")
+
+            progress.rebalanced(recovery)
+            await build()
+            assert progress.recovered(tp)
+            progress.rebalanced(recovery)  # the next rebalance begins
+            assert recovery.active_highwaters[tp] == 5
+            assert not progress.recovered(tp)
+            consumer.answer.clear()
+            overtaken = asyncio.ensure_future(build())
+            await asyncio.sleep(0)
+            progress.rebalanced(recovery)  # and another, while that build waits on the broker
+            consumer.answer.set()
+            await overtaken
+            assert not progress.recovered(tp)
+            await build()
+            assert progress.recovered(tp)
+
+        asyncio.run(run())
 
 
 class TestKeySerializer:

@@ -1,12 +1,17 @@
-"""The state API's documents (web/state_api.py) over a store the worker's steps folded."""
+"""The state API's documents (web/state_api.py) over a store the worker's steps folded, and its
+503 while a session's partition is recovered (on Faust's real recovery, faust_fakes)."""
 
 from __future__ import annotations
 
+import asyncio
+from itertools import count
 from pathlib import Path
+from typing import Any
 
-import faust
 import orjson
 import pytest
+from faust.types import TP
+from faust_fakes import RecoveryDriver, unstarted_app
 from kafka_steps import SESSION_EVENTS, StepCluster, fold_file
 
 from sessionfold.events.envelope import encode
@@ -14,7 +19,9 @@ from sessionfold.projections.pruning import index
 from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.projections.store import DictStore
+from sessionfold.streams.kafka import faust_compat
 from sessionfold.streams.kafka.table_store import offset_key
+from sessionfold.streams.kafka.topics import partition_of
 from sessionfold.streams.runtime.embedded import fold_files
 from sessionfold.streams.tools.synthetic import generate_session, write_session
 from sessionfold.streams.web import state_api
@@ -155,11 +162,94 @@ def test_ids_longer_than_the_limit_are_too_long() -> None:
     assert not too_long("s", "t1")
 
 
-def test_reads_wait_while_the_table_is_recovered() -> None:
-    """While the worker rebuilds its table (a half-applied group may be in it) every read is a
-    503 naming the session; none once the recovery is done."""
-    app = faust.App("state-api-recovering", broker="kafka://127.0.0.1:1", autodiscover=False)
+def _session_on(partition: int, partitions: int = 2) -> str:
+    """A session id whose records go to `partition`."""
+    return next(s for s in (f"s{n}" for n in count()) if partition_of(s, partitions) == partition)
+
+
+def _waiting(session_id: str) -> dict[str, str]:
+    return {"error": "recovering", "session_id": session_id}
+
+
+def test_a_session_is_in_its_session_events_partition_of_the_changelog(tmp_path: Path) -> None:
+    """The changelog partition read for a session has its session-events partition's number."""
+    app = unstarted_app(tmp_path)
+    table = app.Table("state", key_type=str, value_type=bytes, partitions=4)
+    for session_id in ("s1", "s2", "a-36-character-session-id-0000000000"):
+        tp = state_api.changelog_partition(app, table, session_id)
+        assert tp == TP("unstarted-state-changelog", partition_of(session_id, 4))
+
+
+def test_reads_are_served_when_no_recovery_runs(tmp_path: Path) -> None:
+    """No recovery running: every session is served, whatever is known of the last one; while
+    one runs, a partition nothing is known of waits (503 naming the session)."""
+    app = unstarted_app(tmp_path)
+    progress = faust_compat.watch_recovery(app)
+    tp = TP("unstarted-state-changelog", 0)
+    assert state_api.recovering(app, "s1", progress, tp) is None
     app.in_recovery = True
-    assert state_api.recovering(app, "s1") == {"error": "recovering", "session_id": "s1"}
-    app.in_recovery = False
-    assert state_api.recovering(app, "s1") is None
+    assert state_api.recovering(app, "s1", progress, tp) == _waiting("s1")
+
+
+def test_a_session_waits_only_while_its_partition_is_recovered(tmp_path: Path) -> None:
+    """A session of a partition recovered up to its highwater is served while another partition
+    still recovers, whose sessions get the 503 (a half-applied group may be in it); after a new
+    rebalance the first waits again until its partition is recovered anew."""
+    on_0, on_1 = _session_on(0), _session_on(1)
+
+    async def run() -> None:
+        driver = RecoveryDriver(tmp_path, chunk=1, tracked=faust_compat.watch_recovery)
+        app, progress = driver.app, driver.progress
+
+        def answer(session_id: str) -> dict[str, Any] | None:
+            tp = state_api.changelog_partition(app, driver.table, session_id)
+            return state_api.recovering(app, session_id, progress, tp)
+
+        driver.ends.update({driver.tp(0): 1, driver.tp(1): 2})
+        await driver.rebalance(0, 1)
+        assert (answer(on_0), answer(on_1)) == (_waiting(on_0), _waiting(on_1))
+        await driver.read(0, 0)
+        assert app.in_recovery
+        assert answer(on_0) is None
+        assert answer(on_1) == _waiting(on_1)
+        await driver.read(1, 0)
+        await driver.read(1, 1)
+        assert not app.in_recovery
+        assert (answer(on_0), answer(on_1)) == (None, None)
+
+        driver.ends.update({driver.tp(0): 2, driver.tp(1): 3})
+        await driver.rebalance(0, 1)
+        assert app.in_recovery
+        assert answer(on_0) == _waiting(on_0)
+        await driver.read(0, 1)
+        assert answer(on_0) is None
+        assert answer(on_1) == _waiting(on_1)
+        driver.stop()
+
+    asyncio.run(run())
+
+
+def test_a_view_answers_503_for_a_partition_still_recovering(tmp_path: Path) -> None:
+    """The guard around each view: a session whose partition is recovered reaches the view,
+    another gets a 503 with the `recovering` body."""
+
+    class FakeView:
+        def bytes(self, body: bytes, content_type: str, status: int) -> Any:
+            return status, orjson.loads(body)
+
+    async def view(_view: Any, _request: Any, session_id: str) -> Any:
+        return 200, {"session_id": session_id}
+
+    on_0, on_1 = _session_on(0), _session_on(1)
+
+    async def run() -> None:
+        driver = RecoveryDriver(tmp_path, chunk=1, tracked=faust_compat.watch_recovery)
+        driver.ends.update({driver.tp(0): 1, driver.tp(1): 2})
+        await driver.rebalance(0, 1)
+        await driver.read(0, 0)
+        guarded = state_api._unless_recovering(driver.app, driver.table, driver.progress)(view)
+        assert await guarded(FakeView(), None, on_0) == (200, {"session_id": on_0})
+        assert await guarded(FakeView(), None, on_1) == (503, _waiting(on_1))
+        driver.stop()
+
+    asyncio.run(run())

@@ -19,6 +19,7 @@ import faust
 from aiokafka.consumer.fetcher import Fetcher
 from aiokafka.producer.message_accumulator import BatchBuilder, MessageAccumulator
 from faust.stores.rocksdb import Store as RocksStore
+from faust.tables.manager import TableManager
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import Consumer, ThreadDelegateConsumer
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Producer
@@ -63,6 +64,16 @@ def missing_internals() -> list[str]:
         "faust Recovery.active_offsets": "active_offsets" in _annotations(Recovery)
         and "standby_offsets" in _annotations(Recovery)
         and callable(getattr(Recovery, "revoke", None)),
+        "faust Recovery._build_highwaters(consumer, tps, destination, title)": (
+            inspect.iscoroutinefunction(getattr(Recovery, "_build_highwaters", None))
+            and list(inspect.signature(Recovery._build_highwaters).parameters)[1:]
+            == ["consumer", "tps", "destination", "title"]
+        ),
+        "faust Recovery.active_highwaters, buffers": {"active_highwaters", "buffers"}
+        <= set(_annotations(Recovery)),
+        "faust TableManager.on_rebalance": inspect.iscoroutinefunction(
+            getattr(TableManager, "on_rebalance", None)
+        ),
         "faust aiokafka Producer._producer": "_producer" in _annotations(Producer),
         "aiokafka MessageAccumulator._compression_type": "self._compression_type ="
         in inspect.getsource(MessageAccumulator.__init__),
@@ -218,6 +229,84 @@ def read_changelog_again(app: Any, topic: str) -> None:
             recovery.revoke(tp)
 
 
+class RecoveryProgress:
+    """How far the recovery under way has applied each active changelog partition to the store,
+    read from Faust's `Recovery` once `watch_recovery` follows it (`recovered`)."""
+
+    def __init__(self) -> None:
+        self._rebalances = 0  # rebalances begun: each starts a recovery
+        self._built: int | None = None  # the rebalance whose active highwaters Faust built last
+        self._recovery: Any = None  # Faust's Recovery, once its highwater build is wrapped
+
+    def rebalanced(self, recovery: Any) -> None:
+        """A rebalance begins (`TableManager.on_rebalance`): what the last recovery built is
+        void until this one builds its highwaters again."""
+        self._rebalances += 1
+        if self._recovery is not recovery:
+            self._wrap_highwaters(recovery)
+
+    def recovered(self, tp: Any) -> bool:
+        """Whether every changelog record of the active partition `tp` up to the highwater the
+        current recovery started from is in the store; False whenever that is not known."""
+        recovery = self._recovery
+        if recovery is None or self._built != self._rebalances:
+            return False
+        highwater = recovery.active_highwaters.get(tp)
+        offset = recovery.active_offsets.get(tp)
+        # Both are last offsets: Faust's highwater is the end offset less one (-1: empty).
+        if highwater is None or offset is None or offset < highwater:
+            return False
+        return not _buffered(recovery, tp)
+
+    def _wrap_highwaters(self, recovery: Any) -> None:
+        """Note which rebalance each build of the active highwaters belongs to.
+
+        Faust keeps a kept partition's highwater over a rebalance and builds new ones only once
+        the recovery runs (`Recovery._build_highwaters`, after a delay and a producer flush): a
+        highwater is the current recovery's only if built since the last rebalance began, and a
+        build a rebalance overtook belongs to the one before.
+        """
+        build = recovery._build_highwaters
+
+        async def build_highwaters(consumer: Any, tps: Any, destination: Any, title: str) -> None:
+            rebalance = self._rebalances
+            await build(consumer, tps, destination, title)
+            if destination is recovery.active_highwaters:
+                self._built = rebalance
+
+        recovery._build_highwaters = build_highwaters
+        self._recovery = recovery
+
+
+def watch_recovery(app: Any) -> RecoveryProgress:
+    """Follow the recoveries of `app`'s tables, each begun by a rebalance; call before the app
+    starts.
+
+    Faust's Recovery is reached only once a rebalance begins (`TableManager.on_rebalance`, which
+    creates it if need be): built earlier, it would bind the event loop before the worker runs.
+    """
+    progress = RecoveryProgress()
+    tables = app.tables
+    rebalance = tables.on_rebalance
+
+    async def on_rebalance(*args: Any, **kwargs: Any) -> None:
+        progress.rebalanced(tables.recovery)
+        await rebalance(*args, **kwargs)
+
+    tables.on_rebalance = on_rebalance
+    return progress
+
+
+def _buffered(recovery: Any, tp: Any) -> bool:
+    """Whether Faust's recovery holds a record of `tp` it read and has not applied yet.
+
+    Faust books a changelog record's offset as read (`active_offsets`) as it puts the record
+    in its table's buffer (`Recovery.buffers`), and applies a buffer only once it holds a chunk
+    (`recovery_buffer_size` records, of any partition) or the whole recovery is done.
+    """
+    return any(event.message.tp == tp for events in recovery.buffers.values() for event in events)
+
+
 def aiokafka_producer(app: Any) -> Any:
     """The aiokafka producer under a started Faust app's producer (`Producer._producer`).
 
@@ -259,6 +348,7 @@ __all__ = [
     "TESTED_AIOKAFKA",
     "TESTED_FAUST",
     "RawKeyTable",
+    "RecoveryProgress",
     "UpstreamChanged",
     "aiokafka_producer",
     "check_upstream",
@@ -274,4 +364,5 @@ __all__ = [
     "set_fetch_max_wait",
     "start_offset",
     "version_warning",
+    "watch_recovery",
 ]

@@ -12,9 +12,10 @@ Every view is routed by Faust's `table_route` on the session id, so any fold wor
 the one that owns the session's partition answers (Faust proxies the request to it, with the
 caller's headers: the API token goes along). An unknown session or ref is a 404 with a JSON
 `error`; a session id or ref longer than `MAX_ID_CHARS` is a 400, refused before it is routed;
-a partition nobody owns yet (a rebalance) is a 503, and so is any read while the owner rebuilds
-its table from the changelog (`recovering`). Every view asks for the API token when the
-worker has one (web/auth.py).
+a partition nobody owns yet (a rebalance) is a 503, and so is a read while the owner rebuilds
+the session's changelog partition from the changelog (`recovering`; a partition it has rebuilt
+answers while the others still recover). Every view asks for the API token when the worker has
+one (web/auth.py).
 Reads see a session as of its last committed batch (the writes of a journal an interrupted
 batch left are applied over the table for the read).
 """
@@ -30,6 +31,7 @@ from typing import Any
 
 import faust
 import orjson
+from faust.types import TP
 from faust.web import Request, Response, View
 from kafka import TopicPartition
 
@@ -39,10 +41,11 @@ from sessionfold.projections.pruning import digest, index
 from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.config import PruneConfig
 from sessionfold.projections.store import Store
-from sessionfold.streams.kafka import clients
+from sessionfold.streams.kafka import clients, faust_compat
+from sessionfold.streams.kafka.faust_compat import RecoveryProgress
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.kafka.table_store import Backend, dead_letter_key, offset_key, read_view
-from sessionfold.streams.kafka.topics import Topics
+from sessionfold.streams.kafka.topics import Topics, partition_of
 from sessionfold.streams.runtime import step
 
 #: A state view as registered (view, request, the session id, the path's other parts).
@@ -170,15 +173,25 @@ def ref_document(location: RefLocation, value: bytes | None, topic: str) -> dict
     }
 
 
-def recovering(app: Any, session_id: str) -> dict[str, Any] | None:
-    """The 503 body while the worker rebuilds its table from the changelog, else None.
+def changelog_partition(app: Any, table: Any, session_id: str) -> TP:
+    """The table's changelog partition holding the session's state: the partition number of
+    its session-events records (every topic is partitioned alike, topics.py)."""
+    partitions = table.partitions or app.conf.topic_partitions
+    return TP(table.changelog_topic.get_topic_name(), partition_of(session_id, partitions))
+
+
+def recovering(
+    app: Any, session_id: str, progress: RecoveryProgress, tp: TP
+) -> dict[str, Any] | None:
+    """The 503 body while the worker rebuilds the session's changelog partition `tp`, else None.
 
     Recovery applies the changelog in Faust's chunks (`recovery_buffer_size` records), not in
     the groups the fold wrote whole: in between, a session's head can count rows not applied
     yet, and its document would be half of two states (a frozen-worker run read one and the
-    view raised).
+    view raised). A partition whose every record up to the recovery's highwater is applied is
+    whole, so its sessions are served while other partitions recover.
     """
-    if not app.in_recovery:
+    if not app.in_recovery or progress.recovered(tp):
         return None
     return {"error": "recovering", "session_id": session_id}
 
@@ -199,9 +212,10 @@ def register(
     security: KafkaSecurity = PLAINTEXT,
 ) -> None:
     """Add the state views to a fold worker's web server (`table` routes, `state` answers)."""
+    unless_recovering = _unless_recovering(app, table, faust_compat.watch_recovery(app))
 
     @app.table_route(table=table, match_info="session_id")
-    @_unless_recovering(app)
+    @unless_recovering
     async def session(view: View, request: Request, session_id: str) -> Response:
         document = session_document(read_view(state, session_id), session_id, config, ledger)
         if document is None:
@@ -209,7 +223,7 @@ def register(
         return _json(view, document)
 
     @app.table_route(table=table, match_info="session_id")
-    @_unless_recovering(app)
+    @unless_recovering
     async def flushes(view: View, request: Request, session_id: str) -> Response:
         document = flushes_document(read_view(state, session_id), session_id)
         if document is None:
@@ -217,7 +231,7 @@ def register(
         return _json(view, document)
 
     @app.table_route(table=table, match_info="session_id")
-    @_unless_recovering(app)
+    @unless_recovering
     async def original(view: View, request: Request, session_id: str, ref: str) -> Response:
         location = locate_ref(read_view(state, session_id), session_id, ref)
         if isinstance(location, str):
@@ -261,14 +275,17 @@ def register(
     app.page("/sessions/{session_id}/refs/{ref}", name="session-ref")(Ref)
 
 
-def _unless_recovering(app: Any) -> Callable[[Handler], Handler]:
-    """A view (run where the session's partition is) that answers 503 while the table is
-    recovered (`recovering`)."""
+def _unless_recovering(
+    app: Any, table: Any, progress: RecoveryProgress
+) -> Callable[[Handler], Handler]:
+    """A view (run where the session's partition is) that answers 503 while the session's
+    changelog partition is recovered (`recovering`)."""
 
     def wrap(handler: Handler) -> Handler:
         @functools.wraps(handler)
         async def guarded(view: View, request: Request, session_id: str, *args: Any) -> Response:
-            busy = recovering(app, session_id)
+            tp = changelog_partition(app, table, session_id)
+            busy = recovering(app, session_id, progress, tp)
             if busy is not None:
                 return _json(view, busy, 503)
             return await handler(view, request, session_id, *args)
