@@ -587,6 +587,36 @@ class GroupApp:
     rebalancing = False
 
 
+class ConfirmedLater(FakeRuntime):
+    """A runtime whose commit resolves only once the test confirms it (`durable`)."""
+
+    async def commit(self) -> Any:
+        await super().commit()
+        self.durable: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        return self.durable
+
+
+async def commit_unconfirmed(
+    runtime: ConfirmedLater, guard: StallGuard, stale: list[int]
+) -> list[Event]:
+    """Offsets 0 and 1 folded and committed in one batch, their writes with the producer (not
+    yet confirmed); the offsets of records given back go to `stale`."""
+    batcher = FoldBatcher(
+        runtime,  # type: ignore[arg-type]
+        limit=2,
+        linger_s=0.0,
+        guard=guard,
+        on_stale=lambda events: stale.extend(e.message.offset for e in events),
+    )
+    events = [Event(offset) for offset in range(2)]
+    for event in events:
+        await batcher.before()
+        await batcher.add(event)
+    batcher.after()
+    await batcher.before()
+    return events
+
+
 class TestStallGuard:
     def test_start_up_is_no_stall(self) -> None:
         """The seconds between building the app and its watch task starting (recovery,
@@ -678,29 +708,11 @@ class TestStallGuard:
         rebalance is not acked: its records go back to be read again."""
         stale: list[int] = []
 
-        class SlowRuntime(FakeRuntime):
-            async def commit(self) -> Any:
-                await super().commit()
-                self.durable: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                return self.durable
-
         async def run() -> list[Event]:
             app = GroupApp()
             guard = StallGuard(app, lease_s=4.0, grace_s=3.0, tick_s=0.001, clock=Clock())
-            runtime = SlowRuntime()
-            batcher = FoldBatcher(
-                runtime,  # type: ignore[arg-type]
-                limit=2,
-                linger_s=0.0,
-                guard=guard,
-                on_stale=lambda events: stale.extend(e.message.offset for e in events),
-            )
-            events = [Event(offset) for offset in range(2)]
-            for event in events:
-                await batcher.before()
-                await batcher.add(event)
-            batcher.after()
-            await batcher.before()
+            runtime = ConfirmedLater()
+            events = await commit_unconfirmed(runtime, guard, stale)
             app.consumer_generation_id = 5  # type: ignore[misc]
             runtime.durable.set_result(None)
             await asyncio.sleep(0.01)
@@ -722,27 +734,9 @@ class TestStallGuard:
         guard = StallGuard(app, lease_s=4.0, grace_s=3.0, tick_s=0.001, clock=clock)
         waited = [0.0]
 
-        class SlowRuntime(FakeRuntime):
-            async def commit(self) -> Any:
-                await super().commit()
-                self.durable: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                return self.durable
-
         async def run() -> list[Event]:
-            runtime = SlowRuntime()
-            batcher = FoldBatcher(
-                runtime,  # type: ignore[arg-type]
-                limit=2,
-                linger_s=0.0,
-                guard=guard,
-                on_stale=lambda events: stale.extend(e.message.offset for e in events),
-            )
-            events = [Event(offset) for offset in range(2)]
-            for event in events:
-                await batcher.before()
-                await batcher.add(event)
-            batcher.after()
-            await batcher.before()  # the writes are with the producer
+            runtime = ConfirmedLater()
+            events = await commit_unconfirmed(runtime, guard, stale)
             start = clock.now
             clock.now += 10.0  # the process is stopped; the writes land after the stall
             runtime.durable.set_result(None)  # the acks run before the watchdog's next tick
