@@ -12,10 +12,15 @@ import aiokafka
 import faust
 import pytest
 import rocksdict
+from aiokafka import errors as Errors
+from aiokafka.consumer.group_coordinator import GroupCoordinator
+from aiokafka.protocol.commit import OffsetCommitRequest
+from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from faust.stores.rocksdb import Store as RocksStore
 from faust.tables.manager import TableManager
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import Consumer
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.types import TP, Message
 from faust_fakes import RecoveryDriver, unstarted_app
 from typer.testing import CliRunner
@@ -186,6 +191,65 @@ class TestFetchWait:
     def test_nothing_is_set_before_the_fetcher_exists(self, tmp_path: Path) -> None:
         """An app whose consumer has not started reports that it could not set the wait."""
         assert faust_compat.set_fetch_max_wait(unstarted_app(tmp_path), 100) is False
+
+
+class TestCommitOnlyAsMember:
+    def coordinator(self, generation: int) -> Any:
+        """aiokafka's GroupCoordinator, unstarted, whose commits reach a stand-in broker that
+        records each request's generation and answers as to a member it does not know."""
+        coordinator = object.__new__(GroupCoordinator)
+        coordinator.group_id, coordinator.member_id, coordinator.coordinator_id = "g", "m", 0
+        coordinator.generation = generation
+        coordinator._commit_lock = asyncio.Lock()
+        coordinator.sent = []
+
+        async def known() -> None:
+            return None
+
+        async def send(request: Any) -> None:
+            coordinator.sent.append(request._consumer_group_generation_id)
+            raise Errors.UnknownMemberIdError()
+
+        coordinator.ensure_coordinator_known = known
+        coordinator._send_req = send
+        return coordinator
+
+    def commit(self, coordinator: Any, guarded: bool) -> str:
+        """One commit through aiokafka's `commit_offsets`, the guard installed or not: the
+        error it ends in."""
+        if guarded:
+            thread = type("Thread", (), {"_consumer": type("C", (), {"_coordinator": coordinator})})
+            app = type("App", (), {"consumer": type("Consumer", (), {"_thread": thread})})
+            assert faust_compat.commit_only_as_member(app) is True
+        offsets = {TopicPartition("t", 0): OffsetAndMetadata(5, "")}
+        with pytest.raises(Errors.CommitFailedError) as failed:
+            asyncio.run(coordinator.commit_offsets(set(), offsets))
+        return str(failed.value)
+
+    def test_a_dropped_member_commits_with_no_generation_unless_guarded(self) -> None:
+        """After aiokafka has reset its generation (dropped by the group) it still sends a
+        commit, with generation -1, which the broker takes whenever the group is empty; the
+        guard refuses it before it is sent, with the error Faust takes for a rebalance (its
+        `_commit` returns False on "already rebalanced" instead of crashing the worker)."""
+        dropped = self.coordinator(OffsetCommitRequest.DEFAULT_GENERATION_ID)
+        self.commit(dropped, guarded=False)
+        assert dropped.sent == [-1]
+        guarded = self.coordinator(OffsetCommitRequest.DEFAULT_GENERATION_ID)
+        assert "already rebalanced" in self.commit(guarded, guarded=True)
+        assert guarded.sent == []
+        assert '"already rebalanced" in str(exc)' in inspect.getsource(
+            AIOKafkaConsumerThread._commit
+        )
+
+    def test_a_member_commits_as_before(self) -> None:
+        """With a generation, the commit goes to the broker with it."""
+        member = self.coordinator(7)
+        self.commit(member, guarded=True)
+        assert member.sent == [7]
+
+    def test_nothing_is_guarded_before_the_consumer_exists(self, tmp_path: Path) -> None:
+        """An app whose consumer has not started reports that the guard is not in place."""
+        assert faust_compat.commit_only_as_member(unstarted_app(tmp_path)) is False
 
 
 class TestRocksStore:

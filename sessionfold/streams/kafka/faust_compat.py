@@ -16,8 +16,11 @@ from typing import Any
 
 import aiokafka
 import faust
+from aiokafka import errors as Errors
 from aiokafka.consumer.fetcher import Fetcher
+from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.producer.message_accumulator import BatchBuilder, MessageAccumulator
+from aiokafka.protocol.commit import OffsetCommitRequest
 from faust.stores.rocksdb import Store as RocksStore
 from faust.tables.manager import TableManager
 from faust.tables.recovery import Recovery
@@ -49,6 +52,10 @@ def missing_internals() -> list[str]:
             getattr(AIOKafkaConsumerThread, "_ensure_consumer", None)
         )
         and inspect.iscoroutinefunction(getattr(AIOKafkaConsumerThread, "call_thread", None)),
+        "aiokafka GroupCoordinator._do_commit_offsets from generation": "self.generation,"
+        in inspect.getsource(GroupCoordinator._do_commit_offsets)
+        and "self.generation = OffsetCommitRequest.DEFAULT_GENERATION_ID"
+        in inspect.getsource(GroupCoordinator.reset_generation),
         "aiokafka Fetcher fetch_max_wait_ms": "fetch_max_wait_ms"
         in inspect.signature(Fetcher.__init__).parameters,
         "faust rocksdb Store._dbs": "_dbs" in _annotations(RocksStore),
@@ -183,6 +190,32 @@ def set_fetch_max_wait(app: Any, milliseconds: int) -> bool:
     if fetcher is None or not hasattr(fetcher, "_fetch_max_wait_ms"):
         return False
     fetcher._fetch_max_wait_ms = milliseconds
+    return True
+
+
+def commit_only_as_member(app: Any) -> bool:
+    """Make the consumer refuse every commit while it is no member of its group; False if
+    aiokafka's consumer is not built yet.
+
+    Once the coordinator has dropped it (a stall past the session timeout), aiokafka resets its
+    generation to -1 and still sends commits, and the broker takes a commit with no generation
+    whenever the group is empty: a worker back from a freeze could commit offsets another owner
+    had not folded yet. The check sits in `GroupCoordinator._do_commit_offsets`, which builds
+    the request from `generation` with no await in between, and raises what the broker answers
+    a member it does not know, which Faust's commit takes as "already rebalanced".
+    """
+    consumer = getattr(getattr(app.consumer, "_thread", None), "_consumer", None)
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is None:
+        return False
+    commit = coordinator._do_commit_offsets
+
+    async def commit_as_member(assignment: Any, offsets: Any) -> Any:
+        if coordinator.generation == OffsetCommitRequest.DEFAULT_GENERATION_ID:
+            raise Errors.UnknownMemberIdError("not a member of the group: no commit")
+        return await commit(assignment, offsets)
+
+    coordinator._do_commit_offsets = commit_as_member
     return True
 
 
@@ -352,6 +385,7 @@ __all__ = [
     "UpstreamChanged",
     "aiokafka_producer",
     "check_upstream",
+    "commit_only_as_member",
     "committed_offset",
     "disable_gap_booking",
     "forget_unacked",

@@ -31,9 +31,10 @@ loses nor double-applies an event or a flush.
 
 Faust's and aiokafka's private names, each used where the public API has no equivalent, are
 reached only through kafka/faust_compat.py: gap booking and the committed offsets
-(`ContiguousOffsets`), the fetcher's wait (`shorten_fetch_wait`), the rocksdb store's databases
-(`LocalBackend`, for `--store rocksdb://`: a restart reads only the changelog records its local
-store lacks), the table's key serializer (`StateTable`) and the producer buffer's size.
+(`ContiguousOffsets`), the fetcher's wait (`shorten_fetch_wait`), the coordinator's commits
+(`commit_only_as_member`), the rocksdb store's databases (`LocalBackend`, for
+`--store rocksdb://`: a restart reads only the changelog records its local store lacks), the
+table's key serializer (`StateTable`) and the producer buffer's size.
 """
 
 from __future__ import annotations
@@ -281,10 +282,11 @@ def make_app(
     offsets = ContiguousOffsets(app, repair=settings.processing_guarantee == "at_least_once")
     app.timer(1.0, name="reread-skipped")(offsets.retry)
 
-    async def fetch_wait() -> None:
+    async def tune_consumer() -> None:
         await shorten_fetch_wait(app, settings.fetch_wait_s)
+        await commit_only_as_member(app)
 
-    app.task(fetch_wait)
+    app.task(tune_consumer)
     tracker: SessionTracker | None = None
     if settings.folds:
         tracker = _add_fold(app, settings, topics, send, metrics, offsets, step_hook)
@@ -825,13 +827,29 @@ async def shorten_fetch_wait(app: faust.App, seconds: float, timeout_s: float = 
     Faust's wait.
     """
     milliseconds = int(seconds * 1000)
+    if await _once_built(lambda: faust_compat.set_fetch_max_wait(app, milliseconds), timeout_s):
+        log.info("fetch wait shortened", extra={"ms": milliseconds})
+        return
+    log.warning("could not shorten the consumer's fetch wait; Faust's 1.5 s is kept")
+
+
+async def commit_only_as_member(app: faust.App, timeout_s: float = 60.0) -> None:
+    """Keep the consumer from committing while its group has dropped it (a worker back from a
+    stall), once the consumer exists (faust_compat.commit_only_as_member). Should it never
+    appear, the worker logs it."""
+    if not await _once_built(lambda: faust_compat.commit_only_as_member(app), timeout_s):
+        log.warning("could not keep a dropped consumer from committing")
+
+
+async def _once_built(set_up: Callable[[], bool], timeout_s: float) -> bool:
+    """Try `set_up` every 0.1 s until it succeeds (Faust's consumer thread has built aiokafka's
+    consumer) or `timeout_s` has passed; whether it did."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if faust_compat.set_fetch_max_wait(app, milliseconds):
-            log.info("fetch wait shortened", extra={"ms": milliseconds})
-            return
+        if set_up():
+            return True
         await asyncio.sleep(0.1)
-    log.warning("could not shorten the consumer's fetch wait; Faust's 1.5 s is kept")
+    return False
 
 
 class OrderedAcks:
