@@ -837,8 +837,10 @@ async def commit_only_as_member(app: faust.App, timeout_s: float = 60.0) -> None
     """Keep the consumer from committing while its group has dropped it (a worker back from a
     stall), once the consumer exists (faust_compat.commit_only_as_member). Should it never
     appear, the worker logs it."""
-    if not await _once_built(lambda: faust_compat.commit_only_as_member(app), timeout_s):
-        log.warning("could not keep a dropped consumer from committing")
+    if await _once_built(lambda: faust_compat.commit_only_as_member(app), timeout_s):
+        log.info("commits only as a group member")
+        return
+    log.warning("could not keep a dropped consumer from committing")
 
 
 async def _once_built(set_up: Callable[[], bool], timeout_s: float) -> bool:
