@@ -604,6 +604,9 @@ class FoldRuntime:
         self._open: dict[str, _OpenJournal] = {}
         #: Per session, resolved once the delete of its journal is handed to the producer.
         self._closing: dict[str, asyncio.Future[None]] = {}
+        #: Per session, the journal `_close` is deleting, as written: still in the store until
+        #: the producer takes the delete (FaustBackend), and no crash's to replay meanwhile.
+        self._deleting: dict[str, bytes] = {}
 
     def _generation(self) -> int:
         """The consumer generation now (0 with no lease): the fence epoch of what is read now."""
@@ -820,10 +823,11 @@ class FoldRuntime:
         del self._open[session_id]
         handed = asyncio.get_running_loop().create_future()
         self._closing[session_id] = handed
+        self._deleting[session_id] = flight.raw
         try:
             ack = await self.table.write(journal_key(session_id), None, partition, generation)
         finally:
-            del self._closing[session_id]
+            del self._closing[session_id], self._deleting[session_id]
             handed.set_result(None)
         await ack
 
@@ -859,8 +863,8 @@ class FoldRuntime:
     async def _finish_open_journal(self, session_id: str, partition: int) -> list[Awaitable[Any]]:
         """Complete a batch a crash interrupted (its writes and outputs, again: idempotent)."""
         raw = self.table.get(journal_key(session_id))
-        if raw is None:
-            return []
+        if raw is None or raw == self._deleting.get(session_id):
+            return []  # none, or this runtime's with its delete on the way (`_close`)
         flight = self._open.get(session_id)
         if flight is not None:
             if raw == flight.raw:
