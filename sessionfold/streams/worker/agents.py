@@ -555,6 +555,14 @@ class _OpenJournal:
         return [(o, ack) for o, ack in self.sent if not _acknowledged(ack)]
 
 
+@dataclass(slots=True)
+class _Closing:
+    """A journal whose delete `_close` is handing to the producer."""
+
+    raw: bytes  # as written: in the store until the producer takes the delete (FaustBackend)
+    handed: asyncio.Future[None]  # resolved once it has
+
+
 def _acknowledged(ack: Awaitable[Any]) -> bool:
     done = isinstance(ack, asyncio.Future) and ack.done()
     return done and not ack.cancelled() and ack.exception() is None
@@ -602,11 +610,8 @@ class FoldRuntime:
         self.lease: Lease | None = None
         #: Per session, the journal it has open while its outputs are on their way.
         self._open: dict[str, _OpenJournal] = {}
-        #: Per session, resolved once the delete of its journal is handed to the producer.
-        self._closing: dict[str, asyncio.Future[None]] = {}
-        #: Per session, the journal `_close` is deleting, as written: still in the store until
-        #: the producer takes the delete (FaustBackend), and no crash's to replay meanwhile.
-        self._deleting: dict[str, bytes] = {}
+        #: Per session, the journal `_close` is deleting, until the producer has the delete.
+        self._closing: dict[str, _Closing] = {}
 
     def _generation(self) -> int:
         """The consumer generation now (0 with no lease): the fence epoch of what is read now."""
@@ -775,7 +780,7 @@ class FoldRuntime:
             if self.journal and (journal.outputs or session_id in self._open):
                 closing = self._closing.get(session_id)
                 if closing is not None:
-                    await closing  # the previous journal's delete goes to the changelog first
+                    await closing.handed  # the previous journal's delete goes first
                 previous = self._open.get(session_id)
                 carried = [] if previous is None else previous.unacknowledged()
                 body = Journal(outputs=(*(o for o, _ in carried), *journal.outputs))
@@ -822,12 +827,11 @@ class FoldRuntime:
             return
         del self._open[session_id]
         handed = asyncio.get_running_loop().create_future()
-        self._closing[session_id] = handed
-        self._deleting[session_id] = flight.raw
+        self._closing[session_id] = _Closing(flight.raw, handed)
         try:
             ack = await self.table.write(journal_key(session_id), None, partition, generation)
         finally:
-            del self._closing[session_id], self._deleting[session_id]
+            del self._closing[session_id]
             handed.set_result(None)
         await ack
 
@@ -863,7 +867,8 @@ class FoldRuntime:
     async def _finish_open_journal(self, session_id: str, partition: int) -> list[Awaitable[Any]]:
         """Complete a batch a crash interrupted (its writes and outputs, again: idempotent)."""
         raw = self.table.get(journal_key(session_id))
-        if raw is None or raw == self._deleting.get(session_id):
+        closing = self._closing.get(session_id)
+        if raw is None or (closing is not None and raw == closing.raw):
             return []  # none, or this runtime's with its delete on the way (`_close`)
         flight = self._open.get(session_id)
         if flight is not None:
