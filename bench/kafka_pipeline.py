@@ -69,6 +69,7 @@ import httpx
 import orjson
 from aiokafka import TopicPartition
 from cpu_use import CpuUse, binding_limit, listening_pid, snapshot, used
+from faust_floor import Floor, floor
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 from runtime_layer import runtime_cpu_seconds
@@ -744,6 +745,7 @@ class FleetCase:
     recovery: Recovery | None
     backlog_one: FoldRun | None = None  # the fleet published first, then folded by one worker
     backlog_two: FoldRun | None = None  # ... and by two
+    floor: Floor | None = None  # a no-op Faust agent's read of the backlog (bench/faust_floor.py)
 
 
 def fleet_changelog(
@@ -949,14 +951,18 @@ def run(args: argparse.Namespace, work: Path) -> Results:
                 same_two = compare_state(two, target)  # any worker answers: routed by key
                 stop_workers(workers)
                 workers.clear()
-                backlog = []
-                for count in (1, 2) if with_backlog else ():
-                    backlog.append(fold(target, count, backlog=True))
+                case = FleetCase(target, turns, one, two, same_one, same_two, changelog, recovery)
+                if with_backlog:
+                    case.backlog_one = fold(target, 1, backlog=True)
                     stop_workers(workers)
                     workers.clear()
-                return FleetCase(
-                    target, turns, one, two, same_one, same_two, changelog, recovery, *backlog
-                )
+                    case.backlog_two = fold(target, 2, backlog=True)
+                    stop_workers(workers)
+                    workers.clear()
+                    log("Faust's floor: a no-op agent reading the same backlog")
+                    source = case.backlog_one.topics.session_events
+                    case.floor = floor(bootstrap, source, len(target.records), args.partitions)
+                return case
 
             def raw_and_latency(one: FoldRun) -> None:
                 log("raw aiokafka consume of the same topic")
@@ -1028,6 +1034,7 @@ def backlog_rows(case: FleetCase) -> list[tuple[str, str, str]]:
         ("Faust fold from a backlog, 1 worker", f"{one.rate:,.0f} ev/s", _fold_note(one, events)),
         per_worker_row(one, embedded),
         *cpu_rows(one, fleet),
+        *floor_rows(case.floor, fleet),
         ("Faust fold from a backlog, 2 workers", f"{two.rate:,.0f} ev/s", _fold_note(two, events)),
         per_worker_row(two, embedded),
         *cpu_rows(two, fleet),
@@ -1105,6 +1112,30 @@ def cpu_rows(run: FoldRun, fleet: Fleet) -> list[tuple[str, str, str]]:
             f"{cpu.cpus_used:.2f} of {os.cpu_count()} CPUs",
             f"CPU s: fold {sum(cpu.folds):.1f}, summarizer {cpu.summarizer:.1f}, "
             f"broker {broker_s}, bench {cpu.bench:.1f} (a shared broker counts others' load too)",
+        ),
+    ]
+
+
+def floor_rows(least: Floor | None, fleet: Fleet) -> list[tuple[str, str, str]]:
+    """Faust's floor per event next to the per-worker target's budget: at 100% CPU a worker
+    reaches 0.8 of the embedded fold only if an event costs it at most 1/0.8 of the fold's."""
+    if least is None:
+        return [("    of which Faust's floor", "not measured", "bench/faust_floor.py failed")]
+    embedded, runtime = embedded_us(fleet), runtime_us(fleet)
+    budget = embedded / PER_WORKER_TARGET
+    both = least.us_per_record + runtime
+    return [
+        (
+            "    of which Faust's floor",
+            f"{least.us_per_record:,.0f} us",
+            f"a no-op agent reading the same topic (bench/faust_floor.py), "
+            f"{least.rate:,.0f} records/s: no fold, store or producer",
+        ),
+        (
+            f"  CPU budget per event at {PER_WORKER_TARGET}",
+            f"{budget:,.0f} us",
+            f"1/{PER_WORKER_TARGET} of the embedded fold's {embedded:,.0f} us; Faust's floor + "
+            f"the fold runtime = {both:,.0f} us ({both / budget:.0%} of it) before the producer",
         ),
     ]
 
