@@ -1,7 +1,8 @@
 """Embedded fold throughput against the raw parse ceiling, incremental metrics against a
 per-turn full recompute (what pi-condense does), and a session with one huge single-line tool
 output against the same session with that output split into lines, measured side by side in
-one run.
+one run; and each event's microseconds by stage (reading, the pruning fold, the ledger fold, the
+offline models' answers) next to the budget the 3x target leaves.
 
     .venv/bin/python bench/fold_throughput.py [--repeat 3] [--baseline FILE=EV_S ...]
 
@@ -27,11 +28,14 @@ from typing import Any
 
 import orjson
 
+from sessionfold.events.envelope import FlushRequestEnvelope
+from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.pruning import context_metrics as metrics
 from sessionfold.projections.pruning import digest
 from sessionfold.projections.store import DictStore
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
 from sessionfold.streams.runtime.embedded import EmbeddedRuntime
+from sessionfold.streams.runtime.step import Answerer
 
 SESSIONS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sessions"
 REAL = ("before-compaction.jsonl", "large-session.jsonl")
@@ -89,6 +93,61 @@ def throughput(repeat: int, baseline: dict[str, float] | None = None) -> None:
             f"{name:28} {events:7d} {size:6.2f} {events / fold_s:10.0f} {size / fold_s:10.1f} "
             f"{size / parse_s:11.1f} {parse_s / fold_s:6.3f} {versus:>8} {issue:6.2f}x"
             f"  (target {TARGET:.0f}x of {AT_ISSUE_13[name]:,.0f} ev/s at #13: {verdict})"
+        )
+
+
+class TimedAnswers:
+    """An answerer that adds up the seconds its answers take (the offline models' work)."""
+
+    def __init__(self, answerer: Answerer) -> None:
+        self.answerer = answerer
+        self.seconds = 0.0
+
+    def answer(self, request: FlushRequestEnvelope) -> Any:
+        """The wrapped answerer's answer, timed."""
+        start = time.perf_counter()
+        try:
+            return self.answerer.answer(request)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def fold_records(records: list[Any], ledger: LedgerConfig | None) -> tuple[float, float]:
+    """(seconds, of which answering) to fold records already read, flushes included."""
+    runtime = EmbeddedRuntime(ledger=ledger)
+    timed = TimedAnswers(runtime.answerer)
+    runtime.answerer = timed  # type: ignore[assignment]
+    start = time.perf_counter()
+    for record in records:
+        runtime.publish(record)
+    return time.perf_counter() - start, timed.seconds
+
+
+def best_pair(repeat: int, run: Callable[[], tuple[float, float]]) -> tuple[float, float]:
+    """The fastest of `repeat` runs that time themselves: (seconds, a part of them)."""
+    return min(run() for _ in range(repeat))
+
+
+def stages(repeat: int) -> None:
+    """Where an event's time goes, per stage, next to what the 3x target leaves for all of it."""
+    print("\nmicroseconds per event by stage, against the 3x target's budget")
+    header = f"{'file':28} {'read':>6} {'pruning':>8} {'ledger':>7} {'answers':>8} {'total':>6}"
+    print(f"{header} {'budget':>7}  what 3x needs")
+    for name in REAL:
+        path = SESSIONS / name
+        records = list(read_session_file(path))
+        events = sum(1 for r in records if not isinstance(r, DeadLetter))
+        read_s = best_of(repeat, lambda p=path: list(read_session_file(p)))
+        all_s, answers_s = best_pair(repeat, lambda r=records: fold_records(r, DEFAULT_LEDGER))
+        alone_s, alone_answers_s = best_pair(repeat, lambda r=records: fold_records(r, None))
+        pruning_s = alone_s - alone_answers_s
+        ledger_s = all_s - answers_s - pruning_s
+        us = [1e6 * s / events for s in (read_s, pruning_s, ledger_s, answers_s)]
+        total, budget = sum(us), 1e6 / (TARGET * AT_ISSUE_13[name])
+        print(
+            f"{name:28} {us[0]:6.0f} {us[1]:8.0f} {us[2]:7.0f} {us[3]:8.0f} {total:6.0f} "
+            f"{budget:7.0f}  {total / budget:.2f}x less time; the pruning fold alone is "
+            f"{us[1] / budget:.0%} of the budget"
         )
 
 
@@ -219,6 +278,7 @@ def main() -> None:
     if not SESSIONS.is_dir():
         raise SystemExit(f"real sessions not found at {SESSIONS}")
     throughput(args.repeat, dict(args.baseline))
+    stages(args.repeat)
     metrics_scaling(args.repeat)
     huge_output(args.repeat)
 
