@@ -304,6 +304,25 @@ def scrape(client: httpx.Client, worker: Worker) -> dict[str, float]:
     return totals
 
 
+#: The fold agent's time, by kind (sessionfold_fold_agent_seconds_total).
+AGENT_KINDS = ("folding", "awaiting_commit", "awaiting_records")
+
+
+def agent_seconds(client: httpx.Client, worker: Worker) -> dict[str, float]:
+    """A fold worker's `sessionfold_fold_agent_seconds_total`, by kind (zeros if unscraped)."""
+    seconds = dict.fromkeys(AGENT_KINDS, 0.0)
+    try:
+        text = client.get(f"{worker.url}/metrics", timeout=5.0).text
+    except httpx.HTTPError:
+        return seconds
+    for family in text_string_to_metric_families(text):
+        if family.name == "sessionfold_fold_agent_seconds":
+            for sample in family.samples:
+                if sample.name.endswith("_total") and sample.labels.get("kind") in seconds:
+                    seconds[sample.labels["kind"]] = sample.value
+    return seconds
+
+
 @dataclass
 class Progress:
     """What the fold workers add up to at one scrape."""
@@ -414,6 +433,8 @@ class FoldRun:
     rss_done: list[int]  # bytes per fold worker, the fleet folded
     cpu: CpuUse  # publish to complete (from a backlog: assigned and folding to complete)
     backlog: bool = False  # published before the fold workers started
+    #: Each fold worker's agent seconds by kind over the same window as `cpu`.
+    agent: list[dict[str, float]] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
@@ -470,6 +491,7 @@ def fold_run(
             # others' joining moves partitions), then the clock starts at the next scrape.
             wait_assigned(client, folds, summarizer, partitions)
             wait_until(lambda: progress(client, folds).folded > 0, timeout_s, "first event", 0.01)
+            agent_before = [agent_seconds(client, w) for w in folds]
             cpu_before = snapshot(pids)
             began = time.perf_counter()
             state = first = progress(client, folds)
@@ -478,6 +500,7 @@ def fold_run(
             time.sleep(1.0)  # let the last "Worker ready" (table recovery) finish after assignment
             rss_ready = [rss_bytes(w.process.pid) for w in folds]
             log(f"publishing {len(fleet.records)} events")
+            agent_before = [agent_seconds(client, w) for w in folds]
             cpu_before = snapshot(pids)
             began = time.perf_counter()
             published = publish_all(bootstrap, topics, fleet, security)
@@ -492,6 +515,7 @@ def fold_run(
             time.sleep(PROGRESS_POLL_S)
         seconds = time.perf_counter() - began
         cpu_after = snapshot(pids)
+        agent_after = [agent_seconds(client, w) for w in folds]
     spent = [used(b, a) for b, a in zip(cpu_before, cpu_after, strict=True)]
     cpu = CpuUse(
         wall=seconds,
@@ -524,6 +548,10 @@ def fold_run(
         rss_done,
         cpu,
         backlog,
+        [
+            {kind: after[kind] - before[kind] for kind in AGENT_KINDS}
+            for before, after in zip(agent_before, agent_after, strict=True)
+        ],
     )
 
 
@@ -1108,6 +1136,12 @@ def cpu_rows(run: FoldRun, fleet: Fleet) -> list[tuple[str, str, str]]:
             "its batches, journals and encoded rows; the rest is Faust's and aiokafka's path",
         ),
         (
+            "  fold agent's time",
+            agent_split(run),
+            "sessionfold_fold_agent_seconds_total over the run, busiest worker: what a worker "
+            "below 100% CPU waits for (records: the fetch and the loop's other tasks)",
+        ),
+        (
             "  pipeline CPU used",
             f"{cpu.cpus_used:.2f} of {os.cpu_count()} CPUs",
             f"CPU s: fold {sum(cpu.folds):.1f}, summarizer {cpu.summarizer:.1f}, "
@@ -1140,6 +1174,18 @@ def floor_rows(least: Floor | None, fleet: Fleet) -> list[tuple[str, str, str]]:
     ]
 
 
+def agent_split(run: FoldRun) -> str:
+    """The busiest fold worker's agent time as shares: folding / awaiting commit / records."""
+    if not run.agent:
+        return "not measured"
+    busiest = max(run.agent, key=lambda kinds: kinds["folding"])
+    total = sum(busiest.values())
+    if total <= 0:
+        return "not measured"
+    fold, commit, records = (busiest[kind] / total for kind in AGENT_KINDS)
+    return f"{fold:.0%} fold / {commit:.0%} commit / {records:.0%} await"
+
+
 def bind(run: FoldRun, fleet: Fleet) -> str:
     """What limits `run`, derived from its CPU figures; with how long the events took to arrive,
     and one worker's ceiling if its CPU per event alone keeps it under the per-worker target."""
@@ -1147,6 +1193,8 @@ def bind(run: FoldRun, fleet: Fleet) -> str:
     clause = binding_limit(cpu, run.events, embedded, os.cpu_count() or 1)
     if not run.backlog:
         clause += f"; the publish took {run.publish_seconds:.1f} of its {run.seconds:.1f} s"
+    if run.agent:
+        clause += f"; its agent's time: {agent_split(run)}"
     cost = cpu.fold_us_per_event(run.events)
     ceiling = embedded / cost if cost else 0.0
     if ceiling < PER_WORKER_TARGET:

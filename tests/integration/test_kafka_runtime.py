@@ -202,6 +202,12 @@ def test_one_worker_of_all_roles_equals_embedded(
         assert metric(samples, "sessionfold_dead_letters_total", kind="undecodable") == 1
         assert metric(samples, "sessionfold_dead_letters_total", kind="newer-schema") == 1
         assert metric(samples, "sessionfold_journal_replays_total") == 0
+        agent = {
+            kind: metric(samples, "sessionfold_fold_agent_seconds_total", kind=kind)
+            for kind in ("folding", "awaiting_commit", "awaiting_records")
+        }
+        assert agent["folding"] > 0 and agent["awaiting_records"] > 0
+        assert sum(agent.values()) <= time.monotonic() - started  # laps of the agent's clock
         assert metric(samples, "sessionfold_active_sessions") == len(expected)
         pending = sum(s["pending_batches"] for s in expected.values())
         assert metric(samples, "sessionfold_pending_batches") == pending

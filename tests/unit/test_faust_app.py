@@ -23,6 +23,7 @@ from sessionfold.streams.worker.app import (
     OrderedAcks,
     StallGuard,
     StateTable,
+    Stopwatch,
     WorkerSettings,
     faust_options,
     shorten_fetch_wait,
@@ -259,6 +260,24 @@ class TestMetrics:
         assert missing == []
         assert 'sessionfold_frontier_gap_tokens_bucket{le="1000.0"} 1.0' in text
         assert 'sessionfold_consumer_lag_records{role="fold"} 4.0' in text
+
+    def test_the_fold_agents_laps_go_to_their_kinds(self) -> None:
+        """Each lap adds the time since the one before (or the start) to its own kind only."""
+        registry = CollectorRegistry()
+        metrics = create(registry)
+        now = iter([10.0, 10.5, 10.75, 12.0, 12.25, 13.0])
+        watch = Stopwatch(metrics.fold_agent_seconds, clock=lambda: next(now))
+        for kind in ("awaiting_records", "awaiting_commit", "folding", "awaiting_records"):
+            watch.lap(kind)
+
+        def seconds(kind: str) -> float | None:
+            name = "sessionfold_fold_agent_seconds_total"
+            return registry.get_sample_value(name, {"kind": kind})
+
+        assert (seconds("awaiting_records"), seconds("awaiting_commit")) == (0.75, 0.25)
+        assert seconds("folding") == 1.25
+        with pytest.raises(KeyError):
+            watch.lap("resting")  # only the three kinds: a typo is no new label
 
     def test_no_session_labels(self) -> None:
         """Labels are bounded: kind, trigger, outcome, role only."""

@@ -50,7 +50,7 @@ from typing import Any, Literal
 import faust
 import rocksdict
 from faust.web import Request, Response, View
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from sessionfold.ports.ledger.model import DiffModel, OfflineModel
@@ -1108,6 +1108,25 @@ class FoldBatcher:
         self._committing = []
 
 
+class Stopwatch:
+    """Time split into laps, each added to the counter child of the kind it is: where the fold
+    agent's time goes (awaiting records, awaiting its commit, folding), for operators and the
+    bench to tell what a worker that is not busy waits for."""
+
+    KINDS = ("awaiting_records", "awaiting_commit", "folding")
+
+    def __init__(self, counter: Counter, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._children = {kind: counter.labels(kind=kind) for kind in self.KINDS}
+        self._clock = clock
+        self._last = clock()
+
+    def lap(self, kind: str) -> None:
+        """Add the seconds since the last lap (or the start) to `kind`."""
+        now = self._clock()
+        self._children[kind].inc(now - self._last)
+        self._last = now
+
+
 def _add_fold(
     app: faust.App,
     settings: WorkerSettings,
@@ -1169,12 +1188,16 @@ def _add_fold(
             guard,
             on_stale=offsets.reread,
         )
+        watch = Stopwatch(metrics.fold_agent_seconds)
         try:
             async for event in records.events():
+                watch.lap("awaiting_records")
                 await batcher.before()
+                watch.lap("awaiting_commit")
                 if await offsets.admit(event.message):
                     await batcher.add(event)
                 batcher.after()
+                watch.lap("folding")
         finally:
             batcher.close()
 

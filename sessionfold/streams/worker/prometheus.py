@@ -39,6 +39,7 @@ class Metrics:
     events_folded: Counter
     events_duplicate: Counter
     events_missing: Counter
+    fold_agent_seconds: Counter
     flush_requests: Counter
     flush_attempts: Counter
     compactions: Counter
@@ -84,6 +85,13 @@ def create(registry: CollectorRegistry) -> Metrics:
             "events_missing",
             "Sequence numbers a session's events skipped, never folded: events lost on the way, "
             "or older than the topic's retention when the session's state began.",
+        ),
+        fold_agent_seconds=counter(
+            "fold_agent_seconds",
+            "Seconds the fold agent spent, by kind: folding (records, and handing a batch on), "
+            "awaiting_commit (the batch before's writes taken by the producer), awaiting_records "
+            "(the next record: the fetch, and the worker's other tasks, which run meanwhile).",
+            ["kind"],
         ),
         flush_requests=counter(
             "flush_requests",
