@@ -4,14 +4,17 @@ output against the same session with that output split into lines, measured side
 one run; and each event's microseconds by stage (reading, the pruning fold, the ledger fold, the
 offline models' answers) next to the budget the 3x target leaves.
 
-    .venv/bin/python bench/fold_throughput.py [--repeat 3] [--baseline FILE=EV_S ...]
+    .venv/bin/python bench/fold_throughput.py [--repeat 3] [--issue-rev c0c5f02]
+        [--baseline FILE=EV_S ...]
 
-Each session's events/s is also printed as a multiple of the figure when issue #13 was filed
-(its target: 3x). `--baseline before-compaction.jsonl=5094` prints the fold's events/s as a
-multiple of a figure recorded earlier (on the same machine, under the same load: the multiple is
-only as honest as that).
+Each session's events/s is also printed as a multiple of the fold of the code when issue #13
+was filed (`--issue-rev`, extracted with `git archive` and timed in a subprocess in the same
+run: the target is 3x it), and of the figure recorded that day, which the machine's speed,
+moving by tens of percent from day to day, makes only a reference. `--baseline
+before-compaction.jsonl=5094` prints the fold's events/s as a multiple of a figure recorded
+earlier (on the same machine, under the same load: the multiple is only as honest as that).
 
-Prints ratios, not absolute targets: the machine's speed cancels out of each ratio. The one
+Prints ratios, not absolute targets: the machine's speed cancels out of each ratio. The other
 ratio with a target is the huge output's: a fold is linear in an entry's size, so one 1 MB
 line folds within 3x the time of the same megabyte in lines.
 """
@@ -20,6 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -39,10 +45,35 @@ from sessionfold.streams.runtime.step import Answerer
 
 SESSIONS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sessions"
 REAL = ("before-compaction.jsonl", "large-session.jsonl")
-#: The fold's events/s when issue #13 was filed (this bench, this kind of machine); its target
-#: is 3x them.
+#: The fold's events/s when issue #13 was filed (this bench, this kind of machine, that day).
+#: The machine's speed moves by tens of percent from day to day, so the target is checked side
+#: by side against the code of then (`ISSUE_13_REV`); this figure is printed for reference.
 AT_ISSUE_13 = {"before-compaction.jsonl": 2316.0, "large-session.jsonl": 4276.0}
+#: The last commit before issue #13 was filed (the end of the 2026-11-30 session): its fold,
+#: timed in the same run on the same files, is what the 3x target multiplies.
+ISSUE_13_REV = "c0c5f02"
 TARGET = 3.0
+REPO = Path(__file__).resolve().parents[1]
+#: Times one embedded fold of a file with the code it is run in (best of a count): imports from
+#: both layouts, the one of then (sessionfold.streams.embedded) and today's.
+BASELINE_FOLD = """
+import sys, time
+from pathlib import Path
+try:
+    from sessionfold.streams.runtime.embedded import EmbeddedRuntime
+    from sessionfold.streams.publishing.session_file import read_session_file
+except ImportError:
+    from sessionfold.streams.embedded import EmbeddedRuntime
+    from sessionfold.streams.session_file import read_session_file
+best = float("inf")
+for _ in range(int(sys.argv[2])):
+    start = time.perf_counter()
+    runtime = EmbeddedRuntime()
+    for record in read_session_file(Path(sys.argv[1])):
+        runtime.publish(record)
+    best = min(best, time.perf_counter() - start)
+print(best)
+"""
 
 
 def best_of(repeat: int, run: Callable[[], Any]) -> float:
@@ -53,6 +84,50 @@ def best_of(repeat: int, run: Callable[[], Any]) -> float:
         run()
         times.append(time.perf_counter() - start)
     return min(times)
+
+
+class Baseline:
+    """The fold of another commit, extracted once (`git archive`), timed in a subprocess."""
+
+    def __init__(self, rev: str) -> None:
+        self.rev = rev
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self.error: str | None = None
+
+    def seconds(self, path: Path, repeat: int) -> float | None:
+        """Best-of-`repeat` seconds of that commit's fold of `path`; None if it cannot run."""
+        root = self._extracted()
+        if root is None:
+            return None
+        done = subprocess.run(
+            [sys.executable, "-c", BASELINE_FOLD, str(path), str(repeat)],
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": root},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            self.error = done.stderr.strip().splitlines()[-1:] or ["failed"]
+            return None
+        return float(done.stdout.split()[-1])
+
+    def _extracted(self) -> str | None:
+        if self._dir is None and self.error is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="fold-baseline-")
+            archive = subprocess.run(
+                ["git", "-C", str(REPO), "archive", self.rev], capture_output=True, check=False
+            )
+            if archive.returncode != 0:
+                self.error = f"git archive {self.rev} failed (a checkout with its history?)"
+                return None
+            subprocess.run(["tar", "-x", "-C", self._dir.name], input=archive.stdout, check=True)
+        return None if self._dir is None or self.error else self._dir.name
+
+    def close(self) -> None:
+        """Remove the extracted tree."""
+        if self._dir is not None:
+            self._dir.cleanup()
 
 
 def parse_only(path: Path) -> None:
@@ -70,30 +145,43 @@ def fold_file(path: Path) -> None:
         runtime.publish(record)
 
 
-def throughput(repeat: int, baseline: dict[str, float] | None = None) -> None:
-    """Events/s and MB/s of the embedded fold next to the orjson parse ceiling, its events/s as
-    a multiple of the figure when issue #13 was filed (target 3x) and (for the files `baseline`
-    has a recorded events/s of) as a multiple of that."""
+def throughput(
+    repeat: int, base: Baseline, baseline: dict[str, float] | None = None
+) -> dict[str, float]:
+    """Events/s and MB/s of the embedded fold next to the orjson parse ceiling, and its events/s
+    as a multiple of the fold of `base` (the code when issue #13 was filed, target 3x) timed in
+    the same run, of the figure recorded then, and (for the files `baseline` has a recorded
+    events/s of) of that. Returns each file's events/s under `base` (the files it could fold)."""
     baseline = baseline or {}
     print("embedded fold vs raw parse ceiling (orjson over the same lines)")
     print(
         f"{'file':28} {'events':>7} {'MB':>6} {'fold ev/s':>10} {'fold MB/s':>10} "
         f"{'parse MB/s':>11} {'ratio':>6} {'vs base':>8} {'vs #13':>7}"
     )
+    then: dict[str, float] = {}
     for name in REAL:
         path = SESSIONS / name
         size = path.stat().st_size / 1e6
         events = sum(1 for r in read_session_file(path) if not isinstance(r, DeadLetter))
         fold_s = best_of(repeat, lambda p=path: fold_file(p))
         parse_s = best_of(repeat, lambda p=path: parse_only(p))
+        base_s = base.seconds(path, repeat)
         versus = f"{events / fold_s / baseline[name]:7.2f}x" if name in baseline else ""
-        issue = events / fold_s / AT_ISSUE_13[name]
-        verdict = "met" if issue >= TARGET else "NOT met"
+        recorded = events / fold_s / AT_ISSUE_13[name]
+        if base_s is None:
+            issue, note = "", f"{base.rev} not timed: {base.error}"
+        else:
+            then[name] = events / base_s
+            multiple = base_s / fold_s
+            verdict = "met" if multiple >= TARGET else "NOT met"
+            issue = f"{multiple:6.2f}x"
+            note = f"{base.rev}, same run: {then[name]:,.0f} ev/s; target {TARGET:.0f}x: {verdict}"
         print(
             f"{name:28} {events:7d} {size:6.2f} {events / fold_s:10.0f} {size / fold_s:10.1f} "
-            f"{size / parse_s:11.1f} {parse_s / fold_s:6.3f} {versus:>8} {issue:6.2f}x"
-            f"  (target {TARGET:.0f}x of {AT_ISSUE_13[name]:,.0f} ev/s at #13: {verdict})"
+            f"{size / parse_s:11.1f} {parse_s / fold_s:6.3f} {versus:>8} {issue:>7}"
+            f"  ({note}; {recorded:.2f}x the {AT_ISSUE_13[name]:,.0f} ev/s recorded then)"
         )
+    return then
 
 
 class TimedAnswers:
@@ -128,8 +216,9 @@ def best_pair(repeat: int, run: Callable[[], tuple[float, float]]) -> tuple[floa
     return min(run() for _ in range(repeat))
 
 
-def stages(repeat: int) -> None:
-    """Where an event's time goes, per stage, next to what the 3x target leaves for all of it."""
+def stages(repeat: int, then: dict[str, float]) -> None:
+    """Where an event's time goes, per stage, next to what the 3x target leaves for all of it:
+    a third of an event's time under the code of issue #13 (`then`: its events/s, same run)."""
     print("\nmicroseconds per event by stage, against the 3x target's budget")
     header = f"{'file':28} {'read':>6} {'pruning':>8} {'ledger':>7} {'answers':>8} {'total':>6}"
     print(f"{header} {'budget':>7}  what 3x needs")
@@ -143,7 +232,7 @@ def stages(repeat: int) -> None:
         pruning_s = alone_s - alone_answers_s
         ledger_s = all_s - answers_s - pruning_s
         us = [1e6 * s / events for s in (read_s, pruning_s, ledger_s, answers_s)]
-        total, budget = sum(us), 1e6 / (TARGET * AT_ISSUE_13[name])
+        total, budget = sum(us), 1e6 / (TARGET * then.get(name, AT_ISSUE_13[name]))
         print(
             f"{name:28} {us[0]:6.0f} {us[1]:8.0f} {us[2]:7.0f} {us[3]:8.0f} {total:6.0f} "
             f"{budget:7.0f}  {total / budget:.2f}x less time; the pruning fold alone is "
@@ -274,11 +363,20 @@ def main() -> None:
         metavar="FILE=EV_S",
         help="a recorded fold events/s of one real session, to print today's as a multiple of",
     )
+    parser.add_argument(
+        "--issue-rev",
+        default=ISSUE_13_REV,
+        help="the commit whose fold the 3x target multiplies, timed side by side",
+    )
     args = parser.parse_args()
     if not SESSIONS.is_dir():
         raise SystemExit(f"real sessions not found at {SESSIONS}")
-    throughput(args.repeat, dict(args.baseline))
-    stages(args.repeat)
+    base = Baseline(args.issue_rev)
+    try:
+        then = throughput(args.repeat, base, dict(args.baseline))
+    finally:
+        base.close()
+    stages(args.repeat, then)
     metrics_scaling(args.repeat)
     huge_output(args.repeat)
 

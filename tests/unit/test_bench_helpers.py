@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from cpu_use import CpuUse, binding_limit, cpu_seconds, listening_pid, used
+from fold_throughput import Baseline
 from runtime_layer import memory_runtime, runtime_cpu_seconds
 
 from sessionfold.events.envelope import encode
@@ -85,3 +86,21 @@ def test_runtime_layer_folds_every_record_and_answers_its_requests(tmp_path: Pat
 
     asyncio.run(fold_all())
     assert any(o.topic == "t.flush-requests" for o in sent)  # the fleet asks for flushes
+
+
+def test_the_fold_of_another_commit_is_timed_side_by_side(tmp_path: Path) -> None:
+    """The 3x target's baseline: a commit's tree folds the file in a subprocess of its own; a
+    commit that is not there gives no figure and says why."""
+    path = write_session(tmp_path, generate_session(5, 12)).path
+    here = Baseline("HEAD")
+    try:
+        seconds = here.seconds(path, repeat=1)
+        assert seconds is not None and seconds > 0.0, here.error
+    finally:
+        here.close()
+    missing = Baseline("0" * 40)
+    try:
+        assert missing.seconds(path, repeat=1) is None
+        assert missing.error is not None and "git archive" in missing.error
+    finally:
+        missing.close()
