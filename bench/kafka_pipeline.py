@@ -23,7 +23,10 @@
 - Where a fold worker's CPU goes: the CPU seconds of every fold worker, the summarizer, the broker
   and the bench (bench/cpu_use.py); the worker's CPU per event next to the embedded fold's and
   next to `FoldRuntime` over an in-memory table (bench/runtime_layer.py: our batches and journals
-  without Kafka), and a "what binds" line for each target not met.
+  without Kafka); where the fold agent's time goes (sessionfold_fold_agent_seconds_total:
+  folding, awaiting its commit, awaiting records); from a backlog, Faust's floor (a Faust agent
+  that does nothing, bench/faust_floor.py) against the per-worker target's CPU budget per event;
+  and a "what binds" line for each target not met.
 - `--fleet-sessions N`: a second fleet of N sessions of `--fleet-turns` turns, folded by one and
   by two fold workers against the embedded fold of the same files; the changelog and RSS figures
   are then taken on it.
