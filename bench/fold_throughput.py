@@ -108,7 +108,8 @@ class Baseline:
             check=False,
         )
         if done.returncode != 0:
-            self.error = done.stderr.strip().splitlines()[-1:] or ["failed"]
+            lines = done.stderr.strip().splitlines()
+            self.error = lines[-1] if lines else f"exit {done.returncode}"
             return None
         return float(done.stdout.split()[-1])
 

@@ -88,9 +88,11 @@ def test_runtime_layer_folds_every_record_and_answers_its_requests(tmp_path: Pat
     assert any(o.topic == "t.flush-requests" for o in sent)  # the fleet asks for flushes
 
 
-def test_the_fold_of_another_commit_is_timed_side_by_side(tmp_path: Path) -> None:
+def test_the_fold_of_another_commit_is_timed_side_by_side(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The 3x target's baseline: a commit's tree folds the file in a subprocess of its own; a
-    commit that is not there gives no figure and says why."""
+    commit that is not there, or a tree that cannot fold, gives no figure and says why."""
     path = write_session(tmp_path, generate_session(5, 12)).path
     here = Baseline("HEAD")
     try:
@@ -104,3 +106,10 @@ def test_the_fold_of_another_commit_is_timed_side_by_side(tmp_path: Path) -> Non
         assert missing.error is not None and "git archive" in missing.error
     finally:
         missing.close()
+    monkeypatch.setattr("fold_throughput.BASELINE_FOLD", "raise SystemExit('no fold here')")
+    broken = Baseline("HEAD")
+    try:
+        assert broken.seconds(path, repeat=1) is None
+        assert broken.error == "no fold here"
+    finally:
+        broken.close()
