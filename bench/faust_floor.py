@@ -11,7 +11,7 @@ one JSON line, {"records", "seconds", "cpu_seconds"}, to `--out` (else to stdout
 
 What it costs per record is the least any fold over Faust's per-record stream can cost, with no
 fold, no store and no producer: bench/kafka_pipeline.py sets it against the budget of the
-per-worker target. `floor_us(...)` runs it as a subprocess (a Faust worker owns its process).
+per-worker target. `floor(...)` runs it as a subprocess (a Faust worker owns its process).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def _app(bootstrap: str, partitions: int, data_dir: Path) -> faust.App:
 
 
 def main() -> None:
-    """Read the topic with a no-op agent, print the JSON line, exit."""
+    """Read the topic with a no-op agent, write the JSON line, exit."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True)
@@ -103,7 +103,10 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--out", type=Path, help="where to write the JSON line")
     args = parser.parse_args()
-    app = _app(args.bootstrap, args.partitions, Path(tempfile.mkdtemp(prefix="faust-floor-")))
+    # Beside --out, the caller's temporary directory removes it (this process ends in _exit).
+    data_dir = args.out.parent / "faust" if args.out else Path(tempfile.mkdtemp(prefix="floor-"))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    app = _app(args.bootstrap, args.partitions, data_dir)
     topic = app.topic(args.topic, key_type=bytes, value_type=bytes)
     seen = 0
     began = began_cpu = 0.0
