@@ -178,6 +178,12 @@ def forget_unacked(consumer: Any, message: Any) -> None:
     getattr(consumer, "unacked", set()).discard(message)
 
 
+def _aiokafka_consumer(app: Any) -> Any:
+    """The aiokafka consumer Faust's consumer thread has built (`_thread._consumer`), or None
+    before it has."""
+    return getattr(getattr(app.consumer, "_thread", None), "_consumer", None)
+
+
 def set_fetch_max_wait(app: Any, milliseconds: int) -> bool:
     """Set how long aiokafka's fetcher waits at the broker; False if it is not built yet.
 
@@ -185,8 +191,7 @@ def set_fetch_max_wait(app: Any, milliseconds: int) -> bool:
     fetcher reads `_fetch_max_wait_ms` for every fetch, reached through Faust's consumer thread
     (`_thread._consumer._fetcher`).
     """
-    consumer = getattr(getattr(app.consumer, "_thread", None), "_consumer", None)
-    fetcher = getattr(consumer, "_fetcher", None)
+    fetcher = getattr(_aiokafka_consumer(app), "_fetcher", None)
     if fetcher is None or not hasattr(fetcher, "_fetch_max_wait_ms"):
         return False
     fetcher._fetch_max_wait_ms = milliseconds
@@ -204,8 +209,7 @@ def commit_only_as_member(app: Any) -> bool:
     the request from `generation` with no await in between, and raises what the broker answers
     a member it does not know, which Faust's commit takes as "already rebalanced".
     """
-    consumer = getattr(getattr(app.consumer, "_thread", None), "_consumer", None)
-    coordinator = getattr(consumer, "_coordinator", None)
+    coordinator = getattr(_aiokafka_consumer(app), "_coordinator", None)
     if coordinator is None:
         return False
     commit = coordinator._do_commit_offsets
