@@ -100,6 +100,7 @@ from sessionfold.streams.runtime.config_files import load_config
 from sessionfold.streams.runtime.embedded import EmbeddedRuntime, fold_files
 from sessionfold.streams.tools import broker
 from sessionfold.streams.tools.synthetic import generate_session, write_fleet, write_session
+from sessionfold.streams.worker.app import Stopwatch
 
 #: Seconds a worker may take to join its group and get its partitions.
 READY_TIMEOUT_S = 90.0
@@ -294,35 +295,29 @@ def wait_assigned(
 # --- metrics ------------------------------------------------------------------------------------
 
 
-def scrape(client: httpx.Client, worker: Worker) -> dict[str, float]:
-    """A worker's /metrics, each sample name summed over its label sets."""
+def samples(client: httpx.Client, worker: Worker) -> list[Any]:
+    """Every sample of a worker's /metrics (none if it does not answer)."""
     try:
         text = client.get(f"{worker.url}/metrics", timeout=5.0).text
     except httpx.HTTPError:
-        return {}
+        return []
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+def scrape(client: httpx.Client, worker: Worker) -> dict[str, float]:
+    """A worker's /metrics, each sample name summed over its label sets."""
     totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    for sample in samples(client, worker):
+        totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
     return totals
-
-
-#: The fold agent's time, by kind (sessionfold_fold_agent_seconds_total).
-AGENT_KINDS = ("folding", "awaiting_commit", "awaiting_records")
 
 
 def agent_seconds(client: httpx.Client, worker: Worker) -> dict[str, float]:
     """A fold worker's `sessionfold_fold_agent_seconds_total`, by kind (zeros if unscraped)."""
-    seconds = dict.fromkeys(AGENT_KINDS, 0.0)
-    try:
-        text = client.get(f"{worker.url}/metrics", timeout=5.0).text
-    except httpx.HTTPError:
-        return seconds
-    for family in text_string_to_metric_families(text):
-        if family.name == "sessionfold_fold_agent_seconds":
-            for sample in family.samples:
-                if sample.name.endswith("_total") and sample.labels.get("kind") in seconds:
-                    seconds[sample.labels["kind"]] = sample.value
+    seconds = dict.fromkeys(Stopwatch.KINDS, 0.0)
+    for sample in samples(client, worker):
+        if sample.name == "sessionfold_fold_agent_seconds_total":
+            seconds[sample.labels["kind"]] = sample.value
     return seconds
 
 
@@ -552,7 +547,7 @@ def fold_run(
         cpu,
         backlog,
         [
-            {kind: after[kind] - before[kind] for kind in AGENT_KINDS}
+            {kind: after[kind] - before[kind] for kind in Stopwatch.KINDS}
             for before, after in zip(agent_before, agent_after, strict=True)
         ],
     )
@@ -1185,8 +1180,11 @@ def agent_split(run: FoldRun) -> str:
     total = sum(busiest.values())
     if total <= 0:
         return "not measured"
-    fold, commit, records = (busiest[kind] / total for kind in AGENT_KINDS)
-    return f"{fold:.0%} fold / {commit:.0%} commit / {records:.0%} await"
+    share = {kind: seconds / total for kind, seconds in busiest.items()}
+    return (
+        f"{share['folding']:.0%} fold / {share['awaiting_commit']:.0%} commit / "
+        f"{share['awaiting_records']:.0%} await"
+    )
 
 
 def bind(run: FoldRun, fleet: Fleet) -> str:

@@ -57,6 +57,7 @@ from sessionfold.streams.runtime.embedded import (
     EmbeddedRuntime,
     fold_files,
 )
+from sessionfold.streams.worker.app import Stopwatch
 from sessionfold.streams.worker.fault_injection import ENV_TEST_DELAY
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -204,7 +205,7 @@ def test_one_worker_of_all_roles_equals_embedded(
         assert metric(samples, "sessionfold_journal_replays_total") == 0
         agent = {
             kind: metric(samples, "sessionfold_fold_agent_seconds_total", kind=kind)
-            for kind in ("folding", "awaiting_commit", "awaiting_records")
+            for kind in Stopwatch.KINDS
         }
         assert agent["folding"] > 0 and agent["awaiting_records"] > 0
         assert sum(agent.values()) <= time.monotonic() - started  # laps of the agent's clock
