@@ -91,25 +91,26 @@ def test_runtime_layer_folds_every_record_and_answers_its_requests(tmp_path: Pat
 def test_the_fold_of_another_commit_is_timed_side_by_side(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The 3x target's baseline: a commit's tree folds the file in a subprocess of its own; a
-    commit that is not there, or a tree that cannot fold, gives no figure and says why."""
+    """The 3x target's baseline: a commit's tree and this one fold the file in subprocesses,
+    a pair per round; a commit that is not there, or a tree that cannot fold, gives no figure
+    and says why."""
     path = write_session(tmp_path, generate_session(5, 12)).path
     here = Baseline("HEAD")
     try:
-        seconds = here.seconds(path, repeat=1)
-        assert seconds is not None and seconds > 0.0, here.error
+        pairs = here.multiples(path, rounds=2, repeat=1)
+        assert len(pairs) == 2 and all(p > 0.0 for p in pairs), here.error
     finally:
         here.close()
     missing = Baseline("0" * 40)
     try:
-        assert missing.seconds(path, repeat=1) is None
+        assert missing.multiples(path, rounds=2, repeat=1) == []
         assert missing.error is not None and "git archive" in missing.error
     finally:
         missing.close()
     monkeypatch.setattr("fold_throughput.BASELINE_FOLD", "raise SystemExit('no fold here')")
     broken = Baseline("HEAD")
     try:
-        assert broken.seconds(path, repeat=1) is None
+        assert broken.multiples(path, rounds=2, repeat=1) == []
         assert broken.error == "no fold here"
     finally:
         broken.close()
