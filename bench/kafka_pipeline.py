@@ -1,7 +1,7 @@
 """The Kafka runtime measured end to end, side by side in one run on one broker.
 
     .venv/bin/python bench/kafka_pipeline.py [--sessions 16] [--turns 80] [--partitions 4]
-        [--fleet-sessions 1000 [--fleet-turns 8]] [--recovery]
+        [--fleet-sessions 1000 [--fleet-turns 8] [--profile]] [--recovery]
 
 - Fold throughput through Faust: events/s from the first publish of a generated fleet until
   every event is folded and no flush barrier is up (the workers' own /metrics: events folded,
@@ -30,6 +30,9 @@
 - `--fleet-sessions N`: a second fleet of N sessions of `--fleet-turns` turns, folded by one and
   by two fold workers against the embedded fold of the same files; the changelog and RSS figures
   are then taken on it.
+- `--profile`: with `--fleet-sessions`, one more backlog run with one fold worker, sampled by
+  py-spy (bench/worker_layers.py): its main thread by layer (pure fold, envelope decode, Faust
+  delivery, producer, fold runtime, waiting), the figures above left unsampled.
 - `--recovery`: once the fleet (the `--fleet-sessions` one if given) is folded, the fold worker
   is SIGKILLed and another started with the same app id; the seconds until the state API serves
   every session as the embedded fold has it, and the changelog records it replays.
@@ -84,6 +87,7 @@ from sizing import (
     rss_bytes,
     topic_records,
 )
+from worker_layers import Layers, Recording
 
 from sessionfold.events.envelope import decode, encode
 from sessionfold.streams.kafka import clients
@@ -433,6 +437,9 @@ class FoldRun:
     backlog: bool = False  # published before the fold workers started
     #: Each fold worker's agent seconds by kind over the same window as `cpu`.
     agent: list[dict[str, float]] = field(default_factory=list)
+    #: With `profile`, the first fold worker's main thread by layer (bench/worker_layers.py),
+    #: or why there is none.
+    layers: Layers | str | None = None
 
     @property
     def rate(self) -> float:
@@ -453,6 +460,7 @@ def fold_run(
     security: KafkaSecurity = PLAINTEXT,
     broker_pid: int | None = None,
     backlog: bool = False,
+    profile: bool = False,
 ) -> FoldRun:
     """Start `fold_workers` fold workers and a summarizer on fresh topics, publish the fleet,
     and time it until every event is folded. The workers are left running (and in `started`).
@@ -462,7 +470,8 @@ def fold_run(
     publish and once complete. With `backlog` the fleet is published before the fold workers
     start, and the clock (and the CPU count) starts once all of them are assigned and they have
     folded an event (the events folded before are left out): the fold draining a backlog, as
-    after an outage, with no publisher sharing the CPUs.
+    after an outage, with no publisher sharing the CPUs. With `profile` too, py-spy samples the
+    first fold worker over the same window.
     """
     topics = Topics(f"bench{uuid4().hex[:8]}.")
     ensure_topics(bootstrap, topics, partitions=partitions, security=security)
@@ -483,6 +492,7 @@ def fold_run(
         pids = [w.process.pid for w in [*folds, summarizer]]
         pids += [os.getpid()] + ([] if broker_pid is None else [broker_pid])
         state = Progress()
+        recording: Recording | None = None
         if backlog:
             rss_ready = [0 for _ in folds]
             # Every fold worker in the group first (the first to join starts alone, and the
@@ -491,6 +501,8 @@ def fold_run(
             wait_until(lambda: progress(client, folds).folded > 0, timeout_s, "first event", 0.01)
             agent_before = [agent_seconds(client, w) for w in folds]
             cpu_before = snapshot(pids)
+            if profile:
+                recording = Recording(folds[0].process.pid, work / f"{app_id}-layers.txt")
             began = time.perf_counter()
             state = first = progress(client, folds)
         else:
@@ -514,6 +526,7 @@ def fold_run(
         seconds = time.perf_counter() - began
         cpu_after = snapshot(pids)
         agent_after = [agent_seconds(client, w) for w in folds]
+        layers = None if recording is None else (recording.stop() or recording.error)
     spent = [used(b, a) for b, a in zip(cpu_before, cpu_after, strict=True)]
     cpu = CpuUse(
         wall=seconds,
@@ -550,6 +563,7 @@ def fold_run(
             {kind: after[kind] - before[kind] for kind in Stopwatch.KINDS}
             for before, after in zip(agent_before, agent_after, strict=True)
         ],
+        layers,
     )
 
 
@@ -772,6 +786,7 @@ class FleetCase:
     backlog_one: FoldRun | None = None  # the fleet published first, then folded by one worker
     backlog_two: FoldRun | None = None  # ... and by two
     floor: Floor | None = None  # a no-op Faust agent's read of the backlog (bench/faust_floor.py)
+    profiled: FoldRun | None = None  # --profile: one more backlog run, py-spy on its worker
 
 
 def fleet_changelog(
@@ -932,7 +947,11 @@ def run(args: argparse.Namespace, work: Path) -> Results:
             sizes_longer = embedded_sizes(w.path for w in longer)
 
             def fold(
-                target: Fleet, count: int, settings: Sequence[str] = (), backlog: bool = False
+                target: Fleet,
+                count: int,
+                settings: Sequence[str] = (),
+                backlog: bool = False,
+                profile: bool = False,
             ) -> FoldRun:
                 return fold_run(
                     bootstrap,
@@ -946,6 +965,7 @@ def run(args: argparse.Namespace, work: Path) -> Results:
                     security,
                     broker_pid,
                     backlog,
+                    profile,
                 )
 
             def case(
@@ -988,6 +1008,11 @@ def run(args: argparse.Namespace, work: Path) -> Results:
                     log("Faust's floor: a no-op agent reading the same backlog")
                     source = case.backlog_one.topics.session_events
                     case.floor = floor(bootstrap, source, len(target.records), args.partitions)
+                    if args.profile:
+                        log("1 fold worker from a backlog again, sampled by py-spy")
+                        case.profiled = fold(target, 1, backlog=True, profile=True)
+                        stop_workers(workers)
+                        workers.clear()
                 return case
 
             def raw_and_latency(one: FoldRun) -> None:
@@ -1061,6 +1086,7 @@ def backlog_rows(case: FleetCase) -> list[tuple[str, str, str]]:
         per_worker_row(one, embedded),
         *cpu_rows(one, fleet),
         *floor_rows(case.floor, fleet),
+        *layer_rows(case.profiled),
         ("Faust fold from a backlog, 2 workers", f"{two.rate:,.0f} ev/s", _fold_note(two, events)),
         per_worker_row(two, embedded),
         *cpu_rows(two, fleet),
@@ -1168,6 +1194,28 @@ def floor_rows(least: Floor | None, fleet: Fleet) -> list[tuple[str, str, str]]:
             f"{budget:,.0f} us",
             f"1/{PER_WORKER_TARGET} of the embedded fold's {embedded:,.0f} us; Faust's floor + "
             f"the fold runtime = {both:,.0f} us ({both / budget:.0%} of it) before the producer",
+        ),
+    ]
+
+
+def layer_rows(run: FoldRun | None) -> list[tuple[str, str, str]]:
+    """The --profile run: its worker's main thread by layer, and its other busy time against
+    the pure fold's (which the embedded fold spends too)."""
+    if run is None:
+        return []
+    layers = run.layers
+    if not isinstance(layers, Layers):
+        return [("    main thread by layer", "not measured", str(layers))]
+    return [
+        (
+            "    main thread by layer (py-spy)",
+            f"{layers.samples:,} samples",
+            f"another backlog run, {run.rate:,.0f} ev/s sampled: {layers.line()}",
+        ),
+        (
+            "    beside the pure fold",
+            f"{layers.rest_per_fold:.1f}x",
+            "the main thread's other busy time per unit of pure fold (bench/worker_layers.py)",
         ),
     ]
 
@@ -1485,6 +1533,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--fleet-turns", type=int, default=8, help="assistant messages per --fleet-sessions session"
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="with --fleet-sessions, one more backlog run with py-spy sampling its fold worker: "
+        "the worker's main thread by layer",
     )
     parser.add_argument(
         "--recovery",
