@@ -16,6 +16,9 @@ main thread, where the event loop runs the fold agent, into one layer by the fra
 - fold runtime: the rest of sessionfold (batches, journals, table rows, metrics);
 - other: the event loop's own work and Faust's other services.
 
+py-spy pauses the worker for each sample (100 a second), which slows it and shortens its waits:
+read the busy layers against each other, not the sampled run's events/s or its waiting.
+
 bench/kafka_pipeline.py --profile prints the split of a fold worker draining a backlog: the pure
 fold's share against the rest says how far a worker is from the embedded fold's cost per event.
 """
@@ -154,7 +157,9 @@ class Recording:
             self.error = "py-spy is not installed (pip install -e '.[test]')"
             return
         argv = [spy, "record", "--pid", str(pid), "--format", "raw", "--threads", "--idle"]
-        argv += ["--nonblocking", "--output", str(out)]  # never pauses the worker to sample
+        # Blocking (py-spy pauses the process for each sample): read without pausing, a deep
+        # stack such as the fold's tears as it changes, and its samples fall in no layer.
+        argv += ["--output", str(out)]
         if seconds is not None:
             argv += ["--duration", str(max(1, round(seconds)))]
         self._log = out.with_suffix(".log")
