@@ -1086,7 +1086,7 @@ def backlog_rows(case: FleetCase) -> list[tuple[str, str, str]]:
         per_worker_row(one, embedded),
         *cpu_rows(one, fleet),
         *floor_rows(case.floor, fleet),
-        *layer_rows(case.profiled),
+        *layer_rows(case.profiled, fleet),
         ("Faust fold from a backlog, 2 workers", f"{two.rate:,.0f} ev/s", _fold_note(two, events)),
         per_worker_row(two, embedded),
         *cpu_rows(two, fleet),
@@ -1198,14 +1198,17 @@ def floor_rows(least: Floor | None, fleet: Fleet) -> list[tuple[str, str, str]]:
     ]
 
 
-def layer_rows(run: FoldRun | None) -> list[tuple[str, str, str]]:
-    """The --profile run: its worker's main thread by layer, and its other busy time against
-    the pure fold's (which the embedded fold spends too)."""
+def layer_rows(run: FoldRun | None, fleet: Fleet) -> list[tuple[str, str, str]]:
+    """The --profile run: its worker's main thread by layer, its other busy time against the
+    pure fold's (which the embedded fold spends too), and what the per-worker target allows."""
     if run is None:
         return []
     layers = run.layers
     if not isinstance(layers, Layers):
         return [("    main thread by layer", "not measured", str(layers))]
+    fold_us = layers.fold_us(run.cpu.fold_us_per_event(run.events))
+    budget = embedded_us(fleet) / PER_WORKER_TARGET
+    allowed = budget / fold_us - 1.0 if fold_us else 0.0
     return [
         (
             "    main thread by layer (py-spy)",
@@ -1215,7 +1218,9 @@ def layer_rows(run: FoldRun | None) -> list[tuple[str, str, str]]:
         (
             "    beside the pure fold",
             f"{layers.rest_per_fold:.1f}x",
-            "the main thread's other busy time per unit of pure fold (bench/worker_layers.py)",
+            f"the main thread's other busy time per unit of pure fold (bench/worker_layers.py); "
+            f"{PER_WORKER_TARGET} allows {allowed:.1f}x: {budget:,.0f} us per event, of which "
+            f"the pure fold takes about {fold_us:,.0f}",
         ),
     ]
 

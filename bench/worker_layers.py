@@ -108,6 +108,12 @@ class Layers:
         busy = 1.0 - self.shares.get("waiting", 0.0)
         return (busy - fold) / fold if fold else float("inf")
 
+    def fold_us(self, cpu_us_per_event: float) -> float:
+        """The pure fold's CPU per event, given the worker's, if the worker's CPU went as its
+        main thread's busy time (the other threads' share is small: its consumer's fetches)."""
+        busy = 1.0 - self.shares.get("waiting", 0.0)
+        return cpu_us_per_event * self.shares.get("pure fold", 0.0) / busy if busy else 0.0
+
 
 def layer_of(stack: Stack) -> str:
     """The layer one main-thread sample belongs to."""

@@ -75,6 +75,8 @@ def test_the_split_is_of_the_main_thread_and_other_threads_are_busy_or_idle() ->
     assert layers.threads == {"Thread-1": pytest.approx(0.1), "asyncio_0": 0.0}
     assert layers.line().startswith("40% other / 30% pure fold / 20% Faust delivery / 10% waiting")
     assert layers.rest_per_fold == pytest.approx((0.9 - 0.3) / 0.3)
+    # 30% of samples folding, 90% busy: a third of a 300 us event is the pure fold.
+    assert layers.fold_us(300.0) == pytest.approx(100.0)
     assert split(raw([("Thread-1", STACKS["pure fold"], 5)])) is None
 
 
