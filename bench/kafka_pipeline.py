@@ -1554,6 +1554,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.partitions < 2:
         parser.error("--partitions must be at least 2 (one worker against two)")
+    if args.profile and not args.fleet_sessions:
+        parser.error("--profile samples a --fleet-sessions backlog run: give --fleet-sessions N")
     work = Path(tempfile.mkdtemp(prefix="sessionfold-bench-"))
     try:
         results = run(args, work)

@@ -14,7 +14,7 @@ main thread, where the event loop runs the fold agent, into one layer by the fra
 - producer: aiokafka's producer and connections, through Faust's producer;
 - web: aiohttp, the state API and /metrics;
 - fold runtime: the rest of sessionfold (batches, journals, table rows, metrics);
-- other: the event loop's own work and Faust's other services.
+- other: the event loop's own work, Faust's other services, and stacks py-spy read in part.
 
 py-spy pauses the worker for each sample (100 a second), which slows it and shortens its waits:
 read the busy layers against each other, not the sampled run's events/s or its waiting.
@@ -186,8 +186,11 @@ class Recording:
             self._process.wait()
         layers = split(self.out.read_text()) if self.out.exists() else None
         if layers is None:
-            tail = self._log.read_text(errors="replace").strip().splitlines()[-1:]
-            self.error = f"py-spy recorded nothing ({tail[0] if tail else 'no output'})"
+            said = [line for line in self._log.read_text(errors="replace").splitlines() if line]
+            # py-spy's own line of why (a backtrace may follow it), else its last line.
+            last = said[-1] if said else "no output"
+            why = next((line for line in said if line.startswith("Error")), last)
+            self.error = f"py-spy recorded nothing ({why})"
         return layers
 
 
@@ -202,7 +205,10 @@ def main() -> None:
     if layers is None:
         raise SystemExit(recording.error)
     print(f"main thread, {layers.samples} samples: {layers.line()}")
-    print(f"everything but the pure fold costs {layers.rest_per_fold:.1f}x the pure fold")
+    if layers.shares["pure fold"]:
+        print(f"everything but the pure fold costs {layers.rest_per_fold:.1f}x the pure fold")
+    else:
+        print("no sample was in the pure fold: is this a fold worker?")
     for thread, share in sorted(layers.threads.items()):
         print(f"thread {thread}: busy {share:.0%} of its samples")
 

@@ -121,3 +121,11 @@ def test_py_spy_samples_a_folding_process_into_the_pure_fold(tmp_path: Path) -> 
     assert shares["pure fold"] + shares["fold runtime"] > 0.5, layers.line()
     kafka = ("waiting", "envelope decode", "Faust delivery", "producer", "web")
     assert all(shares[name] == 0.0 for name in kafka), layers.line()
+
+
+def test_a_process_py_spy_cannot_read_gives_no_layers_and_says_why(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # its pid now names no process
+    recording = Recording(gone.pid, tmp_path / "samples.txt")
+    assert recording.stop(interrupt=False) is None  # py-spy gives up by itself
+    assert str(recording.error).startswith("py-spy recorded nothing (Error: "), recording.error
