@@ -89,7 +89,8 @@ def best_of(repeat: int, run: Callable[[], Any]) -> float:
 
 
 class Baseline:
-    """The fold of another commit, extracted once (`git archive`), timed in a subprocess."""
+    """The fold of another commit, extracted once (`git archive`), timed against this tree's,
+    each in subprocesses of its own."""
 
     def __init__(self, rev: str) -> None:
         self.rev = rev

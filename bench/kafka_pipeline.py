@@ -968,6 +968,12 @@ def run(args: argparse.Namespace, work: Path) -> Results:
                     profile,
                 )
 
+            def stopped(run: FoldRun) -> FoldRun:
+                """`run`, its workers stopped: each phase's are gone before the next starts."""
+                stop_workers(workers)
+                workers.clear()
+                return run
+
             def case(
                 target: Fleet,
                 turns: int,
@@ -999,20 +1005,14 @@ def run(args: argparse.Namespace, work: Path) -> Results:
                 workers.clear()
                 case = FleetCase(target, turns, one, two, same_one, same_two, changelog, recovery)
                 if with_backlog:
-                    case.backlog_one = fold(target, 1, backlog=True)
-                    stop_workers(workers)
-                    workers.clear()
-                    case.backlog_two = fold(target, 2, backlog=True)
-                    stop_workers(workers)
-                    workers.clear()
+                    case.backlog_one = stopped(fold(target, 1, backlog=True))
+                    case.backlog_two = stopped(fold(target, 2, backlog=True))
                     log("Faust's floor: a no-op agent reading the same backlog")
                     source = case.backlog_one.topics.session_events
                     case.floor = floor(bootstrap, source, len(target.records), args.partitions)
                     if args.profile:
                         log("1 fold worker from a backlog again, sampled by py-spy")
-                        case.profiled = fold(target, 1, backlog=True, profile=True)
-                        stop_workers(workers)
-                        workers.clear()
+                        case.profiled = stopped(fold(target, 1, backlog=True, profile=True))
                 return case
 
             def raw_and_latency(one: FoldRun) -> None:
@@ -1036,9 +1036,7 @@ def run(args: argparse.Namespace, work: Path) -> Results:
             main = case(
                 fleet, args.turns, args.recovery and not args.fleet_sessions, raw_and_latency
             )
-            off = fold(fleet, 1, PRUNING_OFF)
-            stop_workers(workers)
-            workers.clear()
+            off = stopped(fold(fleet, 1, PRUNING_OFF))
 
             extra = None
             if args.fleet_sessions:
@@ -1129,6 +1127,12 @@ def embedded_us(fleet: Fleet) -> float:
     return fleet.embedded_cpu_seconds * 1e6 / len(fleet.records) if fleet.records else 0.0
 
 
+def budget_us(fleet: Fleet) -> float:
+    """The CPU microseconds per event a worker may spend at the per-worker target: at 100% CPU
+    it reaches 0.8 of the embedded fold only if an event costs it at most 1/0.8 of the fold's."""
+    return embedded_us(fleet) / PER_WORKER_TARGET
+
+
 def runtime_us(fleet: Fleet) -> float:
     """FoldRuntime's CPU microseconds per event over an in-memory table (no Kafka)."""
     return fleet.runtime_cpu_seconds * 1e6 / len(fleet.records) if fleet.records else 0.0
@@ -1175,12 +1179,10 @@ def cpu_rows(run: FoldRun, fleet: Fleet) -> list[tuple[str, str, str]]:
 
 
 def floor_rows(least: Floor | None, fleet: Fleet) -> list[tuple[str, str, str]]:
-    """Faust's floor per event next to the per-worker target's budget: at 100% CPU a worker
-    reaches 0.8 of the embedded fold only if an event costs it at most 1/0.8 of the fold's."""
+    """Faust's floor per event, and with the fold runtime, next to the per-worker budget."""
     if least is None:
         return [("    of which Faust's floor", "not measured", "bench/faust_floor.py failed")]
-    embedded, runtime = embedded_us(fleet), runtime_us(fleet)
-    budget = embedded / PER_WORKER_TARGET
+    embedded, runtime, budget = embedded_us(fleet), runtime_us(fleet), budget_us(fleet)
     both = least.us_per_record + runtime
     return [
         (
@@ -1206,8 +1208,7 @@ def layer_rows(run: FoldRun | None, fleet: Fleet) -> list[tuple[str, str, str]]:
     layers = run.layers
     if not isinstance(layers, Layers):
         return [("    main thread by layer", "not measured", str(layers))]
-    fold_us = layers.fold_us(run.cpu.fold_us_per_event(run.events))
-    budget = embedded_us(fleet) / PER_WORKER_TARGET
+    fold_us, budget = layers.fold_us(run.cpu.fold_us_per_event(run.events)), budget_us(fleet)
     allowed = budget / fold_us - 1.0 if fold_us else 0.0
     return [
         (

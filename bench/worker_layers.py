@@ -102,17 +102,21 @@ class Layers:
         return " / ".join(f"{share:.0%} {name}" for name, share in ranked if share >= 0.005)
 
     @property
+    def busy(self) -> float:
+        """The share of the main thread's samples not waiting."""
+        return 1.0 - self.shares.get("waiting", 0.0)
+
+    @property
     def rest_per_fold(self) -> float:
         """The main thread's busy time other than the pure fold, per unit of pure fold."""
         fold = self.shares.get("pure fold", 0.0)
-        busy = 1.0 - self.shares.get("waiting", 0.0)
-        return (busy - fold) / fold if fold else float("inf")
+        return (self.busy - fold) / fold if fold else float("inf")
 
     def fold_us(self, cpu_us_per_event: float) -> float:
         """The pure fold's CPU per event, given the worker's, if the worker's CPU went as its
         main thread's busy time (the other threads' share is small: its consumer's fetches)."""
-        busy = 1.0 - self.shares.get("waiting", 0.0)
-        return cpu_us_per_event * self.shares.get("pure fold", 0.0) / busy if busy else 0.0
+        fold = self.shares.get("pure fold", 0.0)
+        return cpu_us_per_event * fold / self.busy if self.busy else 0.0
 
 
 def layer_of(stack: Stack) -> str:
