@@ -9,6 +9,7 @@ bad lines repaired that it must fold to (see the fuzz suite's docstring for the 
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 from collections.abc import Callable
@@ -216,6 +217,29 @@ def wrong_type(rng: random.Random, corpus: Corpus) -> Case:
     return _dead_line(corpus, i, dumps_entry(obj).encode(), readable_id=True)
 
 
+def unhashable_tag(rng: random.Random, corpus: Corpus) -> Case:
+    """An array or object where a union is told by a string: an entry's `type`, a message's
+    `role`, a content block's `type`. The object is dead, its id still readable."""
+    i = _line_index(rng, corpus)
+    obj = copy.deepcopy(corpus.objects[i])
+    tag = rng.choice([[], {}, ["message"], {"type": "message"}])
+    message = obj.get("message")
+    blocks = message.get("content") if isinstance(message, dict) else None
+    places = ["type"]
+    if isinstance(message, dict):
+        places.append("role")
+    if isinstance(blocks, list) and any(isinstance(b, dict) for b in blocks):
+        places.append("block")
+    place = rng.choice(places)
+    if place == "type":
+        obj["type"] = tag
+    elif place == "role":
+        message["role"] = tag
+    else:
+        rng.choice([b for b in blocks if isinstance(b, dict)])["type"] = tag
+    return _dead_line(corpus, i, dumps_entry(obj).encode(), readable_id=True)
+
+
 def missing_id(rng: random.Random, corpus: Corpus) -> Case:
     """v2/v3: no `id` (a gap); v1: no `type` (dead, its position names it)."""
     i = _line_index(rng, corpus)
@@ -365,6 +389,7 @@ MUTATIONS: dict[str, Callable[[random.Random, Corpus], Case]] = {
         huge_valid,
         not_an_object,
         wrong_type,
+        unhashable_tag,
         missing_id,
         duplicate_id,
         parent_cycle,

@@ -57,9 +57,19 @@ class UnknownBlock(_Open):
     type: str
 
 
+def _tag(value: Any, field: str, known: set[str]) -> str:
+    """The union member a raw dict or a model names in `field`; "unknown" for any other name."""
+    found = value.get(field) if isinstance(value, dict) else getattr(value, field, None)
+    # Only a string can name a member: an array or object there (unhashable) is "unknown", whose
+    # model wants a string and so refuses the object by its field, a dead letter like any other.
+    return found if isinstance(found, str) and found in known else "unknown"
+
+
+_BLOCK_TYPES = {"text", "thinking", "image", "toolCall"}
+
+
 def _block_kind(value: Any) -> str:
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return kind if kind in {"text", "thinking", "image", "toolCall"} else "unknown"
+    return _tag(value, "type", _BLOCK_TYPES)
 
 
 ContentBlock = Annotated[
@@ -173,12 +183,6 @@ _ROLES = {
 
 
 _ROLE_TAGS = _ROLES | {"hookMessage"}
-
-
-def _tag(value: Any, field: str, known: set[str]) -> str:
-    """The union member a raw dict or a model names in `field`; "unknown" for any other name."""
-    found = value.get(field) if isinstance(value, dict) else getattr(value, field, None)
-    return found if found in known else "unknown"
 
 
 def _role_kind(value: Any) -> str:
@@ -331,4 +335,13 @@ def parse_entry(raw: dict[str, Any]) -> SessionEntry:
         return _SESSION_ENTRY.validate_python(raw)
     except ValidationError as exc:
         where = error_locations(exc)
-        raise EntryError(f"invalid {str(raw.get('type'))[:40]!r} entry ({where})") from None
+        raise EntryError(f"invalid {_type_name(raw.get('type'))} entry ({where})") from None
+
+
+def _type_name(value: Any) -> str:
+    """An entry's `type` for an error: a string cut to 40 characters, else its JSON kind only (an
+    array or object there may hold anything, message text included)."""
+    if isinstance(value, str):
+        return repr(value[:40])
+    kinds = {list: "array", dict: "object", bool: "boolean", int: "number", float: "number"}
+    return f"{kinds.get(type(value), 'null')}-typed"

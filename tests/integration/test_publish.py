@@ -192,6 +192,35 @@ def test_dead_letters_reach_their_topic(kafka_bootstrap: str, tmp_path: Path) ->
     assert events[1].payload.id is None and events[1].payload.line == 2
 
 
+def test_an_array_where_a_type_is_named_is_a_dead_letter(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """An entry `type`, message `role` or block `type` that is an array or object is a dead
+    letter with a placeholder; publish goes on to the next file of the tree (it stopped there)."""
+    head = b'{"type":"session","version":3,"id":"%s"}'
+    user = b'{"type":"message","id":"a1","parentId":null,"message":{"role":"user","content":"hi"}}'
+    bad = [
+        b'{"type":[],"id":"a2","parentId":"a1","timestamp":"2025-01-01T00:00:02.000Z"}',
+        b'{"type":"message","id":"a3","parentId":"a2","message":{"role":{},"content":"hi"}}',
+        b'{"type":"message","id":"a4","parentId":"a3","message":{"role":"user",'
+        b'"content":[{"type":["text"],"text":"hi"}]}}',
+    ]
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "a.jsonl").write_bytes(b"\n".join([head % b"tag-a", user, *bad]) + b"\n")
+    (tmp_path / "tree" / "b.jsonl").write_bytes(b"\n".join([head % b"tag-b", user]) + b"\n")
+    prefix = f"t{uuid4().hex[:8]}."
+    args = ["publish", str(tmp_path / "tree"), "--bootstrap", kafka_bootstrap]
+    result = CliRunner().invoke(
+        app, [*args, "--topic-prefix", prefix, "--state-file", str(tmp_path / "s.json")]
+    )
+    assert result.exit_code == 0, result.output
+    assert "published 7, skipped 0, dead-lettered 3" in result.stdout
+    assert _published(kafka_bootstrap, Topics(prefix)) == {
+        "tag-a": [1, 2, 3, 4, 5],
+        "tag-b": [1, 2],
+    }
+
+
 def test_entry_whose_envelope_outgrows_the_topics(kafka_bootstrap: str, tmp_path: Path) -> None:
     """A line under 16 MiB whose envelope would pass 17 MiB: its dead letter reaches the
     dead-letter topic and a placeholder takes its seq, so session-events has no gap and holds

@@ -134,3 +134,22 @@ def test_any_unknown_entry_type_is_kept(kind: str, value: int | str) -> None:
     entry = parse_entry({"type": kind, "id": "e1", "field": value})
     assert isinstance(entry, UnknownEntry)
     assert (entry.type, entry.model_dump()["field"]) == (kind, value)
+
+
+@pytest.mark.parametrize("tag", [[], {}, ["secret words"], {"k": "secret words"}])
+@pytest.mark.parametrize("where", ["type", "role", "block"])
+def test_an_array_or_object_tag_is_an_entry_error_naming_no_value(tag: Any, where: str) -> None:
+    """An unhashable `type`, `role` or block `type` is refused by its field (a dead letter for
+    the reader), never a TypeError, and the error carries none of the value's words."""
+    block: dict[str, Any] = {"type": "text", "text": "hi"}
+    message: dict[str, Any] = {"role": "user", "content": [block]}
+    raw = _message(message)
+    if where == "type":
+        raw["type"] = tag
+    elif where == "role":
+        message["role"] = tag
+    else:
+        block["type"] = tag
+    with pytest.raises(EntryError) as caught:
+        parse_entry(raw)
+    assert "secret" not in str(caught.value)
