@@ -71,8 +71,8 @@ def test_memory_is_the_state_alone(session_file: Path) -> None:
     """The streaming runtime counts envelopes on every topic but keeps none of them."""
     runtime = replay_files([session_file]).runtime
     assert all(len(log) == 0 for log in runtime.log.values())
-    assert runtime.log["session-events"].count > 0  # type: ignore[attr-defined]
-    assert runtime.log["flush-metrics"].count > 0  # type: ignore[attr-defined]
+    assert runtime.log["session-events"].appended > 0  # type: ignore[attr-defined]
+    assert runtime.log["flush-metrics"].appended > 0  # type: ignore[attr-defined]
     assert len(runtime.folded) == 0
 
 

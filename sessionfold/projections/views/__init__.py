@@ -3,4 +3,4 @@
 No module is private to it.
 """
 
-__all__ = ["base", "chains", "context", "phases"]
+__all__ = ["base", "chains", "context", "phases", "recall", "status"]

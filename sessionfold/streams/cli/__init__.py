@@ -20,6 +20,7 @@ from sessionfold.streams.cli import (
     publish,
     replay,
     report,
+    serve,
     state,
     worker,
 )
@@ -55,6 +56,7 @@ for module in (
     context,
     compare,
     worker,
+    serve,
     state,
     report,
 ):

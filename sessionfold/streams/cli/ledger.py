@@ -22,7 +22,6 @@ import orjson
 import typer
 
 from sessionfold.events.envelope import EntryEnvelope
-from sessionfold.events.ledger import LEDGER_PRODUCER, SPAN_RECORD_TYPE, STATE_FORMAT
 from sessionfold.ports.ledger.model import DiffModel, OfflineModel
 from sessionfold.projections.ledger.config import LedgerConfig
 from sessionfold.projections.ledger.fold import is_ours
@@ -33,7 +32,7 @@ from sessionfold.projections.ledger.view import ledger_view
 from sessionfold.streams.cli.inputs import session_inputs
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
 from sessionfold.streams.runtime.ledger_log import LedgerLog, LogObserver
-from sessionfold.streams.runtime.ledger_loop import LedgerRun, fold_records
+from sessionfold.streams.runtime.ledger_loop import LedgerRun, compaction_entries, fold_records
 
 # JSON escapes C0 controls itself; C1 controls, DEL, bidi controls and line separators it
 # leaves raw inside strings, where a \u escape means the same and a terminal sees nothing.
@@ -102,24 +101,6 @@ def diff_model_for(spec: str | None) -> DiffModel:
     from sessionfold.ports.ledger_http import HttpDiffModel
 
     return HttpDiffModel.from_env(spec.strip())
-
-
-def compaction_entries(payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """The two pi entry bodies a pass result becomes: the compaction, then the span record.
-
-    pi (or whoever appends them) adds `id`, `parentId`, `timestamp`, and the compaction's
-    `firstKeptEntryId` and `tokensBefore`, which only it knows.
-    """
-    details = {"producer": LEDGER_PRODUCER, "stateFormat": STATE_FORMAT}
-    details["request"] = payload["request"]
-    return [
-        {"type": "compaction", "summary": payload["summary"], "details": details},
-        {
-            "type": "custom",
-            "customType": SPAN_RECORD_TYPE,
-            "data": {"v": 1, "stateFormat": STATE_FORMAT, "payload": payload},
-        },
-    ]
 
 
 def session_of(records: list[Any], file: Path, model: DiffModel) -> dict[str, Any]:

@@ -3,4 +3,12 @@
 No module is private to it.
 """
 
-__all__ = ["config_files", "embedded", "ledger_log", "ledger_loop", "step"]
+__all__ = [
+    "answer_journal",
+    "config_files",
+    "embedded",
+    "ledger_log",
+    "ledger_loop",
+    "live",
+    "step",
+]

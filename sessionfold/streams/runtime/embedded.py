@@ -23,6 +23,7 @@ from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.projections.store import DictStore
 from sessionfold.streams.kafka.topics import Topics
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
+from sessionfold.streams.runtime.answer_journal import journals_beside, with_journals
 from sessionfold.streams.runtime.step import Answerer, fold_step, session_document, topic_of
 
 #: The embedded log's topic names: the Kafka ones without a prefix.
@@ -89,6 +90,33 @@ class EmbeddedRuntime:
         return session_document(self.store, session_id, self.config, self.ledger, dead_letters)
 
 
+class _Tally(list):  # type: ignore[type-arg]
+    """Stands in for one of the runtime's per-topic logs: counts appends, keeps nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.appended = 0
+
+    def append(self, item: object) -> None:
+        """Count the envelope instead of keeping it."""
+        self.appended += 1
+
+
+class CountedEmbeddedRuntime(EmbeddedRuntime):
+    """The embedded runtime with its logs replaced by counters: memory is the state alone."""
+
+    def __init__(
+        self,
+        config: PruneConfig = DEFAULT_CONFIG,
+        summarizer: ModelPort | None = None,
+        ledger: LedgerConfig | None = DEFAULT_LEDGER,
+        diff_model: DiffModel | None = None,
+    ) -> None:
+        super().__init__(config, summarizer, ledger=ledger, diff_model=diff_model)
+        self.log = {topic: _Tally() for topic in TOPICS}
+        self.folded = _Tally()
+
+
 def fold_files(
     paths: Iterable[Path | str],
     config: PruneConfig = DEFAULT_CONFIG,
@@ -100,9 +128,12 @@ def fold_files(
     Each state has `metrics`, `frontier`, `pending_batches`, `flush_attempts` (the flush-metrics
     records), `stats`, `counts`, `ledger` (unless `ledger` is None: the rule ledger as folded,
     passes run at pi's compactions) and `dead_letters`; `progress(path, records)` is called per
-    file.
+    file. A file's flush answers recorded beside it by `serve` (answer_journal.py) are folded
+    instead of the model's.
     """
+    paths = list(paths)
     runtime = EmbeddedRuntime(config, ledger=ledger)
+    runtime.answerer = with_journals(runtime.answerer, journals_beside(paths))
     dead: dict[str | None, int] = {}
     for path in paths:
         records = 0

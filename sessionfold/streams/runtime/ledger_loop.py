@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sessionfold.events.envelope import EntryEnvelope, Envelope
+from sessionfold.events.envelope import LEDGER_PRODUCER, EntryEnvelope, Envelope
+from sessionfold.events.ledger import SPAN_RECORD_TYPE, STATE_FORMAT
 from sessionfold.ports.ledger.model import DiffModel
 from sessionfold.projections.ledger.config import LedgerConfig
 from sessionfold.projections.ledger.fold import LedgerFold, PassRequest
@@ -137,3 +138,21 @@ def fold_records(
             ledger.finish(run.session_id, run.last_seq + 1)
     run.payloads = ledger.payloads
     return run
+
+
+def compaction_entries(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """The two pi entry bodies a pass result becomes: the compaction, then the span record.
+
+    pi (or whoever appends them) adds `id`, `parentId`, `timestamp`, and the compaction's
+    `firstKeptEntryId` and `tokensBefore`, which only it knows.
+    """
+    details = {"producer": LEDGER_PRODUCER, "stateFormat": STATE_FORMAT}
+    details["request"] = payload["request"]
+    return [
+        {"type": "compaction", "summary": payload["summary"], "details": details},
+        {
+            "type": "custom",
+            "customType": SPAN_RECORD_TYPE,
+            "data": {"v": 1, "stateFormat": STATE_FORMAT, "payload": payload},
+        },
+    ]

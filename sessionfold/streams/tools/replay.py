@@ -49,7 +49,8 @@ from sessionfold.streams.kafka import clients
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.kafka.topics import Topics, partition_of
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
-from sessionfold.streams.runtime.embedded import TOPICS, EmbeddedRuntime
+from sessionfold.streams.runtime.answer_journal import journals_beside, with_journals
+from sessionfold.streams.runtime.embedded import CountedEmbeddedRuntime, EmbeddedRuntime
 
 log = logging.getLogger(__name__)
 
@@ -70,27 +71,6 @@ class Point:
     def describe(self) -> str:
         """`turn 12`, `seq 300`, `span 2` or `the end`."""
         return "the end" if self.kind == "end" else f"{self.kind} {self.value}"
-
-
-class _Tally(list):  # type: ignore[type-arg]
-    """Stands in for one of the runtime's per-topic logs: counts appends, keeps nothing."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def append(self, item: object) -> None:
-        """Count the envelope instead of keeping it."""
-        self.count += 1
-
-
-class CountedEmbeddedRuntime(EmbeddedRuntime):
-    """The embedded runtime with its logs replaced by counters: memory is the state alone."""
-
-    def __init__(self, config: PruneConfig = DEFAULT_CONFIG) -> None:
-        super().__init__(config)
-        self.log = {topic: _Tally() for topic in TOPICS}
-        self.folded = _Tally()
 
 
 @dataclass
@@ -439,8 +419,12 @@ def replay_files(
     on_folded: Callable[[Any], None] | None = None,
     security: KafkaSecurity = PLAINTEXT,
 ) -> Replayer:
-    """Replay session files to `point` (the same replayer, fed from files); checked."""
+    """Replay session files to `point` (the same replayer, fed from files); checked. The flush
+    answers `serve` recorded beside a file are folded instead of the model's."""
+    paths = list(paths)
     replayer = Replayer(config, sessions, point, on_folded)
+    runtime = replayer.runtime
+    runtime.answerer = with_journals(runtime.answerer, journals_beside(paths))
     for record in file_envelopes(paths):
         replayer.feed(record)
         if replayer.all_done:

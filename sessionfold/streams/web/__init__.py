@@ -3,4 +3,4 @@
 No module is private to it.
 """
 
-__all__ = ["auth", "state_api"]
+__all__ = ["auth", "live_api", "state_api"]

@@ -1,0 +1,160 @@
+"""`sessionfold serve`: the live loop for one machine, no broker.
+
+It tails pi's session directory (default `~/.pi/agent/sessions`; several paths allowed), folds
+every session as its lines arrive (runtime/live.py), answers flushes with the configured model
+port (offline unless `summarizerModel` names an HTTP model; answers are kept beside each file)
+and serves the live API (web/live_api.py) that the pi extension in integrations/pi calls. It
+binds 127.0.0.1 unless `--bind` widens it and wants the API token on every route but `/health`
+and `/metrics` when one is set. A restart folds the files again: the log is the archive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from sessionfold.streams.cli.ledger import diff_model_for
+from sessionfold.streams.cli.options import (
+    ApiToken,
+    ApiTokenFile,
+    ConfigFile,
+    Settings,
+    api_token_or_exit,
+    config_or_exit,
+)
+from sessionfold.streams.cli.worker import model_port_for
+from sessionfold.streams.runtime.live import LiveFolds
+from sessionfold.streams.web.auth import exposure_warning, quiet_bad_requests
+from sessionfold.streams.web.live_api import DEFAULT_WAIT_S, LiveApi
+
+log = logging.getLogger(__name__)
+
+#: pi's session directory.
+DEFAULT_SESSIONS = Path("~/.pi/agent/sessions")
+#: How often new files are looked for, seconds (lines are read every --poll-ms).
+DISCOVER_EVERY_S = 0.5
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the `serve` command to the root app."""
+
+    @app.command("serve")
+    def serve(
+        paths: Annotated[
+            list[Path] | None,
+            typer.Argument(help="Session directories or files (default ~/.pi/agent/sessions)."),
+        ] = None,
+        port: Annotated[
+            int,
+            typer.Option("--port", envvar="SESSIONFOLD_SERVE_PORT", min=0, max=65535),
+        ] = 6068,
+        bind: Annotated[
+            str,
+            typer.Option(
+                "--bind",
+                envvar="SESSIONFOLD_SERVE_BIND",
+                help="Address to listen on (a wider one than loopback wants an API token).",
+            ),
+        ] = "127.0.0.1",
+        wait_s: Annotated[
+            float,
+            typer.Option(
+                "--wait-s",
+                envvar="SESSIONFOLD_SERVE_WAIT_S",
+                min=0.0,
+                help="How long a context call waits for its leaf to be folded.",
+            ),
+        ] = DEFAULT_WAIT_S,
+        poll_ms: Annotated[
+            int,
+            typer.Option("--poll-ms", min=1, help="How often the files are read for new lines."),
+        ] = 20,
+        api_token: ApiToken = None,
+        api_token_file: ApiTokenFile = None,
+        config_file: ConfigFile = None,
+        settings: Settings = None,
+        ledger_model: Annotated[
+            str | None,
+            typer.Option(
+                "--ledger-model",
+                envvar="SESSIONFOLD_MODEL",
+                help="The ledger's diff model: offline (default) or provider/model-id over HTTP.",
+            ),
+        ] = None,
+    ) -> None:
+        """Fold pi's live sessions and answer its extension: pruned context, compaction, recall."""
+        err = Console(stderr=True)
+        config = config_or_exit(err, config_file, settings or [])
+        token = api_token_or_exit(err, api_token, api_token_file)
+        try:
+            diff_model = diff_model_for(ledger_model)
+        except ValueError as exc:
+            err.print(f"[red]cannot use the ledger model:[/] {exc}", highlight=False)
+            raise typer.Exit(2) from None
+        warning = exposure_warning(bind, token)
+        if warning is not None:
+            err.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        watched = [p.expanduser() for p in (paths or [DEFAULT_SESSIONS])]
+        for path in watched:
+            if not path.exists():
+                err.print(f"watching {path}: not there yet", highlight=False)
+        live = LiveFolds(watched, config, model_port_for(config), diff_model)
+        api = LiveApi(live, wait_s, diff_model)
+        quiet_bad_requests()
+        asyncio.run(_serve(err, live, api, token, bind, port, poll_ms / 1000))
+
+
+async def _serve(
+    err: Console,
+    live: LiveFolds,
+    api: LiveApi,
+    token: str | None,
+    bind: str,
+    port: int,
+    poll_s: float,
+) -> None:
+    from aiohttp import web
+
+    stop = threading.Event()
+    tailer = threading.Thread(target=_tail, args=(live, poll_s, stop), name="tail", daemon=True)
+    tailer.start()
+    runner = web.AppRunner(api.app(token), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, bind, port)
+    await site.start()
+    bound = runner.addresses[0][1] if runner.addresses else port
+    err.print(f"serving on http://{bind}:{bound} (sessions: {len(live.sessions)})", highlight=False)
+    done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, done.set)
+    try:
+        await done.wait()
+    finally:
+        stop.set()
+        await runner.cleanup()
+        tailer.join(timeout=10)
+        err.print("stopped", highlight=False)
+
+
+def _tail(live: LiveFolds, poll_s: float, stop: threading.Event) -> None:
+    """Find new files and fold new lines until `stop` (the tailer thread)."""
+    found = 0.0
+    while not stop.is_set():
+        now = time.monotonic()
+        try:
+            if now - found >= DISCOVER_EVERY_S:
+                live.discover()
+                found = now
+            live.poll()
+        except Exception as exc:  # one bad poll never ends serving; the next one tries again
+            log.warning("live: a poll failed", extra={"error": type(exc).__name__})
+        stop.wait(poll_s)

@@ -1,0 +1,407 @@
+"""The live API `sessionfold serve` answers: what a running pi agent asks before each model call.
+
+- `POST /sessions/{id}/context` `{"leaf", "messages", "wait_ms"?}`: waits (bounded) until the
+  leaf entry is folded, then renders the context as `sessionfold context FILE --format json`
+  does for the file as read so far; `changed` false means "keep pi's own array" (nothing pruned,
+  or pi's array is not the one the file gives: `reason` says which). `stale` when the wait ran
+  out. `epoch` counts the flush answers folded: the answer only changes when it moves.
+- `POST /sessions/{id}/compact`: the rule ledger's compaction pass over the file as it is, as
+  `sessionfold ledger compact FILE` runs it: `{"status": "summary", "summary", "details",
+  "span_record"}`, or `{"status": "fallback", "reason"}` so pi's own compaction runs.
+- `POST /sessions/{id}/recall` `{"ids": [...]}`: the recall tool's text (views/recall.py).
+- `GET /sessions/{id}/refs/{ref}`: one original tool result.
+- `GET /sessions/{id}/status`: pending batches, metrics, rearmed, last flush, the footer text.
+- `GET /sessions/{id}`: the session document of `sessionfold fold --json`.
+- `POST /sessions/{id}/client-events`: fail-opens the extension reports (counted only).
+- `GET /health`, `GET /metrics` (no token); every other route wants the bearer token when serve
+  has one (web/auth.py).
+Logs carry session ids, counts and reasons, never message text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from sessionfold.ports.ledger.model import DiffModel
+from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
+from sessionfold.projections.pruning import session as pruning
+from sessionfold.projections.pruning.digest import message_of
+from sessionfold.projections.views.chains import resolve_ref
+from sessionfold.projections.views.recall import recall_text
+from sessionfold.projections.views.status import footer
+from sessionfold.streams.publishing.session_file import read_session_file
+from sessionfold.streams.runtime.ledger_loop import compaction_entries, fold_records
+from sessionfold.streams.runtime.live import LiveFolds
+from sessionfold.streams.web.auth import token_middleware
+
+log = logging.getLogger(__name__)
+
+#: How long a context call waits for its leaf by default, seconds.
+DEFAULT_WAIT_S = 30.0
+#: How often a waiting call looks again, seconds.
+WAIT_STEP_S = 0.01
+#: Longest session id, ref or leaf id accepted.
+MAX_ID_CHARS = 256
+#: Most refs one recall names.
+MAX_RECALL_IDS = 100
+LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0)
+
+
+@dataclass(frozen=True, slots=True)
+class LiveMetrics:
+    """The live calls, for Prometheus: by route and answer, never by session."""
+
+    registry: CollectorRegistry
+    calls: Counter
+    seconds: Histogram
+    fail_opens: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> LiveMetrics:
+        """The metrics over `registry`."""
+        return cls(
+            registry,
+            Counter(
+                "sessionfold_live_calls",
+                "Live API calls by route and answer (changed, unchanged, stale, ...).",
+                ["route", "outcome"],
+                registry=registry,
+            ),
+            Histogram(
+                "sessionfold_live_call_seconds",
+                "Time to answer a live API call, waiting included.",
+                ["route"],
+                buckets=LATENCY_BUCKETS,
+                registry=registry,
+            ),
+            Counter(
+                "sessionfold_live_fail_opens",
+                "Fail-opens the pi extension reported (it kept pi's own context).",
+                ["kind"],
+                registry=registry,
+            ),
+        )
+
+
+@dataclass
+class LiveApi:
+    """The routes over one `LiveFolds`."""
+
+    live: LiveFolds
+    wait_s: float = DEFAULT_WAIT_S
+    diff_model: DiffModel | None = None
+    ledger: LedgerConfig = DEFAULT_LEDGER
+    metrics: LiveMetrics | None = None
+
+    def __post_init__(self) -> None:
+        if self.metrics is None:
+            self.metrics = LiveMetrics.create(CollectorRegistry())
+        #: The last context render's tokens per session, for the footer's reclaim.
+        self.reclaim: dict[str, dict[str, int]] = {}
+
+    # --- the routes -------------------------------------------------------------------------
+
+    async def context(self, request: web.Request) -> web.Response:
+        """The context the model should be sent (see the module docstring)."""
+        session_id = _id(request)
+        body = await _body(request)
+        leaf = body.get("leaf")
+        messages = body.get("messages")
+        wait_ms = body.get("wait_ms")
+        if (leaf is not None and not _is_id(leaf)) or not isinstance(messages, list):
+            raise _bad("want {leaf: string or null, messages: array}")
+        wait = self.wait_s if not isinstance(wait_ms, int | float) else max(0.0, wait_ms / 1000)
+        deadline = time.monotonic() + wait
+        while True:
+            answer = await asyncio.to_thread(self._context_now, session_id, leaf, messages)
+            if answer is not None:
+                return _json(answer)
+            if time.monotonic() >= deadline:
+                stale = await asyncio.to_thread(self._context_now, session_id, leaf, messages, True)
+                return _json(stale)
+            await asyncio.sleep(WAIT_STEP_S)
+
+    def _context_now(
+        self, session_id: str, leaf: str | None, messages: list[Any], stale: bool = False
+    ) -> dict[str, Any] | None:
+        """The answer if the leaf is folded (or `stale`), else None (wait some more)."""
+        with self.live.lock:
+            session = self.live.sessions.get(session_id)
+            if session is None:
+                if not stale:
+                    return None
+                return _unchanged(session_id, leaf, 0, "unknown-session", stale=True)
+            if leaf is not None and leaf not in session.ids and not stale:
+                return None
+            view = self.live.view(session_id)
+            epoch = session.epoch
+        tokens = view.tokens
+        self.reclaim[session_id] = tokens
+        answer: dict[str, Any] = {
+            "session_id": session_id,
+            "leaf": leaf,
+            "changed": False,
+            "stale": stale,
+            "reason": None,
+            "epoch": epoch,
+            "tokens": tokens,
+        }
+        if not _same_messages(messages, view.unpruned):
+            answer["reason"] = "mismatch"  # pi holds messages the file does not (yet): keep its own
+        elif view.pruned:
+            answer["changed"] = True
+            answer["messages"] = view.messages
+        return answer
+
+    async def compact(self, request: web.Request) -> web.Response:
+        """The ledger's compaction summary for the session as its file stands, or a fallback."""
+        session_id = _id(request)
+        await _body(request)
+        with self.live.lock:
+            session = self.live.sessions.get(session_id)
+            path = None if session is None else session.path
+        if path is None:
+            return _json({"status": "fallback", "reason": "unknown-session"})
+        try:
+            payload = await asyncio.to_thread(self._compaction, path)
+        except Exception as exc:  # never an error pi cannot survive: its own compaction runs
+            log.warning(
+                "live compact failed", extra={"session": session_id, "error": type(exc).__name__}
+            )
+            return _json({"status": "fallback", "reason": f"error:{type(exc).__name__}"})
+        if payload is None:
+            return _json({"status": "fallback", "reason": "nothing-to-compact"})
+        if payload.get("fallback") is not None:
+            return _json({"status": "fallback", "reason": str(payload["fallback"])})
+        compaction, span_record = compaction_entries(payload)
+        return _json(
+            {
+                "status": "summary",
+                "summary": compaction["summary"],
+                "details": compaction["details"],
+                "span_record": span_record,
+            }
+        )
+
+    def _compaction(self, path: Any) -> dict[str, Any] | None:
+        """`sessionfold ledger compact FILE`'s pass: a compact request at the file's end."""
+        from sessionfold.ports.ledger.model import OfflineModel
+
+        model = self.diff_model or OfflineModel()
+        run = fold_records(read_session_file(path), model, config=self.ledger, compact=True)
+        last = run.payloads[-1] if run.payloads else None
+        if last is None or last.get("record") is None:
+            return None
+        if last["record"]["trigger"] != "compact-request":
+            return None
+        return last
+
+    async def recall(self, request: web.Request) -> web.Response:
+        """The recall tool's text for the refs or tool call ids asked."""
+        session_id = _id(request)
+        body = await _body(request)
+        ids = body.get("ids")
+        if not isinstance(ids, list) or not ids or len(ids) > MAX_RECALL_IDS:
+            raise _bad(f"want {{ids: a non-empty array of at most {MAX_RECALL_IDS} strings}}")
+        if not all(_is_id(i) for i in ids):
+            raise _bad("every id is a string of at most 256 characters")
+        with self.live.lock:
+            session = self.live.sessions.get(session_id)
+            if session is None:
+                return _json({"error": "unknown session"}, 404)
+            entries = {item.seq: item.entry for item in session.entries}
+            text, found = recall_text(self.live.runtime.store, session_id, ids, entries.get)
+        return _json({"text": text, "found": found})
+
+    async def ref(self, request: web.Request) -> web.Response:
+        """One original tool result, by ref."""
+        session_id = _id(request)
+        ref = request.match_info["ref"]
+        if not _is_id(ref):
+            raise _bad("ref too long")
+        with self.live.lock:
+            session = self.live.sessions.get(session_id)
+            if session is None:
+                return _json({"error": "unknown session"}, 404)
+            seq = resolve_ref(self.live.runtime.store, session_id, ref)
+            entry = next((i.entry for i in session.entries if i.seq == seq), None)
+        message = message_of(entry) if entry is not None else None
+        if message is None or message.get("role") != "toolResult":
+            return _json({"error": "unknown ref"}, 404)
+        return _json(
+            {
+                "session_id": session_id,
+                "ref": ref,
+                "seq": seq,
+                "tool_call_id": message.get("toolCallId"),
+                "tool_name": message.get("toolName"),
+                "is_error": bool(message.get("isError", False)),
+                "content": message.get("content"),
+            }
+        )
+
+    async def status(self, request: web.Request) -> web.Response:
+        """A small document to poll each turn."""
+        session_id = _id(request)
+        with self.live.lock:
+            session = self.live.sessions.get(session_id)
+            if session is None:
+                return _json({"session_id": session_id, "known": False, "footer": "prune: ON"})
+            document = self.live.document(session_id)
+            head = pruning.open_session(self.live.runtime.store, session_id, self.live.config).head
+            epoch = session.epoch
+        attempts = document["flush_attempts"]
+        pending = document["pending_batches"]
+        return _json(
+            {
+                "session_id": session_id,
+                "known": True,
+                "epoch": epoch,
+                "pending": pending,
+                "rearmed": bool(head["rearmed"]),
+                "metrics": document["metrics"],
+                "last_flush": attempts[-1] if attempts else None,
+                "footer": footer(pending, document["metrics"], self.reclaim.get(session_id)),
+            }
+        )
+
+    async def document(self, request: web.Request) -> web.Response:
+        """The session document (`sessionfold fold --json`'s)."""
+        session_id = _id(request)
+        with self.live.lock:
+            if session_id not in self.live.sessions:
+                return _json({"error": "unknown session"}, 404)
+            return _json(self.live.document(session_id))
+
+    async def client_events(self, request: web.Request) -> web.Response:
+        """Count what the extension reports (fail-opens by kind)."""
+        body = await _body(request)
+        kind = body.get("kind")
+        kinds = ("unreachable", "timeout", "bad-answer", "http-error")
+        assert self.metrics is not None
+        self.metrics.fail_opens.labels(kind if kind in kinds else "other").inc()
+        return web.Response(status=204)
+
+    async def health(self, _request: web.Request) -> web.Response:
+        """Always 200 while the server runs."""
+        return _json({"status": "ok", "sessions": len(self.live.sessions)})
+
+    async def prometheus(self, _request: web.Request) -> web.Response:
+        """The live metrics in Prometheus' text format."""
+        assert self.metrics is not None
+        body = generate_latest(self.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    # --- the app ------------------------------------------------------------------------------
+
+    def app(self, token: str | None) -> web.Application:
+        """The aiohttp application: the routes behind the token guard, each one timed."""
+        app = web.Application(middlewares=[token_middleware(token), self._timed])
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.prometheus)
+        app.router.add_get("/sessions/{session_id}", self.document)
+        app.router.add_get("/sessions/{session_id}/status", self.status)
+        app.router.add_get("/sessions/{session_id}/refs/{ref}", self.ref)
+        app.router.add_post("/sessions/{session_id}/context", self.context)
+        app.router.add_post("/sessions/{session_id}/compact", self.compact)
+        app.router.add_post("/sessions/{session_id}/recall", self.recall)
+        app.router.add_post("/sessions/{session_id}/client-events", self.client_events)
+        return app
+
+    @web.middleware
+    async def _timed(
+        self,
+        request: web.Request,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    ) -> web.StreamResponse:
+        route = request.match_info.route.name or _route_name(request)
+        started = time.monotonic()
+        response = await handler(request)
+        assert self.metrics is not None
+        self.metrics.seconds.labels(route).observe(time.monotonic() - started)
+        self.metrics.calls.labels(route, _outcome(response)).inc()
+        return response
+
+
+def _route_name(request: web.Request) -> str:
+    """The route's last fixed part (`context`, `status`, ...): a bounded label."""
+    resource = request.match_info.route.resource
+    canonical = resource.canonical if resource is not None else "unknown"
+    last = canonical.rstrip("/").rsplit("/", 1)[-1]
+    return "session" if last == "{session_id}" else "ref" if last == "{ref}" else last or "root"
+
+
+def _outcome(response: web.StreamResponse) -> str:
+    outcome = getattr(response, "sessionfold_outcome", None)
+    return outcome if isinstance(outcome, str) else str(response.status)
+
+
+def _same_messages(ours: list[Any], theirs: list[dict[str, Any]]) -> bool:
+    """Whether pi's array is the file's context: the same roles and tool call ids in order."""
+    if len(ours) != len(theirs):
+        return False
+    for mine, file in zip(ours, theirs, strict=True):
+        if not isinstance(mine, dict) or mine.get("role") != file.get("role"):
+            return False
+        if mine.get("toolCallId") != file.get("toolCallId"):
+            return False
+    return True
+
+
+def _unchanged(
+    session_id: str, leaf: str | None, epoch: int, reason: str, stale: bool
+) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "leaf": leaf,
+        "changed": False,
+        "stale": stale,
+        "reason": reason,
+        "epoch": epoch,
+        "tokens": None,
+    }
+
+
+def _id(request: web.Request) -> str:
+    session_id = request.match_info["session_id"]
+    if not _is_id(session_id):
+        raise _bad("session id too long")
+    return session_id
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = orjson.loads(await request.read())
+    except orjson.JSONDecodeError:
+        raise _bad("the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise _bad("the body is not a JSON object")
+    return body
+
+
+def _bad(why: str) -> web.HTTPBadRequest:
+    return web.HTTPBadRequest(
+        text=orjson.dumps({"error": why}).decode(), content_type="application/json"
+    )
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    response = web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+    if isinstance(body, dict) and "changed" in body:
+        outcome = "stale" if body["stale"] else "changed" if body["changed"] else "unchanged"
+        response.sessionfold_outcome = outcome  # type: ignore[attr-defined]
+    return response

@@ -1,0 +1,147 @@
+"""The live runtime behind `sessionfold serve`: a file folded as it grows renders, at every line,
+exactly what `sessionfold context FILE` renders for the file cut there; flush answers are kept
+beside the file, so a restart answers no flush twice and `context FILE` shows the model's words."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+
+from sessionfold.events.flush import CompactionPayload, FlushRequestPayload
+from sessionfold.ports.summarizer import OfflineSummarizer
+from sessionfold.projections.pruning.config import DEFAULT_CONFIG
+from sessionfold.streams.cli.context import view_from_replay
+from sessionfold.streams.runtime.answer_journal import journal_path
+from sessionfold.streams.runtime.embedded import fold_files
+from sessionfold.streams.runtime.live import LiveFolds
+from sessionfold.streams.tools.replay import Collector, replay_files
+from sessionfold.streams.tools.synthetic import generate_session, write_session
+
+
+class MarkedModel:
+    """The offline summaries with a marker no offline run writes, counting its calls."""
+
+    model = "marked"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def summarize(self, request: FlushRequestPayload) -> CompactionPayload:
+        self.calls += 1
+        answer = OfflineSummarizer().summarize(request)
+        results = tuple(
+            r.model_copy(update={"text": f"MARKED {r.text}"}) if r.text else r
+            for r in answer.results
+        )
+        return answer.model_copy(update={"results": results})
+
+
+def _session(tmp_path: Path, seed: int, turns: int = 60) -> Path:
+    folder = tmp_path / "src"
+    folder.mkdir(exist_ok=True)
+    return write_session(folder, generate_session(seed, turns)).path
+
+
+def _context_json(path: Path, session_id: str) -> bytes:
+    """`sessionfold context FILE --format json` for the file as it is."""
+    collector = Collector(session_id)
+    replayer = replay_files([path], DEFAULT_CONFIG, [session_id], on_folded=collector)
+    return orjson.dumps(view_from_replay(replayer, collector, DEFAULT_CONFIG).to_json())
+
+
+def _grow(source: Path, into: Path) -> tuple[Path, list[bytes]]:
+    target = into / source.name
+    target.write_bytes(b"")
+    return target, source.read_bytes().splitlines(keepends=True)
+
+
+@pytest.mark.parametrize("seed", [5, 11])
+def test_the_live_view_is_the_context_command_at_every_line(tmp_path: Path, seed: int) -> None:
+    """Line by line, the live render equals the CLI's render of the file cut at that line."""
+    source = _session(tmp_path, seed)
+    (tmp_path / "live").mkdir()
+    target, lines = _grow(source, tmp_path / "live")
+    live = LiveFolds([tmp_path / "live"])
+    live.discover()
+    pruned = 0
+    for line in lines:
+        with target.open("ab") as handle:
+            handle.write(line)
+        live.poll()
+        if not live.sessions:
+            continue
+        (session_id,) = live.sessions
+        view = live.view(session_id)
+        pruned += view.pruned
+        assert orjson.dumps(view.to_json()) == _context_json(target, session_id)
+    assert pruned > 0 and live.sessions[session_id].epoch > 0  # flushes did land
+
+
+def test_a_half_written_line_waits_for_its_newline(tmp_path: Path) -> None:
+    """A line pi is still writing is not read until it is complete."""
+    source = _session(tmp_path, 5, turns=4)
+    (tmp_path / "live").mkdir()
+    target, lines = _grow(source, tmp_path / "live")
+    live = LiveFolds([tmp_path / "live"])
+    live.discover()
+    target.write_bytes(lines[0] + lines[1][:10])
+    live.poll()
+    (session_id,) = live.sessions
+    assert len(live.sessions[session_id].entries) == 1  # the header only
+    with target.open("ab") as handle:
+        handle.write(lines[1][10:])
+    live.poll()
+    assert len(live.sessions[session_id].entries) == 2
+
+
+def test_answers_are_kept_beside_the_file_and_never_asked_twice(tmp_path: Path) -> None:
+    """A restart folds the recorded answers (the model is not called again), and `context FILE`
+    and `fold FILE` show the model's summaries, not the offline ones a replay would make."""
+    source = _session(tmp_path, 5)
+    (tmp_path / "live").mkdir()
+    target = tmp_path / "live" / source.name
+    shutil.copy(source, target)
+    model = MarkedModel()
+    live = LiveFolds([tmp_path / "live"], summarizer=model)
+    live.discover()
+    live.poll()
+    (session_id,) = live.sessions
+    assert model.calls > 0 and journal_path(target).is_file()
+    first = orjson.dumps(live.view(session_id).to_json())
+    assert b"MARKED" in first
+
+    again = MarkedModel()
+    restarted = LiveFolds([tmp_path / "live"], summarizer=again)
+    restarted.discover()
+    restarted.poll()
+    assert again.calls == 0
+    assert orjson.dumps(restarted.view(session_id).to_json()) == first
+    assert _context_json(target, session_id) == first
+    folded = fold_files([target])["sessions"][session_id]
+    assert folded == restarted.document(session_id)
+    # Without the journal the same file folds to the offline summaries.
+    journal_path(target).unlink()
+    assert b"MARKED" not in _context_json(target, session_id)
+
+
+def test_a_torn_last_answer_is_asked_again(tmp_path: Path) -> None:
+    """A crash mid-write leaves a torn last line: that request alone is answered again."""
+    source = _session(tmp_path, 5)
+    (tmp_path / "live").mkdir()
+    target = tmp_path / "live" / source.name
+    shutil.copy(source, target)
+    model = MarkedModel()
+    live = LiveFolds([tmp_path / "live"], summarizer=model)
+    live.discover()
+    live.poll()
+    answers = journal_path(target).read_bytes().splitlines(keepends=True)
+    assert len(answers) == model.calls >= 2
+    journal_path(target).write_bytes(b"".join(answers[:-1]) + answers[-1][:20])
+    again = MarkedModel()
+    restarted = LiveFolds([tmp_path / "live"], summarizer=again)
+    restarted.discover()
+    restarted.poll()
+    assert again.calls == 1

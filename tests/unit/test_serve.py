@@ -1,0 +1,151 @@
+"""`sessionfold serve` as a pi agent meets it: a real server process over a growing session file,
+asked over HTTP with its token. The context route answers what `sessionfold context FILE --format
+json` prints for the file at the asked leaf, byte for byte; the other routes answer as the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from sessionfold.projections.pruning.config import DEFAULT_CONFIG
+from sessionfold.streams.cli.context import view_from_replay
+from sessionfold.streams.tools.broker import free_port_pair
+from sessionfold.streams.tools.replay import Collector, replay_files
+from sessionfold.streams.tools.synthetic import generate_session, write_session
+
+TOKEN = "t" * 32
+CLI = [sys.executable, "-m", "sessionfold.streams.cli"]
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Path, list[bytes]]]:
+    """A serve process watching an empty directory; the session to grow there, line by line."""
+    source = write_session(tmp_path, generate_session(5, 60)).path
+    lines = source.read_bytes().splitlines(keepends=True)
+    watched = tmp_path / "sessions"
+    watched.mkdir()
+    port = free_port_pair()
+    env = {**os.environ, "SESSIONFOLD_API_TOKEN": TOKEN}
+    process = subprocess.Popen(
+        [*CLI, "serve", str(watched), "--port", str(port), "--poll-ms", "5"],
+        env=env,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            httpx.get(f"{url}/health", timeout=1)
+            break
+        except httpx.TransportError:
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            assert time.monotonic() < deadline, "serve did not answer"
+            time.sleep(0.05)
+    try:
+        yield url, watched / source.name, lines
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=20)
+        assert process.returncode == 0, err
+        assert b"Traceback" not in err
+
+
+def _cli_view(path: Path, session_id: str) -> tuple[bytes, list[dict[str, object]]]:
+    """`sessionfold context FILE --format json` of the file now, and pi's own array there."""
+    collector = Collector(session_id)
+    replayer = replay_files([path], DEFAULT_CONFIG, [session_id], on_folded=collector)
+    view = view_from_replay(replayer, collector, DEFAULT_CONFIG)
+    return orjson.dumps(view.to_json()), view.unpruned
+
+
+def test_context_answers_what_the_context_command_renders(
+    served: tuple[str, Path, list[bytes]],
+) -> None:
+    """At every user message (where pi calls its model next) the answer is the CLI's render;
+    an unchanged context says so and sends no array; the token is asked for."""
+    url, path, lines = served
+    session_id = orjson.loads(lines[0])["id"]
+    changed = unchanged = 0
+    with httpx.Client(base_url=url, headers=AUTH, timeout=30) as client:
+        for line in lines:
+            with path.open("ab") as handle:
+                handle.write(line)
+            entry = orjson.loads(line)
+            if entry.get("type") != "message" or entry["message"]["role"] != "user":
+                continue
+            expected, pi_array = _cli_view(path, session_id)
+            body = {"leaf": entry["id"], "messages": pi_array}
+            answer = client.post(f"/sessions/{session_id}/context", json=body).json()
+            assert answer["stale"] is False and answer["reason"] is None
+            cli = orjson.loads(expected)
+            assert answer["tokens"] == cli["tokens"]
+            if answer["changed"]:
+                changed += 1
+                assert orjson.dumps(answer["messages"]) == orjson.dumps(cli["messages"])
+            else:
+                unchanged += 1
+                assert "messages" not in answer and cli["messages"] == pi_array
+        assert changed > 0 and unchanged > 0
+        status = client.get(f"/sessions/{session_id}/status").json()
+        assert status["known"] and status["epoch"] > 0 and status["footer"].startswith("prune: ")
+        assert httpx.post(f"{url}/sessions/{session_id}/context", json=body).status_code == 401
+
+
+def test_a_leaf_never_written_answers_stale_and_an_unknown_session_at_once(
+    served: tuple[str, Path, list[bytes]],
+) -> None:
+    """The wait is bounded; past it the answer says it is stale, and pi keeps its array."""
+    url, path, lines = served
+    path.write_bytes(b"".join(lines[:10]))
+    session_id = orjson.loads(lines[0])["id"]
+    with httpx.Client(base_url=url, headers=AUTH, timeout=30) as client:
+        started = time.monotonic()
+        body = {"leaf": "not-yet", "messages": [], "wait_ms": 300}
+        answer = client.post(f"/sessions/{session_id}/context", json=body).json()
+        assert answer["stale"] is True and answer["changed"] is False
+        assert 0.3 <= time.monotonic() - started < 5
+        unknown = client.post("/sessions/nobody/context", json=body).json()
+        assert unknown["reason"] == "unknown-session" and unknown["changed"] is False
+        bad = client.post(f"/sessions/{session_id}/context", content=b"[1]")
+        assert bad.status_code == 400
+
+
+def test_recall_compact_and_refs(served: tuple[str, Path, list[bytes]]) -> None:
+    """Recall returns the original output of a ref; compact returns the ledger's summary, as
+    `sessionfold ledger compact FILE --json` makes it."""
+    url, path, lines = served
+    path.write_bytes(b"".join(lines))
+    session_id = orjson.loads(lines[0])["id"]
+    with httpx.Client(base_url=url, headers=AUTH, timeout=30) as client:
+        last = orjson.loads(lines[-1])["id"]
+        client.post(f"/sessions/{session_id}/context", json={"leaf": last, "messages": []})
+        original = client.get(f"/sessions/{session_id}/refs/t1").json()
+        recalled = client.post(f"/sessions/{session_id}/recall", json={"ids": ["t1", "t999"]})
+        text = recalled.json()["text"]
+        assert recalled.json()["found"] == 1
+        assert text.startswith("## toolRef: t1\nTool: ") and "## toolRef: t999\n(not found" in text
+        first_text = next(b["text"] for b in original["content"] if b["type"] == "text")
+        assert first_text[:200] in text
+        compact = client.post(f"/sessions/{session_id}/compact", json={}).json()
+        cli = subprocess.run(
+            [*CLI, "ledger", "compact", str(path), "--json"],
+            capture_output=True,
+            check=True,
+            env={**os.environ, "SESSIONFOLD_LEDGER_LOG": "off"},
+        )
+        expected = orjson.loads(cli.stdout)
+        assert compact["status"] == "summary"
+        assert compact["summary"] == expected["payload"]["summary"]
+        assert [
+            {"type": "compaction", "summary": compact["summary"], "details": compact["details"]},
+            compact["span_record"],
+        ] == expected["entries"]
