@@ -30,6 +30,10 @@ class Reply:
     `delay_s` before the status line, `stall_s` after the headers, `chunk_delay_s` between
     stream chunks. `stream` None follows the request. `usage` is (prompt, completion) tokens,
     None for no usage, "auto" for sizes derived from the texts.
+    `filler` > 0 makes the answer that many `x` characters, written in 64 KiB pieces and never
+    held whole (a runaway model); streamed, they travel as one event. `length_header` False
+    leaves Content-Length out (the body ends when the connection closes). `body_delay_s`
+    sends a non-streamed body `body_chunk_bytes` at a time, that long apart (a dribble).
     """
 
     text: str = "ok"
@@ -45,6 +49,10 @@ class Reply:
     cost: float | None = None
     headers: dict[str, str] = field(default_factory=dict)
     drop: bool = False
+    filler: int = 0
+    length_header: bool = True
+    body_delay_s: float = 0.0
+    body_chunk_bytes: int = 1
 
 
 def answer(text: str, **options: Any) -> Reply:
@@ -87,6 +95,16 @@ def silent(seconds: float, text: str = "late") -> Reply:
 def trickle(text: str, every_s: float, chunk_chars: int = 1) -> Reply:
     """A streamed answer sent a few characters at a time, `every_s` apart."""
     return Reply(text=text, chunk_delay_s=every_s, chunk_chars=chunk_chars, stream=True)
+
+
+def huge(size: int, **options: Any) -> Reply:
+    """An answer of `size` characters, sent without ever being built (a runaway model)."""
+    return Reply(filler=size, usage=None, **options)
+
+
+def dribble(text: str, every_s: float, chunk_bytes: int = 1) -> Reply:
+    """A non-streamed answer whose body arrives `chunk_bytes` at a time, `every_s` apart."""
+    return Reply(text=text, stream=False, body_delay_s=every_s, body_chunk_bytes=chunk_bytes)
 
 
 def drop() -> Reply:
@@ -249,6 +267,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(reply.status, payload, reply.headers)
             return
         stream = body.get("stream", False) if reply.stream is None else reply.stream
+        if reply.filler > 0 or (not stream and reply.body_delay_s > 0):
+            # Bodies written piece by piece: a runaway answer, a dribbled one.
+            (self._filler if reply.filler > 0 else self._dribble)(reply, body, stream)
+            return
         usage = self._usage(reply, body)
         if not stream:
             message = {"role": "assistant", "content": reply.text}
@@ -288,6 +310,59 @@ class _Handler(BaseHTTPRequestHandler):
             self._event({"choices": [], "usage": usage, "model": model})
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
+
+    def _dribble(self, reply: Reply, body: dict[str, Any], stream: bool) -> None:
+        """A non-streamed answer written a few bytes at a time."""
+        message = {"role": "assistant", "content": reply.text}
+        choice = {"index": 0, "message": message, "finish_reason": reply.finish_reason}
+        payload = json.dumps({"choices": [choice], "model": body.get("model")}).encode()
+        self._start(200, "application/json", len(payload), reply.headers)
+        step = max(1, reply.body_chunk_bytes)
+        for start in range(0, len(payload), step):
+            if start and not self.fake._sleep(reply.body_delay_s):
+                return
+            self.wfile.write(payload[start : start + step])
+            self.wfile.flush()
+
+    _MARK = "@@FILLER@@"
+
+    def _filler(self, reply: Reply, body: dict[str, Any], stream: bool) -> None:
+        """An answer of `reply.filler` characters, written piece by piece."""
+        model = body.get("model")
+        if stream:
+            delta = {"choices": [{"index": 0, "delta": {"content": self._MARK}}], "model": model}
+            head, tail = ("data: " + json.dumps(delta) + "\n\n").split(self._MARK)
+            final = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+            tail += "data: " + json.dumps(final) + "\n\ndata: [DONE]\n\n"
+            content_type = "text/event-stream"
+        else:
+            message = {"role": "assistant", "content": self._MARK}
+            choice = {"index": 0, "message": message, "finish_reason": reply.finish_reason}
+            answer = {"object": "chat.completion", "model": model, "choices": [choice]}
+            head, tail = json.dumps(answer).split(self._MARK)
+            content_type = "application/json"
+        size = len(head) + reply.filler + len(tail)
+        self._start(200, content_type, size if reply.length_header else None, reply.headers)
+        self.wfile.write(head.encode())
+        piece = b"x" * 65536
+        left = reply.filler
+        while left > 0 and not self.fake._stopping.is_set():
+            self.wfile.write(piece[: min(left, len(piece))])
+            left -= len(piece)
+        self.wfile.write(tail.encode())
+        self.wfile.flush()
+
+    def _start(
+        self, status: int, content_type: str, length: int | None, headers: dict[str, str]
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        if length is not None:
+            self.send_header("Content-Length", str(length))
+        self.send_header("Connection", "close")
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
 
     @staticmethod
     def _usage(reply: Reply, body: dict[str, Any]) -> dict[str, Any] | None:

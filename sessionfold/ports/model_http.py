@@ -3,7 +3,11 @@
 One client speaks to any server with the `/chat/completions` API (OpenAI, vLLM, llama.cpp
 server, Ollama, OpenRouter). `HttpModelClient.complete(messages, max_tokens)` returns a
 `Completion` (text, usage, model, finish reason, cost) or raises `ModelError`, whose `kind` is
-one of `timeout-idle`, `timeout-ceiling`, `http-status`, `transport`, `malformed`.
+one of `timeout-idle`, `timeout-ceiling`, `http-status`, `transport`, `malformed`, `too-large`.
+
+The answer's size is bounded too: the response body is read in chunks and counted, and a body
+over `max_response_bytes` (default 4 MiB, `SESSIONFOLD_MODEL_MAX_RESPONSE_BYTES`) is dropped as
+`too-large` the moment the count passes it, so a runaway model never sits in memory whole.
 
 Timeouts follow reference §6.5: an idle timeout (no bytes for N seconds; with streaming that is
 "no stream event", without it "no answer yet") and a ceiling on the whole attempt; `None` or 0
@@ -20,11 +24,13 @@ durations only; API keys are never in a repr.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import json
 import logging
 import math
 import os
+import re
 import socket
 import threading
 import time
@@ -50,8 +56,11 @@ ENV_PRICES = "SESSIONFOLD_MODEL_PRICES"
 ENV_STREAM = "SESSIONFOLD_MODEL_STREAM"
 ENV_IDLE_TIMEOUT_MS = "SESSIONFOLD_MODEL_IDLE_TIMEOUT_MS"
 ENV_MAX_TIMEOUT_MS = "SESSIONFOLD_MODEL_MAX_TIMEOUT_MS"
+ENV_MAX_RESPONSE_BYTES = "SESSIONFOLD_MODEL_MAX_RESPONSE_BYTES"
 
-ErrorKind = Literal["timeout-idle", "timeout-ceiling", "http-status", "transport", "malformed"]
+ErrorKind = Literal[
+    "timeout-idle", "timeout-ceiling", "http-status", "transport", "malformed", "too-large"
+]
 
 #: Statuses worth another attempt: the server is busy, rate-limited or briefly broken.
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
@@ -60,6 +69,9 @@ DEFAULT_IDLE_TIMEOUT_S = 20.0
 DEFAULT_MAX_TIMEOUT_S = 180.0
 #: Reference §6.6: how long the fallback serves before the primary is probed again.
 DEFAULT_FALLBACK_COOLDOWN_S = 600.0
+#: The most response-body bytes one attempt reads. A streamed 4,096-token answer is about 1 MiB
+#: of server-sent events (each token's chunk repeats the id, model and choice around it).
+DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 
 
 # --- endpoints ---------------------------------------------------------------------------------
@@ -340,6 +352,8 @@ class ModelError(Exception):
             return f"model {self.model} stalled (no output for {_secs(self.seconds)})"
         if self.kind == "timeout-ceiling":
             return f"model {self.model} exceeded {_secs(self.seconds)} ceiling"
+        if self.kind == "too-large":
+            return f"model {self.model} answered more than {self.detail} bytes"
         if self.kind == "http-status":
             status = self.status if self.status is not None else "error"
             return f"model {self.model} answered HTTP {status}" + (
@@ -357,8 +371,11 @@ class ModelError(Exception):
         """Worth another attempt: a timeout, a dropped connection, a busy or broken server.
 
         An authentication or request error (401, 403, 404, 400) is not: a retry would fail
-        the same way (reference §6.6 treats auth failures as final).
+        the same way (reference §6.6 treats auth failures as final). Nor is an answer over
+        the size cap: the model answered, and would likely ramble the same way again.
         """
+        if self.kind == "too-large":
+            return False
         if self.kind != "http-status":
             return True
         return self.status is None or self.status in RETRYABLE_STATUSES
@@ -496,6 +513,7 @@ class HttpModelClient:
     408/409/425/429/5xx) is tried once more: on the fallback model when there is one, else on
     the same model after `retry_wait_s` (a `Retry-After` header is honoured up to
     `max_retry_wait_s`). `fallback_cooldown_s` and `clock` drive the `FallbackController`.
+    `max_response_bytes` caps the body one attempt reads (`too-large` past it).
     The client is thread-safe; close it (or use `with`) when done.
     """
 
@@ -513,9 +531,13 @@ class HttpModelClient:
         max_retry_wait_s: float = 10.0,
         fallback_cooldown_s: float = DEFAULT_FALLBACK_COOLDOWN_S,
         temperature: float | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         http: httpx.Client | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if max_response_bytes < 1:
+            raise ValueError("max_response_bytes must be positive")
+        self.max_response_bytes = max_response_bytes
         self.primary = primary
         self.fallback = fallback
         self.timeouts = timeouts or Timeouts()
@@ -549,8 +571,9 @@ class HttpModelClient:
 
         `model` defaults to `SESSIONFOLD_MODEL`; `fallback` to `SESSIONFOLD_MODEL_FALLBACK`;
         prices come from `SESSIONFOLD_MODEL_PRICES` (JSON), streaming from
-        `SESSIONFOLD_MODEL_STREAM` (`0` turns it off) and the timeouts, when not given, from
-        `SESSIONFOLD_MODEL_IDLE_TIMEOUT_MS` / `SESSIONFOLD_MODEL_MAX_TIMEOUT_MS`.
+        `SESSIONFOLD_MODEL_STREAM` (`0` turns it off), the timeouts, when not given, from
+        `SESSIONFOLD_MODEL_IDLE_TIMEOUT_MS` / `SESSIONFOLD_MODEL_MAX_TIMEOUT_MS` and the body
+        cap from `SESSIONFOLD_MODEL_MAX_RESPONSE_BYTES`.
         """
         env = os.environ if env is None else env
         name = model or env.get(ENV_MODEL, "").strip()
@@ -568,6 +591,10 @@ class HttpModelClient:
             options["prices"] = parse_prices(env[ENV_PRICES])
         if "stream" not in options and env.get(ENV_STREAM, "").strip():
             options["stream"] = env[ENV_STREAM].strip().lower() not in {"0", "false", "no", "off"}
+        if "max_response_bytes" not in options:
+            cap = _env_int(env, ENV_MAX_RESPONSE_BYTES)
+            if cap is not None:
+                options["max_response_bytes"] = cap
         return cls(primary, fallback=fallback_endpoint, timeouts=timeouts, **options)
 
     # -- public -------------------------------------------------------------------------------
@@ -788,10 +815,11 @@ class HttpModelClient:
                         retry_after=_retry_after(response.headers.get("retry-after")),
                     )
                 content_type = response.headers.get("content-type", "")
+                chunks = _capped(response, self.max_response_bytes, label, deadline)
                 if "text/event-stream" in content_type:
-                    answer = _read_events(response.iter_lines(), label, deadline)
+                    answer = _read_events(_lines(chunks), label, deadline)
                 else:
-                    answer = _read_body(response.read(), label)
+                    answer = _read_body(b"".join(chunks), label)
         except ModelError as exc:
             # A read cut by the ceiling timer can surface as a cut or garbled stream.
             if exc.kind == "timeout-ceiling" or (fired.is_set() and exc.kind != "http-status"):
@@ -812,6 +840,58 @@ class HttpModelClient:
             if timer is not None:
                 timer.cancel()
         return answer
+
+
+def _capped(
+    response: httpx.Response, cap: int, label: str, deadline: float | None
+) -> Iterator[bytes]:
+    """The body's chunks, refused as `too-large` once they add up to more than `cap` bytes.
+
+    A declared Content-Length over the cap is refused before any byte is read. The count is of
+    decoded bytes (what would be held), and the ceiling is checked per chunk as well: a body
+    dribbled a byte at a time never trips the idle timeout.
+    """
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        raise ModelError("too-large", model=label, detail=str(cap))
+    seen = 0
+    for chunk in response.iter_bytes():
+        seen += len(chunk)
+        if seen > cap:
+            raise ModelError("too-large", model=label, detail=str(cap))
+        if _past(deadline):
+            raise ModelError("timeout-ceiling", model=label)
+        yield chunk
+
+
+def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
+    """Text lines of a UTF-8 byte stream, ended by CRLF, LF or CR as server-sent events are.
+
+    A line is never longer than the bytes `chunks` let through, so a capped stream bounds it.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    held: list[str] = []  # the start of a line not ended yet
+    cr = False  # the last chunk ended in a CR, which may be the first half of a CRLF
+    for chunk in chunks:
+        text = decoder.decode(chunk)
+        if cr:
+            text, cr = "\r" + text, False
+        if text.endswith("\r"):
+            text, cr = text[:-1], True
+        parts = _LINE_END.split(text)
+        if len(parts) == 1:
+            if text:
+                held.append(text)
+            continue
+        yield "".join([*held, parts[0]])
+        yield from parts[1:-1]
+        held = [parts[-1]] if parts[-1] else []
+    rest = "".join(held) + decoder.decode(b"", final=True)
+    if rest or cr:
+        yield rest
+
+
+_LINE_END = re.compile(r"\r\n|\n|\r")
 
 
 def _json_bytes(body: Mapping[str, Any]) -> bytes:

@@ -4,7 +4,9 @@ cost, idle and ceiling timeouts, the one retry, the fallback model, error kinds,
 from __future__ import annotations
 
 import logging
+import re
 import time
+import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,13 +16,17 @@ from fake_openai import (
     Reply,
     answer,
     cut_off,
+    dribble,
     drop,
     http_error,
+    huge,
     malformed,
     silent,
     stall,
     trickle,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sessionfold.ports.model_http import (
     Endpoint,
@@ -28,6 +34,7 @@ from sessionfold.ports.model_http import (
     ModelError,
     Price,
     Timeouts,
+    _lines,
     parse_prices,
     resolve_endpoint,
     resolve_fallback,
@@ -178,6 +185,87 @@ def test_ceiling_wakes_a_blocked_read_when_idle_is_disabled(fake: FakeOpenAI) ->
         error, took = failure(lambda: http.complete(MESSAGES, 64))
     assert error.kind == "timeout-ceiling"
     assert took < 1.0
+
+
+def test_ceiling_fires_on_a_dribbled_body(fake: FakeOpenAI) -> None:
+    """A non-streamed body sent a byte every 50 ms never trips the idle timeout; the ceiling
+    ends the attempt."""
+    fake.script(dribble("x" * 200, every_s=0.05))
+    timeouts = Timeouts(idle_s=0.25, ceiling_s=0.4)
+    with client(fake, retry=False, timeouts=timeouts, stream=False) as http:
+        error, took = failure(lambda: http.complete(MESSAGES, 64))
+    assert error.kind == "timeout-ceiling"
+    assert 0.35 <= took < 1.0
+
+
+# --- the size cap ----------------------------------------------------------------------------
+
+HUGE = 50 * 1024 * 1024
+CAP = 256 * 1024
+
+
+@pytest.mark.parametrize(
+    ("stream", "length_header"), [(False, True), (False, False), (True, False)]
+)
+def test_a_huge_answer_is_refused_without_being_held(
+    fake: FakeOpenAI, stream: bool, length_header: bool
+) -> None:
+    """A 50 MB answer (declared or not, streamed as one event or not) is refused as
+    `too-large` once the body passes the cap; the client never holds much more than the cap,
+    and does not retry it."""
+    fake.script(huge(HUGE, stream=stream, length_header=length_header))
+    with client(fake, max_response_bytes=CAP, stream=stream, timeouts=Timeouts(5, 30)) as http:
+        tracemalloc.start()
+        try:
+            error, took = failure(lambda: http.complete(MESSAGES, 64))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert (error.kind, error.code, error.transient) == ("too-large", "too-large", False)
+    assert str(error) == f"model m1 answered more than {CAP} bytes"
+    assert peak < 8 * CAP, peak
+    assert len(fake.requests) == 1
+    assert took < 5
+
+
+def test_an_answer_within_the_cap_is_read_whole(fake: FakeOpenAI) -> None:
+    """The cap counts bytes; an answer under it, streamed or not, comes back unchanged."""
+    text = "é" * 20_000  # 40,000 bytes of UTF-8 split across chunks
+    for stream in (False, True):
+        fake.script(answer(text, stream=stream))
+        with client(fake, max_response_bytes=CAP, stream=stream) as http:
+            assert http.complete(MESSAGES, 64).text == text
+
+
+def test_the_default_cap_and_its_variable(fake: FakeOpenAI) -> None:
+    """4 MiB unless SESSIONFOLD_MODEL_MAX_RESPONSE_BYTES says otherwise; it must be positive."""
+    base = {"SESSIONFOLD_MODEL": "m1", "SESSIONFOLD_MODEL_BASE_URL": fake.base_url}
+    with HttpModelClient.from_env(env=base) as http:
+        assert http.max_response_bytes == 4 * 1024 * 1024
+    env = {**base, "SESSIONFOLD_MODEL_MAX_RESPONSE_BYTES": "1000"}
+    with HttpModelClient.from_env(env=env) as http:
+        assert http.max_response_bytes == 1000
+        fake.script(huge(5_000))
+        assert failure(lambda: http.complete(MESSAGES, 64))[0].kind == "too-large"
+    with pytest.raises(ValueError, match="SESSIONFOLD_MODEL_MAX_RESPONSE_BYTES"):
+        HttpModelClient.from_env(env={**base, "SESSIONFOLD_MODEL_MAX_RESPONSE_BYTES": "0"})
+
+
+@given(
+    st.text(alphabet="ab\r\né\u2028", max_size=40),
+    st.lists(st.integers(min_value=0, max_value=200), max_size=6),
+)
+def test_lines_split_as_server_sent_events_do_wherever_the_chunks_break(
+    text: str, cuts: list[int]
+) -> None:
+    """CRLF, LF and CR end lines (nothing else does), whatever the chunk boundaries."""
+    raw = text.encode()
+    points = sorted({min(c, len(raw)) for c in cuts})
+    chunks = [raw[a:b] for a, b in zip([0, *points], [*points, len(raw)], strict=True)]
+    expected = re.split(r"\r\n|\n|\r", text)
+    if expected[-1] == "":
+        expected.pop()
+    assert list(_lines(iter(chunks))) == expected
 
 
 def test_config_milliseconds_map_to_timeouts() -> None:

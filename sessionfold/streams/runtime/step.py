@@ -20,6 +20,15 @@ flush barrier stays up until its answer is folded.
 Either answer's outcome is "error" (else "answered"). Only `Exception` is caught: an interrupt
 (Ctrl-C) stops the run. The log names the session and the exception class, never its message
 (it may quote model output or message text).
+
+An answer is also bounded in size (`max_answer_bytes`, 1 MiB by default, its encoded envelope):
+a compaction over it keeps the summaries of its first batches that fit, and every later
+summarized batch becomes `failed` with `oversized-answer` (the fold stops at the first failed
+batch anyway, and captures it again at the next flush); when not even that fits, an error
+compaction. A ledger pass result over it becomes a fallback (`oversized-answer`). Both runtimes
+bound alike, so a runaway model leaves the same state in each, and a Kafka record stays far
+below what the topics take. `error_answer` is the small answer a runtime sends when it cannot
+send the one it has (the Kafka summarizer, on a record the producer refuses).
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
+
 from sessionfold.events.envelope import (
     CompactionEnvelope,
     Envelope,
@@ -37,8 +48,9 @@ from sessionfold.events.envelope import (
     FlushRequestEnvelope,
     LedgerRequestEnvelope,
     PruningRequestEnvelope,
+    encode,
 )
-from sessionfold.events.flush import CompactionPayload, read_request, wrap
+from sessionfold.events.flush import BatchResult, CompactionPayload, read_request, wrap
 from sessionfold.events.ledger import answer_envelope, read_ledger_request
 from sessionfold.ports.ledger.model import DiffModel
 from sessionfold.ports.ledger.pass_ import fallback_payload, run_pass
@@ -57,6 +69,12 @@ from sessionfold.streams.publishing.session_file import DeadLetter
 log = logging.getLogger(__name__)
 
 Outcome = Literal["answered", "error"]
+
+#: The largest answer (encoded envelope) either runtime folds or sends: 256 summaries of a
+#: 4,096-token budget each, and far below the 17 MiB a topic takes.
+MAX_ANSWER_BYTES = 1024 * 1024
+#: The error code of a batch, compaction or pass whose answer was over `MAX_ANSWER_BYTES`.
+OVERSIZED_ANSWER = "oversized-answer"
 
 
 def fold_step(
@@ -80,25 +98,93 @@ class Answer:
     outcome: Outcome
 
 
-def answer_pruning(port: ModelPort, request: PruningRequestEnvelope) -> Answer:
-    """The compaction answering a pruning flush request; an error compaction if the port raises."""
+def answer_pruning(
+    port: ModelPort, request: PruningRequestEnvelope, max_bytes: int = MAX_ANSWER_BYTES
+) -> Answer:
+    """The compaction answering a pruning flush request, within `max_bytes`; an error
+    compaction if the port raises."""
     payload = read_request(request)
     try:
         compaction = port.summarize(payload)
-        outcome: Outcome = "answered"
     except Exception as exc:
         log.warning(
             "model port raised",
             extra={"session": payload.session_id, "error": type(exc).__name__},
         )
-        compaction = CompactionPayload(
-            request_id=payload.request_id,
-            session_id=payload.session_id,
-            model=payload.model,
-            error=f"port-error:{type(exc).__name__}",
-        )
-        outcome = "error"
-    return Answer(wrap(compaction, request.seq), outcome)  # type: ignore[arg-type]
+        return error_answer(request, f"port-error:{type(exc).__name__}")
+    fitted = fit_compaction(compaction, request.seq, max_bytes)
+    if fitted is None:
+        return error_answer(request, OVERSIZED_ANSWER)
+    return Answer(wrap(fitted, request.seq), "answered")  # type: ignore[arg-type]
+
+
+def fit_compaction(
+    compaction: CompactionPayload, seq: int, max_bytes: int
+) -> CompactionPayload | None:
+    """`compaction` within `max_bytes` encoded: as it is, or with the summaries after the
+    longest prefix that fits turned into `oversized-answer` failures; None if nothing fits.
+
+    The sizes are exact: a result's share of the encoded list is its own encoding, so the
+    record with the first k summaries kept is the all-failed record plus their extra bytes.
+    """
+    size = len(encode(wrap(compaction, seq)))
+    if size <= max_bytes:
+        return compaction
+    failed = tuple(_as_oversized(r) for r in compaction.results)
+    base = len(encode(wrap(compaction.model_copy(update={"results": failed}), seq)))
+    kept, total = 0, base
+    for result, stand_in in zip(compaction.results, failed, strict=True):
+        extra = _encoded_size(result) - _encoded_size(stand_in)
+        if total + extra > max_bytes:
+            break
+        kept, total = kept + 1, total + extra
+    log.warning(
+        "answer over its size limit",
+        extra={
+            "session": compaction.session_id,
+            "bytes": size,
+            "limit": max_bytes,
+            "batches_kept": kept,
+            "batches": len(compaction.results),
+        },
+    )
+    if total > max_bytes:
+        return None
+    results = compaction.results[:kept] + failed[kept:]
+    return compaction.model_copy(update={"results": results})
+
+
+def _as_oversized(result: BatchResult) -> BatchResult:
+    """A summarized result as an `oversized-answer` failure (text dropped); others unchanged."""
+    if result.outcome != "summarized":
+        return result
+    return BatchResult(
+        batch=result.batch, outcome="failed", usage=result.usage, error=OVERSIZED_ANSWER
+    )
+
+
+def _encoded_size(result: BatchResult) -> int:
+    return len(orjson.dumps(result.model_dump(mode="json")))
+
+
+def error_answer(request: FlushRequestEnvelope, code: str) -> Answer:
+    """The small answer that still releases the request's barrier: an error compaction for a
+    pruning flush, a fallback for a ledger pass; `code` is a short reason, never text."""
+    match request:
+        case LedgerRequestEnvelope():
+            fallback = fallback_payload(read_ledger_request(request), code)
+            return Answer(answer_envelope(fallback), "error")
+        case PruningRequestEnvelope():
+            payload = read_request(request)
+            compaction = CompactionPayload(
+                request_id=payload.request_id,
+                session_id=payload.session_id,
+                model=payload.model,
+                error=code,
+            )
+            return Answer(wrap(compaction, request.seq), "error")  # type: ignore[arg-type]
+    msg = f"no answer for {type(request).__name__}"
+    raise TypeError(msg)
 
 
 def pass_payload(
@@ -127,12 +213,20 @@ def answer_ledger(
     request: LedgerRequestEnvelope,
     config: LedgerConfig = DEFAULT_LEDGER,
     clock: Callable[[], float] | None = time.monotonic,
+    max_bytes: int = MAX_ANSWER_BYTES,
 ) -> Answer:
-    """The compaction-events record answering a ledger pass request; a fallback if it throws."""
+    """The compaction-events record answering a ledger pass request; a fallback if it throws
+    or its result is over `max_bytes` encoded."""
     payload, _error = pass_payload(read_ledger_request(request), model, config, clock)
-    return Answer(
-        answer_envelope(payload), "answered" if payload.get("fallback") is None else "error"
-    )
+    envelope = answer_envelope(payload)
+    size = len(encode(envelope))
+    if size > max_bytes:
+        log.warning(
+            "answer over its size limit",
+            extra={"session": request.session_id, "bytes": size, "limit": max_bytes},
+        )
+        return error_answer(request, OVERSIZED_ANSWER)
+    return Answer(envelope, "answered" if payload.get("fallback") is None else "error")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,14 +236,17 @@ class Answerer:
     port: ModelPort
     diff_model: DiffModel
     ledger: LedgerConfig = DEFAULT_LEDGER
+    max_answer_bytes: int = MAX_ANSWER_BYTES
 
     def answer(self, request: FlushRequestEnvelope) -> Answer:
-        """The answer to one request, by its type."""
+        """The answer to one request, by its type, within `max_answer_bytes`."""
         match request:
             case LedgerRequestEnvelope():
-                return answer_ledger(self.diff_model, request, self.ledger)
+                return answer_ledger(
+                    self.diff_model, request, self.ledger, max_bytes=self.max_answer_bytes
+                )
             case PruningRequestEnvelope():
-                return answer_pruning(self.port, request)
+                return answer_pruning(self.port, request, self.max_answer_bytes)
         msg = f"no answer for {type(request).__name__}"
         raise TypeError(msg)
 

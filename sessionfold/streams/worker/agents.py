@@ -15,7 +15,9 @@ Three agents, each a loop over its records:
 - summarize (flush-requests): `SummarizeRuntime` answers a request in a thread (a real model
   takes seconds; the event loop must keep heart-beating) and sends the compaction: a pruning
   flush through the model port, a ledger pass through the diff model, with the embedded
-  runtime's answerer and failure policy (runtime/step.py), so both runtimes answer alike.
+  runtime's answerer and failure policy (runtime/step.py), so both runtimes answer alike. An
+  answer it cannot send (over the topics' record size, or refused by the producer) is replaced
+  by the step's small error answer, so no record it makes can stop it or leave a barrier up.
 Records that cannot be read go to the dead-letter topic with a reason; logs carry ids, offsets
 and reason codes, never message text or tool output.
 """
@@ -57,6 +59,7 @@ from sessionfold.projections.pruning import context_metrics, digest, windows
 from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.config import PruneConfig
 from sessionfold.projections.store import Store
+from sessionfold.streams.kafka.limits import MAX_MESSAGE_BYTES, refused_for_size
 from sessionfold.streams.kafka.table_store import (
     DELETED,
     Backend,
@@ -74,7 +77,7 @@ from sessionfold.streams.kafka.table_store import (
     request_key,
 )
 from sessionfold.streams.kafka.topics import Topics, partition_of
-from sessionfold.streams.runtime.step import Answerer, fold_step, topic_of
+from sessionfold.streams.runtime.step import Answer, Answerer, error_answer, fold_step, topic_of
 from sessionfold.streams.worker.prometheus import FleetSnapshot, Metrics
 
 log = logging.getLogger(__name__)
@@ -904,13 +907,25 @@ class FoldRuntime:
 
 
 class SummarizeRuntime:
-    """The summarizer agent's work for one flush request or ledger pass request."""
+    """The summarizer agent's work for one flush request or ledger pass request.
 
-    def __init__(self, answerer: Answerer, send: Sender, topics: Topics, metrics: Metrics) -> None:
+    `max_record_bytes` is the largest record it sends (the topics' `max.message.bytes`); an
+    answer over it, or one the producer refuses, goes out as the step's error answer instead.
+    """
+
+    def __init__(
+        self,
+        answerer: Answerer,
+        send: Sender,
+        topics: Topics,
+        metrics: Metrics,
+        max_record_bytes: int = MAX_MESSAGE_BYTES,
+    ) -> None:
         self.answerer = answerer
         self.send = send
         self.topics = topics
         self.metrics = metrics
+        self.max_record_bytes = max_record_bytes
 
     async def handle(self, record: SourceRecord) -> Awaitable[Any]:
         """Answer one request (or dead-letter it); resolves when the answer is durable."""
@@ -935,8 +950,59 @@ class SummarizeRuntime:
             started = time.perf_counter()
             answer = await asyncio.to_thread(self.answerer.answer, request)
             seconds = time.perf_counter() - started
-        key = request.session_id.encode()
-        topic = topic_of(answer.envelope, self.topics)
-        ack = await self.send(Output(topic, key, encode(answer.envelope)))
+        answer, ack = await self._send_answer(request, answer)
         observe_answer(self.metrics, answer.envelope, answer.outcome, seconds)
         return ack
+
+    async def _send_answer(
+        self, request: FlushRequestEnvelope, answer: Answer
+    ) -> tuple[Answer, Awaitable[Any]]:
+        """Send `answer`, or the error answer when it is over `max_record_bytes` or refused for
+        its size; the answer sent and its acknowledgement.
+
+        The producer refuses a record over its `max_request_size` at once, the broker one over
+        the topic's `max.message.bytes` in the acknowledgement: either way the error answer
+        (a few hundred bytes) goes out instead. A refusal for any other reason (the broker
+        away) propagates as before: a restart's retry may well succeed.
+        """
+        key = request.session_id.encode()
+        value = encode(answer.envelope)
+        if len(value) > self.max_record_bytes:
+            return await self._send_error(request, len(value), "unsendable:too-large")
+        try:
+            ack = await self.send(Output(topic_of(answer.envelope, self.topics), key, value))
+        except Exception as exc:
+            if not refused_for_size(exc):
+                raise
+            return await self._send_error(request, len(value), "unsendable:too-large")
+        # A task, so the error answer goes out as soon as the refusal comes, awaited or not.
+        return answer, asyncio.ensure_future(self._refusal_answered(request, len(value), ack))
+
+    async def _refusal_answered(
+        self, request: FlushRequestEnvelope, size: int, ack: Awaitable[Any]
+    ) -> Any:
+        """`ack`'s result; when the broker refused the record for its size, the error answer's."""
+        try:
+            return await ack
+        except Exception as exc:
+            if not refused_for_size(exc):
+                raise
+        _, fallback_ack = await self._send_error(request, size, "unsendable:too-large")
+        return await fallback_ack
+
+    async def _send_error(
+        self, request: FlushRequestEnvelope, size: int, code: str
+    ) -> tuple[Answer, Awaitable[Any]]:
+        log.warning(
+            "answer not sent, sending an error answer",
+            extra={
+                "session": request.session_id,
+                "bytes": size,
+                "limit": self.max_record_bytes,
+                "error": code,
+            },
+        )
+        fallback = error_answer(request, code)
+        topic = topic_of(fallback.envelope, self.topics)
+        value = encode(fallback.envelope)
+        return fallback, await self.send(Output(topic, request.session_id.encode(), value))
