@@ -317,7 +317,7 @@ def make_app(
 class StateTable(faust_compat.RawKeyTable):
     """The fold's table: str keys go to the changelog as plain UTF-8, not JSON-quoted.
 
-    The state API's table_route hashes the serialized key to find the owner, and it must hash
+    The state API's routing hashes the serialized key to find the owner, and it must hash
     like the session id does on the topics; recovery decodes the keys the same way.
     """
 
