@@ -468,3 +468,39 @@ class TestProducerBuffer:
         faust_compat.set_buffer_limit(producer, 2_000)
         assert producer.buffer.max_messages == 2_000
         assert unstarted_app(tmp_path).producer.buffer.max_messages == 100
+
+
+class TestRouting:
+    """What Faust's router raises while the worker cannot route (`routing_failure`), on Faust's
+    real router and producer over aiokafka's real producer, never started."""
+
+    def test_the_router_s_failures_before_the_producer_is_ready_are_named(
+        self, tmp_path: Path
+    ) -> None:
+        """Before the producer starts, Faust's `NotReady`; started, with no metadata of the
+        changelog topic, aiokafka's TypeError inside `key_partition`: `producer`, `metadata`.
+        The same TypeError raised elsewhere, and a KeyError, are no routing failure."""
+
+        async def run() -> list[BaseException]:
+            app = unstarted_app(tmp_path)
+            table = app.Table("state", key_type=str, value_type=bytes, partitions=2)
+            raised = []
+            with pytest.raises(faust.exceptions.NotReady) as not_started:
+                app.router.key_store(table.name, "s1")
+            raised.append(not_started.value)
+            producer = aiokafka.AIOKafkaProducer(bootstrap_servers="127.0.0.1:1")
+            app.producer._producer = producer
+            with pytest.raises(TypeError, match="'NoneType' object is not iterable") as unknown:
+                app.router.key_store(table.name, "s1")
+            raised.append(unknown.value)
+            await producer.stop()
+            return raised
+
+        not_started, no_metadata = asyncio.run(run())
+        assert faust_compat.routing_failure(not_started) == "producer"
+        assert faust_compat.routing_failure(no_metadata) == "metadata"
+        try:
+            list(None)  # type: ignore[call-overload]
+        except TypeError as elsewhere:
+            assert faust_compat.routing_failure(elsewhere) is None
+        assert faust_compat.routing_failure(KeyError("s1")) is None

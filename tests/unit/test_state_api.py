@@ -1,18 +1,28 @@
-"""The state API's documents (web/state_api.py) over a store the worker's steps folded, and its
-503 while a session's partition is recovered (on Faust's real recovery, faust_fakes)."""
+"""The state API's documents (web/state_api.py) over a store the worker's steps folded, its
+503 while a session's partition is recovered (on Faust's real recovery, faust_fakes), and its
+503 while a request cannot be routed yet (on Faust's real router), logged a line a minute."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
+import socket
 from itertools import count
 from pathlib import Path
 from typing import Any
 
+import aiokafka
+import faust
 import orjson
 import pytest
+from aiokafka.structs import PartitionMetadata
 from faust.types import TP
 from faust_fakes import RecoveryDriver, unstarted_app
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka_steps import SESSION_EVENTS, StepCluster, fold_file
+from yarl import URL
 
 from sessionfold.events.envelope import encode
 from sessionfold.projections.pruning import index
@@ -20,8 +30,9 @@ from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.projections.store import DictStore
 from sessionfold.streams.kafka import faust_compat
+from sessionfold.streams.kafka.security import PLAINTEXT
 from sessionfold.streams.kafka.table_store import offset_key
-from sessionfold.streams.kafka.topics import partition_of
+from sessionfold.streams.kafka.topics import Topics, partition_of
 from sessionfold.streams.runtime.embedded import fold_files
 from sessionfold.streams.tools.synthetic import generate_session, write_session
 from sessionfold.streams.web import state_api
@@ -234,7 +245,9 @@ def test_a_view_answers_503_for_a_partition_still_recovering(tmp_path: Path) -> 
     another gets a 503 with the `recovering` body."""
 
     class FakeView:
-        def bytes(self, body: bytes, content_type: str, status: int) -> Any:
+        def bytes(
+            self, body: bytes, content_type: str, status: int, headers: dict[str, str] | None
+        ) -> Any:
             return status, orjson.loads(body)
 
     async def view(_view: Any, _request: Any, session_id: str) -> Any:
@@ -253,3 +266,207 @@ def test_a_view_answers_503_for_a_partition_still_recovering(tmp_path: Path) -> 
         driver.stop()
 
     asyncio.run(run())
+
+
+class RouteView:
+    """What the state views use of Faust's View: `web` (Faust's proxy) and `bytes`."""
+
+    web: Any = None
+
+    def bytes(
+        self, body: bytes, content_type: str, status: int, headers: dict[str, str] | None
+    ) -> tuple[int, dict[str, str], Any]:
+        return status, dict(headers or {}), orjson.loads(body)
+
+
+class RouteRequest:
+    """What Faust's proxy reads of a request."""
+
+    method = "GET"
+    headers: dict[str, str] = {}  # noqa: RUF012 (read only)
+    url = URL("http://127.0.0.1:1/sessions/s1")
+    match_info = {"session_id": "s1"}  # noqa: RUF012 (read only)
+
+
+def _closed_port() -> int:
+    """A TCP port of 127.0.0.1 nothing listens on (right now)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _routing_app(tmp_path: Path) -> tuple[faust.App, Any]:
+    """A real Faust app (never started) with the worker's table, as its router sees it."""
+    app = unstarted_app(tmp_path)
+    table = app.Table("state", key_type=str, value_type=bytes, partitions=2)
+    return app, table
+
+
+def _know_changelog(table: Any, producer: aiokafka.AIOKafkaProducer) -> list[TP]:
+    """Give the producer metadata of the changelog topic (what its first metadata fetch
+    brings); the topic's partitions."""
+    topic = table.changelog_topic.get_topic_name()
+    producer._metadata._partitions[topic] = {
+        p: PartitionMetadata(topic, p, 0, [0], [0], None) for p in range(2)
+    }
+    return [TP(topic, p) for p in range(2)]
+
+
+def test_a_view_the_worker_cannot_route_yet_answers_503_without_a_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At each stage of a worker's start, on Faust's real router and aiokafka's real producer
+    metadata: a 503 with Retry-After naming why, one log line per reason however many
+    requests, no traceback; the view runs once this worker owns the partition. Before the
+    producer has the changelog topic's metadata, Faust's router raises the worker's bug:
+    `TypeError: 'NoneType' object is not iterable` in key_partition."""
+
+    async def view(_view: Any, _request: Any, session_id: str) -> Any:
+        return 200, {}, {"session_id": session_id}
+
+    async def run() -> list[Any]:
+        app, table = _routing_app(tmp_path)
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers="127.0.0.1:1")  # never started
+        app.producer._producer = producer
+        with pytest.raises(TypeError, match="'NoneType' object is not iterable"):
+            app.router.key_store(table.name, "s1")
+        app.producer._producer = None
+        not_ready = state_api.NotReadyLog()
+        routed = state_api._routed(app, table, not_ready)(view)
+        answers = []
+
+        async def ask(times: int = 3) -> None:
+            for _ in range(times):
+                answers.append(await routed(RouteView(), RouteRequest(), "s1"))
+
+        await ask()  # the producer is not started
+        app.producer._producer = producer
+        await ask()  # started, no metadata of the changelog topic yet
+        changelog = _know_changelog(table, producer)
+        await ask()  # metadata, no assignment yet
+        elsewhere = f"http://127.0.0.1:{_closed_port()}"
+        app.assignor._tps_url.update({tp: elsewhere for tp in changelog})
+        await ask()  # assigned to a worker whose web server is not up
+        app.assignor._tps_url.update({tp: str(app.conf.canonical_url) for tp in changelog})
+        await ask(1)  # this worker owns it
+        await app.http_client.close()
+        await producer.stop()
+        return answers
+
+    caplog.set_level(logging.DEBUG)
+    answers = asyncio.run(run())
+    retry = {"Retry-After": str(state_api.RETRY_AFTER_S)}
+    expected = [
+        (503, retry, {"error": "not ready", "reason": reason, "session_id": "s1"})
+        for reason in ("producer", "metadata", "assignment", "owner")
+        for _ in range(3)
+    ]
+    assert answers == [*expected, (200, {}, {"session_id": "s1"})]
+    lines = [r.getMessage() for r in caplog.records if r.name == state_api.log.name]
+    assert lines == [
+        f"state API answers 503 (retry after 1s): reason={reason} requests=1"
+        for reason in ("producer", "metadata", "assignment", "owner")
+    ]
+    assert not [r for r in caplog.records if r.exc_info] and "Traceback" not in caplog.text
+
+
+def test_a_router_raising_the_start_up_type_error_is_a_503(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A router whose key_partition raises the start-up TypeError: every state view (session,
+    flushes, ref, through their registered pages) answers 503 with Retry-After, logged as one
+    line, no traceback; so do Faust's /router views through the middleware."""
+
+    class Router:
+        def key_partition(self, topic: str, key: bytes) -> Any:
+            return list(None)  # type: ignore[call-overload]
+
+        async def route_req(self, table: str, key: str, web: Any, request: Any) -> Any:
+            return self.key_partition(table, key.encode())
+
+        def key_store(self, table: str, key: str) -> Any:
+            return self.key_partition(table, key.encode())
+
+    app, table = _routing_app(tmp_path)
+    app.router = Router()
+    pages: dict[str, Any] = {}
+    app.page = lambda path, name: lambda view: pages.setdefault(name, view)  # type: ignore[method-assign]
+    not_ready = state_api.NotReadyLog()
+    backend: Any = {}  # never read: no request gets past routing
+    topics = Topics("t.")
+    state_api.register(
+        app, table, backend, DEFAULT_CONFIG, topics, "127.0.0.1:1", None, PLAINTEXT, not_ready
+    )
+
+    async def run() -> list[Any]:
+        answers = []
+        for name, args in (
+            ("session", ("s1",)),
+            ("session-flushes", ("s1",)),
+            ("session-ref", ("s1", "t1")),
+        ):
+            view = pages[name](app, None)
+            view.bytes = RouteView().bytes
+            answers.append(await view.get(RouteRequest(), *args))
+
+        async def faust_router_view(request: Any) -> Any:
+            return app.router.key_store("state", "s1")
+
+        middleware = state_api.not_ready_middleware(not_ready)
+        response = await middleware(None, faust_router_view)
+        answers.append((response.status, {"Retry-After": response.headers["Retry-After"]}))
+        return answers
+
+    caplog.set_level(logging.DEBUG)
+    answers = asyncio.run(run())
+    retry = {"Retry-After": str(state_api.RETRY_AFTER_S)}
+    body = {"error": "not ready", "reason": "metadata", "session_id": "s1"}
+    assert answers == [(503, retry, body)] * 3 + [(503, retry)]
+    lines = [r.getMessage() for r in caplog.records if r.name == state_api.log.name]
+    assert lines == ["state API answers 503 (retry after 1s): reason=metadata requests=1"]
+    assert not [r for r in caplog.records if r.exc_info] and "Traceback" not in caplog.text
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([*faust_compat.ROUTING_REASONS, "recovering"]),
+            st.floats(min_value=0, max_value=90, allow_nan=False),
+        ),
+        max_size=60,
+    )
+)
+def test_each_kind_of_503_logs_one_line_an_interval_counting_every_request(
+    requests: list[tuple[str, float]],
+) -> None:
+    """Whatever the requests and their spacing: a kind's first 503 is logged; its lines are an
+    interval apart at least; no request of a kind comes an interval or more after the kind's
+    last line without being logged; each line counts the requests since the previous one."""
+    clock = [0.0]
+    current = [0]
+    lines: list[tuple[int, str, int]] = []  # (request index, reason, requests counted)
+
+    class Lines(logging.Logger):
+        def info(self, msg: object, *args: Any, **kwargs: Any) -> None:
+            _retry, reason, counted = args
+            lines.append((current[0], reason, counted))
+
+    not_ready = state_api.NotReadyLog(interval_s=60.0, clock=lambda: clock[0], logger=Lines("t"))
+    times = []
+    for n, (reason, wait) in enumerate(requests):
+        clock[0] += wait
+        current[0] = n
+        times.append(clock[0])
+        not_ready.note(reason)
+    for reason in {r for r, _ in requests}:
+        asked = [i for i, (r, _) in enumerate(requests) if r == reason]
+        logged = [i for i, r, _ in lines if r == reason]
+        assert logged[0] == asked[0]
+        assert all(times[b] - times[a] >= 60.0 for a, b in itertools.pairwise(logged))
+        for i in asked:
+            last = max(j for j in logged if j <= i)
+            assert i == last or times[i] - times[last] < 60.0
+        counts = [n for _, r, n in lines if r == reason]
+        since = [sum(1 for i in asked if a < i <= b) for a, b in itertools.pairwise([-1, *logged])]
+        assert counts == since

@@ -108,14 +108,17 @@ def test_loopback_binds_need_no_token_and_wider_ones_are_warned_about() -> None:
 
 def test_workers_bind_loopback_by_default_and_hide_faust_table_reads(tmp_path: Path) -> None:
     """The default bind is 127.0.0.1 (advertised as such), Faust's /table routes are off, the
-    token guard is installed, and the token never shows in the settings' repr."""
+    token guard is installed before the not-ready 503s, and the token never shows in the
+    settings' repr."""
     settings = WorkerSettings(data_dir=tmp_path, api_token=TOKEN)
     assert settings.web_bind == "127.0.0.1"
     options = faust_options(settings)
     assert options["web_bind"] == "127.0.0.1"
     assert options["canonical_url"] == "http://127.0.0.1:6066"
     assert options["web_tables_enabled"] is False
-    assert len(options["web_application_options"]["middlewares"]) == 1
+    # The token guard first: a request without the token learns nothing (not even a 503).
+    middlewares = options["web_application_options"]["middlewares"]
+    assert [m.__name__ for m in middlewares] == ["require_token", "answer_503"]
     assert TOKEN not in repr(settings) and TOKEN not in str(settings.model_dump())
     assert settings.token == TOKEN
     with pytest.raises(ValidationError):

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import inspect
 import logging
+import traceback
 from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
 import aiokafka
 import faust
 from aiokafka import errors as Errors
@@ -21,12 +23,14 @@ from aiokafka.consumer.fetcher import Fetcher
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.producer.message_accumulator import BatchBuilder, MessageAccumulator
 from aiokafka.protocol.commit import OffsetCommitRequest
+from faust.exceptions import NotReady, SameNode
 from faust.stores.rocksdb import Store as RocksStore
 from faust.tables.manager import TableManager
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import Consumer, ThreadDelegateConsumer
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Producer
 from faust.transport.producer import ProducerBuffer
+from faust.web.exceptions import ServiceUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +90,7 @@ def missing_internals() -> list[str]:
         in inspect.getsource(MessageAccumulator.__init__),
         "aiokafka AIOKafkaProducer._message_accumulator": "self._message_accumulator ="
         in inspect.getsource(aiokafka.AIOKafkaProducer.__init__),
+        "faust aiokafka Producer.key_partition": callable(getattr(Producer, "key_partition", None)),
         "aiokafka BatchBuilder(batch_size, compression_type)": list(
             inspect.signature(BatchBuilder.__init__).parameters
         )[1:3]
@@ -377,13 +382,66 @@ class RawKeyTable(faust.Table):
         return super()._serializer_from_type(typ)
 
 
+class NotRoutable(Exception):
+    """The worker cannot route a request to its key's owner yet; `reason` is a code
+    (`ROUTING_REASONS`), never a message."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+#: Why a request cannot be routed yet: the producer is not started; it has no metadata of the
+#: table's changelog topic; no worker owns the key's partition yet (before the first assignment,
+#: during a rebalance); the owner's web server did not answer; routing raised something else.
+ROUTING_REASONS = ("producer", "metadata", "assignment", "owner", "router")
+
+
+def routing_failure(exc: BaseException) -> str | None:
+    """The reason (`ROUTING_REASONS`) when `exc` is Faust failing to find a key's partition
+    because its producer is not ready, else None.
+
+    Faust's `Router.key_store` partitions the key with its producer's `key_partition`, which
+    raises `NotReady` before the producer starts, and, until the producer has fetched the
+    changelog topic's metadata, aiokafka's `_partition` raises `TypeError: 'NoneType' object
+    is not iterable` (it lists `partitions_for_topic`, None for a topic it does not know).
+    Faust's views (its `/router` routes, its `table_route`) let both through as a 500.
+    """
+    if isinstance(exc, NotReady):
+        return "producer"
+    frames = {frame.f_code.co_name for frame, _ in traceback.walk_tb(exc.__traceback__)}
+    return "metadata" if "key_partition" in frames else None
+
+
+async def route_request(app: Any, table_name: str, key: str, web: Any, request: Any) -> Any:
+    """The answer of the worker owning `key`'s partition of table `table_name`, the request
+    proxied to it (Faust's `Router.route_req`); None when this worker owns it.
+
+    Raises `NotRoutable` when the request cannot be routed yet, whatever routing raised: the
+    cases of `routing_failure`, no owner (Faust's `ServiceUnavailable`, which loses the reason
+    and the retry hint), an owner that did not answer (its web server not up yet, say).
+    """
+    try:
+        return await app.router.route_req(table_name, key, web, request)
+    except SameNode:
+        return None
+    except ServiceUnavailable:
+        raise NotRoutable("assignment") from None
+    except (aiohttp.ClientError, OSError):  # TimeoutError is an OSError
+        raise NotRoutable("owner") from None
+    except Exception as exc:  # nothing a handler does runs in here: only the routing
+        raise NotRoutable(routing_failure(exc) or "router") from None
+
+
 def _annotations(cls: type) -> dict[str, Any]:
     return getattr(cls, "__annotations__", {})
 
 
 __all__ = [
+    "ROUTING_REASONS",
     "TESTED_AIOKAFKA",
     "TESTED_FAUST",
+    "NotRoutable",
     "RawKeyTable",
     "RecoveryProgress",
     "UpstreamChanged",
@@ -398,6 +456,8 @@ __all__ = [
     "persisted_offset_key",
     "read_changelog_again",
     "record_batch",
+    "route_request",
+    "routing_failure",
     "set_buffer_limit",
     "set_fetch_max_wait",
     "start_offset",

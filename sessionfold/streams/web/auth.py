@@ -12,8 +12,8 @@ the agent read (secrets included), so:
   (`QuietBadRequests`): aiohttp would log a traceback whose message quotes the offending line,
   which may hold a session id or the token itself.
 
-Requests one worker proxies to the partition owner (Faust's `table_route`) carry the caller's
-headers, token included, so every fold worker of an app must run with the same token.
+Requests one worker proxies to the partition owner (Faust's router, state_api.py) carry the
+caller's headers, token included, so every fold worker of an app must run with the same token.
 """
 
 from __future__ import annotations

@@ -8,14 +8,18 @@
 - `GET /sessions/{id}/refs/{ref}`: the original tool output a summary's ref `tN` stands for,
   read back from session-events at the offset the fold recorded for that toolResult entry.
 
-Every view is routed by Faust's `table_route` on the session id, so any fold worker can be asked:
-the one that owns the session's partition answers (Faust proxies the request to it, with the
-caller's headers: the API token goes along). An unknown session or ref is a 404 with a JSON
-`error`; a session id or ref longer than `MAX_ID_CHARS` is a 400, refused before it is routed;
-a partition nobody owns yet (a rebalance) is a 503, and so is a read while the owner rebuilds
-the session's changelog partition from the changelog (`recovering`; a partition it has rebuilt
-answers while the others still recover). Every view asks for the API token when the worker has
-one (web/auth.py).
+Every view is routed by Faust's router on the session id (`faust_compat.route_request`), so any
+fold worker can be asked: the one that owns the session's partition answers (the request is
+proxied to it, with the caller's headers: the API token goes along). An unknown session or ref
+is a 404 with a JSON `error`; a session id or ref longer than `MAX_ID_CHARS` is a 400, refused
+before it is routed. A request the worker cannot answer yet is a 503 with `Retry-After`, never
+a 500: one it cannot route yet (`not ready`, with a `reason` from `faust_compat.ROUTING_REASONS`:
+at start-up before the producer has the changelog topic's metadata, a partition nobody owns yet,
+an owner whose web server does not answer), and a read while the owner rebuilds the session's
+changelog partition from the changelog (`recovering`; a partition it has rebuilt answers while
+the others still recover). Each kind of 503 is logged as one line a minute at most, with its
+reason and count, no traceback (`NotReadyLog`); `not_ready_middleware` does the same for Faust's
+own `/router` views. Every view asks for the API token when the worker has one (web/auth.py).
 Reads see a session as of its last committed batch (the writes of a journal an interrupted
 batch left are applied over the table for the read).
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -50,6 +55,13 @@ from sessionfold.streams.runtime import step
 
 #: A state view as registered (view, request, the session id, the path's other parts).
 Handler = Callable[..., Awaitable[Response]]
+
+log = logging.getLogger(__name__)
+
+#: Seconds a 503's `Retry-After` asks the client to wait: start-up and a rebalance take seconds.
+RETRY_AFTER_S = 1
+#: Shortest time between two log lines about one kind of 503.
+NOT_READY_LOG_INTERVAL_S = 60.0
 
 #: How long a ref read waits for its record.
 READ_TIMEOUT_S = 10.0
@@ -210,11 +222,14 @@ def register(
     bootstrap: str,
     ledger: LedgerConfig | None = DEFAULT_LEDGER,
     security: KafkaSecurity = PLAINTEXT,
+    not_ready: NotReadyLog | None = None,
 ) -> None:
     """Add the state views to a fold worker's web server (`table` routes, `state` answers)."""
-    unless_recovering = _unless_recovering(app, table, faust_compat.watch_recovery(app))
+    not_ready = not_ready or NOT_READY
+    routed = _routed(app, table, not_ready)
+    unless_recovering = _unless_recovering(app, table, faust_compat.watch_recovery(app), not_ready)
 
-    @app.table_route(table=table, match_info="session_id")
+    @routed
     @unless_recovering
     async def session(view: View, request: Request, session_id: str) -> Response:
         document = session_document(read_view(state, session_id), session_id, config, ledger)
@@ -222,7 +237,7 @@ def register(
             return _json(view, {"error": "unknown session", "session_id": session_id}, 404)
         return _json(view, document)
 
-    @app.table_route(table=table, match_info="session_id")
+    @routed
     @unless_recovering
     async def flushes(view: View, request: Request, session_id: str) -> Response:
         document = flushes_document(read_view(state, session_id), session_id)
@@ -230,7 +245,7 @@ def register(
             return _json(view, {"error": "unknown session", "session_id": session_id}, 404)
         return _json(view, document)
 
-    @app.table_route(table=table, match_info="session_id")
+    @routed
     @unless_recovering
     async def original(view: View, request: Request, session_id: str, ref: str) -> Response:
         location = locate_ref(read_view(state, session_id), session_id, ref)
@@ -250,36 +265,128 @@ def register(
             return _json(view, error, 404)
         return _json(view, document)
 
-    # The length check runs before table_route: an id too long is refused where it arrives.
-    # (Faust types a routed handler as (view, request); ours also take the path's parts.)
+    # The length check runs before routing: an id too long is refused where it arrives.
     class Session(View):
         async def get(self, request: Request, session_id: str) -> Response:
             if too_long(session_id):
                 return _too_long(self)
-            return await session(self, request, session_id)  # type: ignore[call-arg]
+            return await session(self, request, session_id)
 
     class Flushes(View):
         async def get(self, request: Request, session_id: str) -> Response:
             if too_long(session_id):
                 return _too_long(self)
-            return await flushes(self, request, session_id)  # type: ignore[call-arg]
+            return await flushes(self, request, session_id)
 
     class Ref(View):
         async def get(self, request: Request, session_id: str, ref: str) -> Response:
             if too_long(session_id, ref):
                 return _too_long(self)
-            return await original(self, request, session_id, ref)  # type: ignore[call-arg]
+            return await original(self, request, session_id, ref)
 
     app.page("/sessions/{session_id}", name="session")(Session)
     app.page("/sessions/{session_id}/flushes", name="session-flushes")(Flushes)
     app.page("/sessions/{session_id}/refs/{ref}", name="session-ref")(Ref)
 
 
+class NotReadyLog:
+    """One log line per kind of 503 (`reason`) a minute at most, with how many requests got
+    it since that kind's last line: at start-up every request would log one."""
+
+    def __init__(
+        self,
+        interval_s: float = NOT_READY_LOG_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+        logger: logging.Logger = log,
+    ) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self._logger = logger
+        self._logged: dict[str, float] = {}  # reason -> when its last line was written
+        self._since: dict[str, int] = {}  # reason -> 503s answered since its last line
+
+    def note(self, reason: str) -> None:
+        """Count one 503 for `reason`; log it if its kind has no line in the last interval."""
+        self._since[reason] = self._since.get(reason, 0) + 1
+        now = self._clock()
+        last = self._logged.get(reason)
+        if last is not None and now - last < self.interval_s:
+            return
+        self._logged[reason] = now
+        requests = self._since.pop(reason)
+        self._logger.info(
+            "state API answers 503 (retry after %ds): reason=%s requests=%d",
+            RETRY_AFTER_S,
+            reason,
+            requests,
+        )
+
+
+#: The worker's one NotReadyLog (a worker is a process), shared by the views and the middleware.
+NOT_READY = NotReadyLog()
+
+
+def not_ready_middleware(not_ready: NotReadyLog | None = None) -> Any:
+    """An aiohttp middleware for the routes the state views do not guard (Faust's `/router`
+    views): a routing failure (`faust_compat.routing_failure`) is a 503, not a 500 with a
+    traceback, and every 503 carries `Retry-After`; each logged by `NotReadyLog`."""
+    from aiohttp import web
+
+    log_503 = not_ready or NOT_READY
+
+    @web.middleware
+    async def answer_503(request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            response: web.StreamResponse = await handler(request)
+        except Exception as exc:
+            reason = faust_compat.routing_failure(exc)
+            if reason is None:
+                raise
+            log_503.note(reason)
+            body = {"error": "not ready", "reason": reason}
+            return web.json_response(body, status=503, headers=_retry_after())
+        if response.status == 503 and "Retry-After" not in response.headers:
+            # Faust's own 503 (ServiceUnavailable): its router knows no owner of the partition.
+            log_503.note("assignment")
+            response.headers.update(_retry_after())
+        return response
+
+    return answer_503
+
+
+def _routed(app: Any, table: Any, not_ready: NotReadyLog) -> Callable[[Handler], Handler]:
+    """A view answered by the worker owning the session's partition (the request proxied to it
+    by `faust_compat.route_request`), or a 503 while the request cannot be routed yet."""
+
+    def wrap(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        async def routed(view: View, request: Request, session_id: str, *args: Any) -> Response:
+            try:
+                answer = await faust_compat.route_request(
+                    app, table.name, session_id, view.web, request
+                )
+            except faust_compat.NotRoutable as exc:
+                body = {"error": "not ready", "reason": exc.reason, "session_id": session_id}
+                return _unavailable(view, body, exc.reason, not_ready)
+            if answer is None:  # this worker owns the partition
+                return await handler(view, request, session_id, *args)
+            if answer.status == 503 and "Retry-After" not in answer.headers:
+                # Faust's proxy keeps only the owner's body, content type and status.
+                answer.headers.update(_retry_after())
+            proxied: Response = answer
+            return proxied
+
+        return routed
+
+    return wrap
+
+
 def _unless_recovering(
-    app: Any, table: Any, progress: RecoveryProgress
+    app: Any, table: Any, progress: RecoveryProgress, not_ready: NotReadyLog | None = None
 ) -> Callable[[Handler], Handler]:
     """A view (run where the session's partition is) that answers 503 while the session's
     changelog partition is recovered (`recovering`)."""
+    log_503 = not_ready or NOT_READY
 
     def wrap(handler: Handler) -> Handler:
         @functools.wraps(handler)
@@ -287,7 +394,7 @@ def _unless_recovering(
             tp = changelog_partition(app, table, session_id)
             busy = recovering(app, session_id, progress, tp)
             if busy is not None:
-                return _json(view, busy, 503)
+                return _unavailable(view, busy, "recovering", log_503)
             return await handler(view, request, session_id, *args)
 
         return guarded
@@ -295,9 +402,23 @@ def _unless_recovering(
     return wrap
 
 
+def _unavailable(view: View, body: Any, reason: str, not_ready: NotReadyLog) -> Response:
+    """A 503 with `Retry-After`, counted (and maybe logged) under `reason`."""
+    not_ready.note(reason)
+    return _json(view, body, 503, headers=_retry_after())
+
+
+def _retry_after() -> dict[str, str]:
+    return {"Retry-After": str(RETRY_AFTER_S)}
+
+
 def _too_long(view: View) -> Response:
     return _json(view, {"error": "id too long", "limit": MAX_ID_CHARS}, 400)
 
 
-def _json(view: View, body: Any, status: int = 200) -> Response:
-    return view.bytes(orjson.dumps(body), content_type="application/json", status=status)
+def _json(
+    view: View, body: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    return view.bytes(
+        orjson.dumps(body), content_type="application/json", status=status, headers=headers
+    )

@@ -249,7 +249,13 @@ def faust_options(settings: WorkerSettings) -> dict[str, Any]:
         "web_bind": settings.web_bind,
         "web_host": settings.advertised_host,
         "canonical_url": f"http://{settings.advertised_host}:{settings.web_port}",
-        "web_application_options": {"middlewares": [web_auth.token_middleware(settings.token)]},
+        # The token first: a request without it learns nothing, not even that the worker starts.
+        "web_application_options": {
+            "middlewares": [
+                web_auth.token_middleware(settings.token),
+                state_api.not_ready_middleware(),
+            ]
+        },
         # Faust's /table routes read raw state values; the state API is the way in.
         "web_tables_enabled": False,
         "worker_redirect_stdouts": False,
@@ -311,7 +317,7 @@ def make_app(
 class StateTable(faust_compat.RawKeyTable):
     """The fold's table: str keys go to the changelog as plain UTF-8, not JSON-quoted.
 
-    The state API's table_route hashes the serialized key to find the owner, and it must hash
+    The state API's routing hashes the serialized key to find the owner, and it must hash
     like the session id does on the topics; recovery decodes the keys the same way.
     """
 
