@@ -131,4 +131,10 @@ def journals_beside(paths: Iterable[Path | str]) -> Callable[[str], AnswerJourna
 
 def with_journals(answerer: Answerer, journals: Callable[[str], AnswerJournal | None]) -> Answerer:
     """`answerer` answering from `journals` first."""
-    return JournaledAnswerer(answerer.port, answerer.diff_model, answerer.ledger, journals)
+    return JournaledAnswerer(
+        answerer.port,
+        answerer.diff_model,
+        answerer.ledger,
+        answerer.max_answer_bytes,
+        journals=journals,
+    )
