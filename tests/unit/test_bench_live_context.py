@@ -1,0 +1,53 @@
+"""bench/live_context.py on tiny settings, so it cannot rot: a real `sessionfold serve` answers
+every call of a growing session neither stale nor as a mismatch (the bench's pi arrays are the
+file's), and the tables come out."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+# bench/ holds scripts, not a package: its helpers are imported the way the scripts import them.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from live_context import body, main, template
+
+from sessionfold.projections.pruning.config import DEFAULT_CONFIG
+from sessionfold.streams.cli.context import view_from_replay
+from sessionfold.streams.tools.replay import Collector, replay_files
+from sessionfold.streams.tools.synthetic import write_session
+
+
+def test_pi_arrays_are_the_files_context_at_each_leaf(tmp_path: Path) -> None:
+    """The array a call sends is `sessionfold context FILE`'s unpruned one at that leaf."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    tmpl = template(11, 30, every=True, scratch=scratch)
+    assert len(tmpl.calls) == len(tmpl.fold_us) == len(tmpl.render_us) > 30
+    session_id = str(tmpl.entries[0]["id"])
+    for call in tmpl.calls[:: max(1, len(tmpl.calls) // 6)]:
+        cut = tmp_path / "cut"
+        cut.mkdir(exist_ok=True)
+        path = write_session(cut, tmpl.entries[: call.line + 1]).path
+        collector = Collector(session_id)
+        replayer = replay_files([path], DEFAULT_CONFIG, [session_id], on_folded=collector)
+        unpruned = view_from_replay(replayer, collector, DEFAULT_CONFIG).unpruned
+        sent = orjson.loads(body(tmpl, call))
+        assert sent == {"leaf": call.leaf, "messages": unpruned}
+
+
+def test_the_bench_runs_on_tiny_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two levels over two short sessions: no bad answer, every table printed."""
+    code = main(["--levels", "1,2", "--messages", "40", "--distinct", "2", "--poll-ms", "5"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "load average" in out
+    lines = out.splitlines()
+    header = next(n for n, line in enumerate(lines) if line.split()[:2] == ["N", "calls"])
+    rows = [line.split() for line in lines[header + 2 : header + 4]]
+    assert [row[0] for row in rows] == ["1", "2"]
+    assert all(int(row[1]) > 0 and row[-1] == "0" for row in rows)  # no stale or bad call
+    assert "calls by pi's array length" in out
