@@ -5,15 +5,21 @@ beside the file, so a restart answers no flush twice and `context FILE` shows th
 from __future__ import annotations
 
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sessionfold.events.flush import CompactionPayload, FlushRequestPayload
 from sessionfold.ports.summarizer import OfflineSummarizer
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.streams.cli.context import view_from_replay
+from sessionfold.streams.publishing.session_file import SessionFileReader
 from sessionfold.streams.runtime.answer_journal import journal_path
 from sessionfold.streams.runtime.embedded import fold_files
 from sessionfold.streams.runtime.live import LiveFolds
@@ -145,3 +151,75 @@ def test_a_torn_last_answer_is_asked_again(tmp_path: Path) -> None:
     restarted.discover()
     restarted.poll()
     assert again.calls == 1
+
+
+@settings(max_examples=12, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=1, max_value=4_000), min_size=1, max_size=60))
+def test_the_kept_render_is_the_context_command_however_the_file_grows(cuts: list[int]) -> None:
+    """Written in chunks that cut lines anywhere, polled after each: `rendered` (kept until
+    the session folds more) is always the CLI's render of the complete lines read, and a poll
+    of an unchanged file renders nothing new."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        source = _session(tmp_path, 7, turns=14)
+        (tmp_path / "live").mkdir()
+        target, lines = _grow(source, tmp_path / "live")
+        data = b"".join(lines)
+        live = LiveFolds([tmp_path / "live"])
+        live.discover()
+        written = 0
+        for cut in [*cuts, len(data)]:
+            chunk = data[written : written + cut]
+            written += len(chunk)
+            with target.open("ab") as handle:
+                handle.write(chunk)
+            live.poll()
+            if not live.sessions:
+                continue
+            (session_id,) = live.sessions
+            rendered = live.rendered(session_id)
+            live.poll()  # nothing new: the kept render stays
+            assert live.rendered(session_id) is rendered
+            complete = data[: data.rfind(b"\n", 0, written) + 1]
+            cut_file = tmp_path / "cut" / source.name
+            cut_file.parent.mkdir(exist_ok=True)
+            cut_file.write_bytes(complete)
+            expected = orjson.loads(_context_json(cut_file, session_id))
+            assert rendered.messages_json == orjson.dumps(expected["messages"])
+            assert rendered.tokens == expected["tokens"]
+            assert rendered.epoch == live.sessions[session_id].epoch
+            if written == len(data):
+                break
+
+
+def test_a_poll_opens_only_the_files_that_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unchanged files cost a stat per poll, not an open and a read; a grown one is read."""
+    opened: list[Path] = []
+    lines_of = SessionFileReader.lines
+
+    def counting(self: SessionFileReader, final: bool = True) -> Iterator[list[Any]]:
+        opened.append(self.path)
+        return lines_of(self, final)
+
+    monkeypatch.setattr(SessionFileReader, "lines", counting)
+    (tmp_path / "live").mkdir()
+    grown = []
+    for seed in (5, 6, 7):
+        target, lines = _grow(_session(tmp_path, seed, turns=4), tmp_path / "live")
+        target.write_bytes(b"".join(lines[:3]))
+        grown.append((target, lines))
+    live = LiveFolds([tmp_path / "live"])
+    live.discover()
+    assert live.poll() == 9 and set(opened) == {target for target, _ in grown}
+    opened.clear()
+    assert live.poll() == 0 and opened == []
+    target, lines = grown[1]
+    with target.open("ab") as handle:
+        handle.write(lines[3][:5])  # half a line: read, nothing folded yet
+    assert live.poll() == 0 and opened == [target]
+    opened.clear()
+    with target.open("ab") as handle:
+        handle.write(lines[3][5:])
+    assert live.poll() == 1 and opened == [target]

@@ -10,17 +10,26 @@ answering no flush twice.
 
 Threads: `poll` runs on one thread (serve's tailer); everything that reads a session's state
 takes `lock`, which `poll` holds while it folds a line, so a reader never sees half a line's
-fold and waits for a flush being answered.
+fold and waits for a flush being answered. `poll` calls `on_lines` after it folded any line, so
+a caller waiting for a leaf wakes at once instead of polling the state under the lock.
+
+Costs (bench/live_context.py): a render is O(the session's context) in Python, so `rendered`
+keeps the last one per session with its token counts and encoded messages, until the session
+folds anything more; and `poll` stats each file before opening it, so the files that did not
+change since the last poll cost a stat, not an open and a read.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from sessionfold.events.envelope import (
     CommandEnvelope,
@@ -55,8 +64,25 @@ class LiveSession:
     ids: set[str] = field(default_factory=set)  # entry ids folded (the leaves a caller may name)
     compacts: list[tuple[int, str | None]] = field(default_factory=list)
     epoch: int = 0  # flush answers folded: the rendered context changes only with it
+    folds: int = 0  # envelopes of the session folded: its state changes only with it
     dead_letters: int = 0
     journal: AnswerJournal | None = None
+    rendered: Rendered | None = None  # the last render, while `folds` has not moved
+
+    def state(self) -> tuple[int, int, int]:
+        """What the view depends on, as counters: equal counters, equal views."""
+        return (self.folds, len(self.entries), len(self.compacts))
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One render of a session's context with what every answer built from it needs."""
+
+    state: tuple[int, int, int]  # the session's `state()` it was rendered at
+    epoch: int
+    view: ContextView
+    tokens: dict[str, int]
+    messages_json: bytes  # `view.messages` encoded (the context route's payload)
 
 
 @dataclass
@@ -66,6 +92,7 @@ class _Tail:
     path: Path
     reader: SessionFileReader
     session_id: str | None = None
+    seen: tuple[int, int, int] | None = None  # (size, inode, mtime) when last read through
 
 
 class LiveFolds:
@@ -89,6 +116,8 @@ class LiveFolds:
         self.tails: dict[Path, _Tail] = {}
         self.lock = threading.RLock()
         self._journals = journals
+        #: Called (on the polling thread, outside `lock`) after a poll folded any line.
+        self.on_lines: Callable[[], None] | None = None
 
     # --- tailing -------------------------------------------------------------------------------
 
@@ -106,15 +135,24 @@ class LiveFolds:
         lines = 0
         for tail in list(self.tails.values()):
             try:
+                # pi only appends: a file whose size, inode and mtime did not move holds no new
+                # line, and a stat costs far less than opening and reading it again.
+                stat = os.stat(tail.path)
+                seen = (stat.st_size, stat.st_ino, stat.st_mtime_ns)
+                if seen == tail.seen:
+                    continue
                 for records in tail.reader.lines(final=False):
                     lines += 1
                     with self.lock:
                         for record in records:
                             self._feed(tail, record)
+                tail.seen = seen  # taken before the read: a line written since moves it again
             except (FileNotFoundError, FileKindError):
                 # Gone or replaced by something that is not a file: what was folded stays.
                 log.warning("live: stopped tailing a file", extra={"file": str(tail.path)})
                 del self.tails[tail.path]
+        if lines and self.on_lines is not None:
+            self.on_lines()
         return lines
 
     def _feed(self, tail: _Tail, record: Envelope | DeadLetter) -> None:
@@ -144,12 +182,14 @@ class LiveFolds:
 
     def folded(self, envelope: Envelope) -> None:
         """Called by the runtime for every envelope it folds: answers move the epoch."""
+        session = self.sessions.get(envelope.session_id)
+        if session is None:
+            return
+        session.folds += 1
         if isinstance(envelope, PruningCompactionEnvelope):
-            session = self.sessions.get(envelope.session_id)
-            if session is not None:
-                session.epoch += 1
+            session.epoch += 1
 
-    # --- reads (callers hold `lock`) -------------------------------------------------------------
+    # --- reads (callers hold `lock`; `rendered` takes it itself) -----------------------------
 
     def view(self, session_id: str) -> ContextView:
         """The context the model is given now, as `sessionfold context FILE` renders it."""
@@ -157,6 +197,25 @@ class LiveFolds:
         store = self.runtime.store
         compacts = [compact_point(seq, time, store, session_id) for seq, time in session.compacts]
         return context_at(session.entries, store, session_id, self.config, compacts)
+
+    def rendered(self, session_id: str) -> Rendered:
+        """The session's view now, with its tokens and encoded messages; rendered again only
+        once the session folded anything since the last call. Takes `lock` itself."""
+        with self.lock:
+            session = self.sessions[session_id]
+            state = session.state()
+            cached = session.rendered
+            if cached is not None and cached.state == state:
+                return cached
+            view = self.view(session_id)
+            epoch = session.epoch
+        # The counts and the encoding read only the view's messages, which no fold changes:
+        # the tailer need not wait for them.
+        rendered = Rendered(state, epoch, view, view.tokens, orjson.dumps(view.messages))
+        with self.lock:
+            if session.state() == state:
+                session.rendered = rendered
+        return rendered
 
     def document(self, session_id: str) -> dict[str, Any]:
         """The session's projections (`sessionfold fold --json`'s document)."""

@@ -21,6 +21,7 @@ Logs carry session ids, counts and reasons, never message text.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -48,8 +49,11 @@ log = logging.getLogger(__name__)
 
 #: How long a context call waits for its leaf by default, seconds.
 DEFAULT_WAIT_S = 30.0
-#: How often a waiting call looks again, seconds.
+#: How often a waiting call looks again when no poll wakes it, seconds.
 WAIT_STEP_S = 0.01
+#: Largest request body: pi's whole context array comes with every context call (aiohttp's
+#: default of 1 MiB refused calls past ~850 messages with 413, so pi fell back to its own).
+MAX_BODY_BYTES = 128 * 1024 * 1024
 #: Longest session id, ref or leaf id accepted.
 MAX_ID_CHARS = 256
 #: Most refs one recall names.
@@ -108,6 +112,8 @@ class LiveApi:
             self.metrics = LiveMetrics.create(CollectorRegistry())
         #: The last context render's tokens per session, for the footer's reclaim.
         self.reclaim: dict[str, dict[str, int]] = {}
+        #: Set (and replaced) when a poll folded lines: what waiting context calls wait on.
+        self._woken = asyncio.Event()
 
     # --- the routes -------------------------------------------------------------------------
 
@@ -121,47 +127,57 @@ class LiveApi:
         if (leaf is not None and not _is_id(leaf)) or not isinstance(messages, list):
             raise _bad("want {leaf: string or null, messages: array}")
         wait = self.wait_s if not isinstance(wait_ms, int | float) else max(0.0, wait_ms / 1000)
-        deadline = time.monotonic() + wait
+        folded = await self._wait_for(session_id, leaf, time.monotonic() + wait)
+        head, payload = await asyncio.to_thread(
+            self._context_now, session_id, leaf, messages, not folded
+        )
+        return _json(head, messages_json=payload)
+
+    async def _wait_for(self, session_id: str, leaf: str | None, deadline: float) -> bool:
+        """Whether the leaf (with none, the session) was folded before `deadline`.
+
+        The look takes no lock and no thread (a dict and a set lookup): waiting calls cost the
+        tailer nothing. A poll that folded lines wakes them (`_woken`); the step is the bound
+        when nothing wakes them (a `LiveFolds` polled by some other loop)."""
         while True:
-            answer = await asyncio.to_thread(self._context_now, session_id, leaf, messages)
-            if answer is not None:
-                return _json(answer)
-            if time.monotonic() >= deadline:
-                stale = await asyncio.to_thread(self._context_now, session_id, leaf, messages, True)
-                return _json(stale)
-            await asyncio.sleep(WAIT_STEP_S)
+            woken = self._woken  # taken before the look: a fold after it sets this one
+            session = self.live.sessions.get(session_id)
+            if session is not None and (leaf is None or leaf in session.ids):
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), min(left, WAIT_STEP_S))
+
+    def _wake(self) -> None:
+        """Wake every waiting call (on the loop): set this event and wait on a fresh one."""
+        woken, self._woken = self._woken, asyncio.Event()
+        woken.set()
 
     def _context_now(
-        self, session_id: str, leaf: str | None, messages: list[Any], stale: bool = False
-    ) -> dict[str, Any] | None:
-        """The answer if the leaf is folded (or `stale`), else None (wait some more)."""
-        with self.live.lock:
-            session = self.live.sessions.get(session_id)
-            if session is None:
-                if not stale:
-                    return None
-                return _unchanged(session_id, leaf, 0, "unknown-session", stale=True)
-            if leaf is not None and leaf not in session.ids and not stale:
-                return None
-            view = self.live.view(session_id)
-            epoch = session.epoch
-        tokens = view.tokens
-        self.reclaim[session_id] = tokens
+        self, session_id: str, leaf: str | None, messages: list[Any], stale: bool
+    ) -> tuple[dict[str, Any], bytes | None]:
+        """The answer's fields, and the encoded messages when the answer carries them."""
+        if session_id not in self.live.sessions:
+            return _unchanged(session_id, leaf, 0, "unknown-session", stale=True), None
+        rendered = self.live.rendered(session_id)
+        self.reclaim[session_id] = rendered.tokens
         answer: dict[str, Any] = {
             "session_id": session_id,
             "leaf": leaf,
             "changed": False,
             "stale": stale,
             "reason": None,
-            "epoch": epoch,
-            "tokens": tokens,
+            "epoch": rendered.epoch,
+            "tokens": rendered.tokens,
         }
-        if not _same_messages(messages, view.unpruned):
+        if not _same_messages(messages, rendered.view.unpruned):
             answer["reason"] = "mismatch"  # pi holds messages the file does not (yet): keep its own
-        elif view.pruned:
+        elif rendered.view.pruned:
             answer["changed"] = True
-            answer["messages"] = view.messages
-        return answer
+            return answer, rendered.messages_json
+        return answer, None
 
     async def compact(self, request: web.Request) -> web.Response:
         """The ledger's compaction summary for the session as its file stands, or a fallback."""
@@ -306,7 +322,11 @@ class LiveApi:
 
     def app(self, token: str | None) -> web.Application:
         """The aiohttp application: the routes behind the token guard, each one timed."""
-        app = web.Application(middlewares=[token_middleware(token), self._timed])
+        app = web.Application(
+            middlewares=[token_middleware(token), self._timed], client_max_size=MAX_BODY_BYTES
+        )
+        app.on_startup.append(self._hook)
+        app.on_cleanup.append(self._unhook)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.prometheus)
         app.router.add_get("/sessions/{session_id}", self.document)
@@ -317,6 +337,20 @@ class LiveApi:
         app.router.add_post("/sessions/{session_id}/recall", self.recall)
         app.router.add_post("/sessions/{session_id}/client-events", self.client_events)
         return app
+
+    async def _hook(self, _app: web.Application) -> None:
+        """Have the live folds wake waiting calls (the tailer runs on its own thread)."""
+        loop = asyncio.get_running_loop()
+
+        def woken() -> None:
+            # The loop may close under a last poll: nobody waits any more then.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._wake)
+
+        self.live.on_lines = woken
+
+    async def _unhook(self, _app: web.Application) -> None:
+        self.live.on_lines = None
 
     @web.middleware
     async def _timed(
@@ -399,8 +433,13 @@ def _bad(why: str) -> web.HTTPBadRequest:
     )
 
 
-def _json(body: Any, status: int = 200) -> web.Response:
-    response = web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+def _json(body: Any, status: int = 200, messages_json: bytes | None = None) -> web.Response:
+    encoded = orjson.dumps(body)
+    if messages_json is not None:
+        # The render's messages, encoded once per render: spliced in as the last field, the
+        # bytes orjson.dumps of the whole answer gives.
+        encoded = encoded[:-1] + b',"messages":' + messages_json + b"}"
+    response = web.Response(body=encoded, status=status, content_type="application/json")
     if isinstance(body, dict) and "changed" in body:
         outcome = "stale" if body["stale"] else "changed" if body["changed"] else "unchanged"
         response.sessionfold_outcome = outcome  # type: ignore[attr-defined]

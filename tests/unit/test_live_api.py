@@ -1,0 +1,130 @@
+"""The live API's context route in process (aiohttp's test server over `LiveFolds`): what it
+costs. pi's whole array fits in a call, a waiting call wakes when its leaf is folded (not at
+its next look), and a call repeated before anything new is folded renders nothing again."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from sessionfold.projections.pruning.config import DEFAULT_CONFIG
+from sessionfold.streams.cli.context import view_from_replay
+from sessionfold.streams.runtime.live import LiveFolds
+from sessionfold.streams.tools.replay import Collector, replay_files
+from sessionfold.streams.tools.synthetic import generate_session, write_session
+from sessionfold.streams.web import live_api
+from sessionfold.streams.web.live_api import LiveApi
+
+
+def _grown(tmp_path: Path, turns: int) -> tuple[Path, list[bytes], str]:
+    source = write_session(tmp_path, generate_session(9, turns)).path
+    lines = source.read_bytes().splitlines(keepends=True)
+    (tmp_path / "live").mkdir()
+    target = tmp_path / "live" / source.name
+    target.write_bytes(b"")
+    return target, lines, str(orjson.loads(lines[0])["id"])
+
+
+def _served(live: LiveFolds, test: Callable[[TestClient[Any, Any]], Awaitable[None]]) -> None:
+    async def run() -> None:
+        async with TestClient(TestServer(LiveApi(live, wait_s=5).app(None))) as client:
+            await test(client)
+
+    asyncio.run(run())
+
+
+def test_an_array_past_a_mebibyte_is_answered(tmp_path: Path) -> None:
+    """pi sends its whole context every call: 3 MB of it is read, not refused with 413."""
+    live = LiveFolds([tmp_path])
+    messages = [{"role": "user", "content": "x" * 1000}] * 3000
+
+    async def test(client: TestClient[Any, Any]) -> None:
+        body = {"leaf": "a", "messages": messages, "wait_ms": 0}
+        answer = await client.post("/sessions/nobody/context", data=orjson.dumps(body))
+        assert answer.status == 200
+        assert (await answer.json())["reason"] == "unknown-session"
+
+    _served(live, test)
+
+
+def test_a_waiting_call_wakes_when_its_leaf_is_folded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the look-again step far longer than the test, the answer still comes as soon as
+    another thread's poll folds the leaf: the poll wakes the call."""
+    monkeypatch.setattr(live_api, "WAIT_STEP_S", 60.0)
+    target, lines, session_id = _grown(tmp_path, 3)
+    target.write_bytes(b"".join(lines[:-1]))
+    live = LiveFolds([tmp_path / "live"])
+    live.discover()
+    live.poll()
+    leaf = str(orjson.loads(lines[-1])["id"])
+
+    def later() -> None:
+        time.sleep(0.3)
+        with target.open("ab") as handle:
+            handle.write(lines[-1])
+        live.poll()
+
+    async def test(client: TestClient[Any, Any]) -> None:
+        threading.Thread(target=later).start()
+        started = time.monotonic()
+        body = {"leaf": leaf, "messages": [], "wait_ms": 30_000}
+        answer = await client.post(f"/sessions/{session_id}/context", json=body)
+        assert (await answer.json())["stale"] is False
+        assert 0.3 <= time.monotonic() - started < 10
+
+    _served(live, test)
+
+
+def test_a_repeated_call_renders_once_and_answers_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two calls at the same leaf: one render, the same answer, the CLI's messages; a line
+    folded since renders again."""
+    target, lines, session_id = _grown(tmp_path, 40)
+    target.write_bytes(b"".join(lines))
+    live = LiveFolds([tmp_path / "live"])
+    live.discover()
+    live.poll()
+    renders = 0
+    view = live.view
+
+    def counted(session: str) -> Any:
+        nonlocal renders
+        renders += 1
+        return view(session)
+
+    monkeypatch.setattr(live, "view", counted)
+    collector = Collector(session_id)
+    replayer = replay_files([target], DEFAULT_CONFIG, [session_id], on_folded=collector)
+    cli = view_from_replay(replayer, collector, DEFAULT_CONFIG)
+    assert cli.pruned
+    leaf = str(orjson.loads(lines[-1])["id"])
+    body = {"leaf": leaf, "messages": cli.unpruned}
+
+    async def test(client: TestClient[Any, Any]) -> None:
+        first = await client.post(f"/sessions/{session_id}/context", json=body)
+        again = await client.post(f"/sessions/{session_id}/context", json=body)
+        assert renders == 1
+        raw = await first.read()
+        assert raw == await again.read()
+        answer = orjson.loads(raw)
+        assert answer["changed"] and answer["tokens"] == cli.tokens
+        assert orjson.dumps(answer["messages"]) == orjson.dumps(cli.messages)
+        assert raw == orjson.dumps(answer)  # the spliced bytes are the whole answer's encoding
+        with target.open("ab") as handle:
+            handle.write(lines[-1].replace(leaf.encode(), b"feedbeef"))  # one more entry
+        live.poll()
+        await client.post(f"/sessions/{session_id}/context", json=body)
+        assert renders == 2
+
+    _served(live, test)
