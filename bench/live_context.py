@@ -172,13 +172,16 @@ def body(tmpl: Template, call: Call) -> bytes:
 
 
 @contextmanager
-def serving(watched: Path, poll_ms: int) -> Iterator[tuple[str, int]]:
-    """A `sessionfold serve` process over `watched`: its URL and pid."""
+def serving(watched: Path, poll_ms: int, tree: Path | None) -> Iterator[tuple[str, int]]:
+    """A `sessionfold serve` process over `watched` (its code from `tree` when given, a
+    checkout's root): its URL and pid."""
     port = free_port_pair()
     env = {**os.environ, "SESSIONFOLD_LEDGER_LOG": "off"}
     env.pop("SESSIONFOLD_API_TOKEN", None)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree.resolve())  # ahead of the installed tree (the cwd is not it)
     command = [*CLI, "serve", str(watched), "--port", str(port), "--poll-ms", str(poll_ms)]
-    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE)
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, cwd=watched)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     try:
@@ -275,11 +278,17 @@ async def clients(
 
 
 def run_level(
-    templates: Sequence[Template], sessions: int, poll_ms: int, gap_s: float, work: Path
+    templates: Sequence[Template],
+    sessions: int,
+    poll_ms: int,
+    gap_s: float,
+    work: Path,
+    tree: Path | None = None,
 ) -> Run:
-    """One level: a fresh serve over a fresh dir, `sessions` clients."""
+    """One level: a fresh serve (of `tree`'s code if given) over a fresh dir, `sessions`
+    clients."""
     watched = Path(tempfile.mkdtemp(prefix=f"n{sessions}-", dir=work))
-    with serving(watched, poll_ms) as (url, pid):
+    with serving(watched, poll_ms, tree) as (url, pid):
         cpu_before = cpu_seconds(pid)
         started = time.perf_counter()
         samples = asyncio.run(clients(url, watched, templates, sessions, gap_s))
@@ -295,7 +304,9 @@ def quantile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))]
 
 
-def report_level(runs: Sequence[Run], fold_us: Sequence[float], render_us: Sequence[float]) -> str:
+def report_level(
+    runs: Sequence[Run], fold_us: Sequence[float], render_us: Sequence[float], label: str = ""
+) -> str:
     """One table row per level: latencies, bytes, CPU, the embedded fold and render beside."""
     samples = [s for run in runs for s in run.samples]
     live = [s.live_ms for s in samples if not s.first] or [s.live_ms for s in samples]
@@ -305,7 +316,7 @@ def report_level(runs: Sequence[Run], fold_us: Sequence[float], render_us: Seque
     fold_p50 = quantile(fold_us, 0.5) / 1e3
     cpu = [r.serve_cpu_s / r.wall_s for r in runs if r.serve_cpu_s is not None and r.wall_s]
     cells = [
-        f"{runs[0].sessions:>5}",
+        f"{label}{runs[0].sessions:>5}",
         f"{len(samples):>6}",
         f"{quantile(live, 0.5):7.1f}",
         f"{quantile(live, 0.99):7.1f}",
@@ -324,10 +335,10 @@ def report_level(runs: Sequence[Run], fold_us: Sequence[float], render_us: Seque
 
 
 HEADER = (
-    f"{'N':>5} {'calls':>6} {'live':>7} {'live':>7} {'caught':>7} {'caught':>7} {'run p99':>7} "
-    f"{'KB sent':>8} {'KB recv':>8} {'serve':>5} {'fold':>6} {'render':>6} {'live/':>7} "
-    f"{'bad':>4}\n"
-    f"{'':>5} {'':>6} {'p50 ms':>7} {'p99 ms':>7} {'p50 ms':>7} {'p99 ms':>7} {'median':>7} "
+    f"{'':>5}{'N':>5} {'calls':>6} {'live':>7} {'live':>7} {'caught':>7} {'caught':>7} "
+    f"{'run p99':>7} {'KB sent':>8} {'KB recv':>8} {'serve':>5} {'fold':>6} {'render':>6} "
+    f"{'live/':>7} {'bad':>4}\n"
+    f"{'':>10} {'':>6} {'p50 ms':>7} {'p99 ms':>7} {'p50 ms':>7} {'p99 ms':>7} {'median':>7} "
     f"{'mean':>8} {'mean':>8} {'CPUs':>5} {'p50 ms':>6} {'p50 ms':>6} {'fold':>7} {'':>4}"
 )
 
@@ -398,6 +409,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="runs per level (medians kept)")
     parser.add_argument("--seed", type=int, default=23)
     parser.add_argument("--profile", type=int, default=0, help="top N functions of a render")
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="a checkout (e.g. `git archive REV sessionfold | tar -x -C DIR`) whose serve runs "
+        "each level too, alternating with this tree's: its rows say `base`",
+    )
     args = parser.parse_args(argv)
     levels = [int(level) for level in args.levels.split(",") if level]
     turns = max(1, round(args.messages / MESSAGES_PER_TURN))
@@ -428,10 +445,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         every: list[Sample] = []
         for sessions in levels:
             runs = []
+            base = []
             for _ in range(args.repeat):
                 runs.append(run_level(templates, sessions, args.poll_ms, args.gap_ms / 1e3, work))
+                if args.baseline_tree is not None:
+                    base.append(
+                        run_level(
+                            templates,
+                            sessions,
+                            args.poll_ms,
+                            args.gap_ms / 1e3,
+                            work,
+                            args.baseline_tree,
+                        )
+                    )
             every.extend(s for run in runs for s in run.samples)
-            print(report_level(runs, fold_us, render_us), flush=True)
+            print(report_level(runs, fold_us, render_us, "     "), flush=True)
+            if base:
+                print(report_level(base, fold_us, render_us, "base "), flush=True)
         report_lengths(every, templates)
         bad = [s.bad for s in every if s.bad is not None]
         if bad:
