@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 from sessionfold.events.flush import CompactionPayload, FlushRequestPayload
 from sessionfold.ports.summarizer import OfflineSummarizer
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
+from sessionfold.projections.views import context as context_module
 from sessionfold.streams.cli.context import view_from_replay
 from sessionfold.streams.publishing.session_file import SessionFileReader
+from sessionfold.streams.runtime import live as live_module
 from sessionfold.streams.runtime.answer_journal import journal_path
 from sessionfold.streams.runtime.embedded import fold_files
 from sessionfold.streams.runtime.live import LiveFolds
@@ -223,3 +225,36 @@ def test_a_poll_opens_only_the_files_that_changed(
     with target.open("ab") as handle:
         handle.write(lines[3][5:])
     assert live.poll() == 1 and opened == [target]
+
+
+def test_a_render_counts_the_tokens_of_a_log_message_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The token counts of the log's own messages are kept across renders: a render after one
+    more line counts that line's message and what the render made itself, not the array."""
+    source = _session(tmp_path, 5)
+    (tmp_path / "live").mkdir()
+    target, lines = _grow(source, tmp_path / "live")
+    target.write_bytes(b"".join(lines[:-1]))
+    live = LiveFolds([tmp_path / "live"])
+    live.discover()
+    live.poll()
+    (session_id,) = live.sessions
+    live.rendered(session_id)
+    counted: list[object] = []
+    real = live_module.message_tokens
+
+    def counting(message: Any) -> int:
+        counted.append(message)
+        return real(message)
+
+    monkeypatch.setattr(live_module, "message_tokens", counting)
+    monkeypatch.setattr(context_module, "message_tokens", counting)  # what ContextView.tokens uses
+    with target.open("ab") as handle:
+        handle.write(lines[-1])
+    live.poll()
+    rendered = live.rendered(session_id)
+    view = rendered.view
+    made = [m for m in [*view.messages, *view.unpruned] if id(m) not in view.origin]
+    assert len(counted) <= len(made) + 1 < len(view.unpruned)
+    assert rendered.tokens == view.tokens

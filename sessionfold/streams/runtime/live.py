@@ -41,7 +41,12 @@ from sessionfold.ports.summarizer import ModelPort
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.projections.views.base import LogEntry, log_entry
-from sessionfold.projections.views.context import ContextView, compact_point, context_at
+from sessionfold.projections.views.context import (
+    ContextView,
+    compact_point,
+    context_at,
+    message_tokens,
+)
 from sessionfold.streams.publishing.session_file import (
     DeadLetter,
     FileKindError,
@@ -118,6 +123,8 @@ class LiveFolds:
         self._journals = journals
         #: Called (on the polling thread, outside `lock`) after a poll folded any line.
         self.on_lines: Callable[[], None] | None = None
+        #: id -> (the log's own message, its token estimate): see `_tokens`.
+        self._counted: dict[int, tuple[dict[str, Any], int]] = {}
 
     # --- tailing -------------------------------------------------------------------------------
 
@@ -211,11 +218,31 @@ class LiveFolds:
             epoch = session.epoch
         # The counts and the encoding read only the view's messages, which no fold changes:
         # the tailer need not wait for them.
-        rendered = Rendered(state, epoch, view, view.tokens, orjson.dumps(view.messages))
+        tokens = {
+            "pruned": self._tokens(view.messages, view),
+            "unpruned": self._tokens(view.unpruned, view),
+        }
+        rendered = Rendered(state, epoch, view, tokens, orjson.dumps(view.messages))
         with self.lock:
             if session.state() == state:
                 session.rendered = rendered
         return rendered
+
+    def _tokens(self, messages: list[dict[str, Any]], view: ContextView) -> int:
+        """`tokens(messages)`, each of the log's own messages counted once for good: they are
+        never changed and live as long as the session's entries (a third of a render's cost
+        was counting the same messages again)."""
+        total = 0
+        counted = self._counted
+        for message in messages:
+            if id(message) not in view.origin:
+                total += message_tokens(message)  # made by this render: counted each time
+                continue
+            known = counted.get(id(message))
+            if known is None or known[0] is not message:
+                known = counted[id(message)] = (message, message_tokens(message))
+            total += known[1]
+        return total
 
     def document(self, session_id: str) -> dict[str, Any]:
         """The session's projections (`sessionfold fold --json`'s document)."""
