@@ -88,7 +88,8 @@ def test_a_waiting_call_wakes_when_its_leaf_is_folded(
 def test_a_repeated_call_renders_once_and_answers_the_same_bytes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two calls at the same leaf: one render, the same answer, the CLI's messages; a line
+    """Two calls at the same leaf: one render, the second answered without a thread (it does
+    not queue behind other sessions' renders), the same answer, the CLI's messages; a line
     folded since renders again."""
     target, lines, session_id = _grown(tmp_path, 40)
     target.write_bytes(b"".join(lines))
@@ -104,6 +105,15 @@ def test_a_repeated_call_renders_once_and_answers_the_same_bytes(
         return view(session)
 
     monkeypatch.setattr(live, "view", counted)
+    threads = 0
+    to_thread = asyncio.to_thread
+
+    async def counted_thread(*args: Any) -> Any:
+        nonlocal threads
+        threads += 1
+        return await to_thread(*args)
+
+    monkeypatch.setattr(live_api.asyncio, "to_thread", counted_thread)
     collector = Collector(session_id)
     replayer = replay_files([target], DEFAULT_CONFIG, [session_id], on_folded=collector)
     cli = view_from_replay(replayer, collector, DEFAULT_CONFIG)
@@ -114,7 +124,7 @@ def test_a_repeated_call_renders_once_and_answers_the_same_bytes(
     async def test(client: TestClient[Any, Any]) -> None:
         first = await client.post(f"/sessions/{session_id}/context", json=body)
         again = await client.post(f"/sessions/{session_id}/context", json=body)
-        assert renders == 1
+        assert renders == 1 and threads == 1  # the kept answer is given on the loop, no queue
         raw = await first.read()
         assert raw == await again.read()
         answer = orjson.loads(raw)
@@ -125,6 +135,6 @@ def test_a_repeated_call_renders_once_and_answers_the_same_bytes(
             handle.write(lines[-1].replace(leaf.encode(), b"feedbeef"))  # one more entry
         live.poll()
         await client.post(f"/sessions/{session_id}/context", json=body)
-        assert renders == 2
+        assert renders == 2 and threads == 2
 
     _served(live, test)

@@ -42,7 +42,7 @@ from sessionfold.projections.views.recall import recall_text
 from sessionfold.projections.views.status import footer
 from sessionfold.streams.publishing.session_file import read_session_file
 from sessionfold.streams.runtime.ledger_loop import compaction_entries, fold_records
-from sessionfold.streams.runtime.live import LiveFolds
+from sessionfold.streams.runtime.live import LiveFolds, Rendered
 from sessionfold.streams.web.auth import token_middleware
 
 log = logging.getLogger(__name__)
@@ -128,10 +128,26 @@ class LiveApi:
             raise _bad("want {leaf: string or null, messages: array}")
         wait = self.wait_s if not isinstance(wait_ms, int | float) else max(0.0, wait_ms / 1000)
         folded = await self._wait_for(session_id, leaf, time.monotonic() + wait)
-        head, payload = await asyncio.to_thread(
-            self._context_now, session_id, leaf, messages, not folded
-        )
+        kept = self._kept(session_id, leaf, messages) if folded else None
+        if kept is None:
+            kept = await asyncio.to_thread(
+                self._context_now, session_id, leaf, messages, not folded
+            )
+        head, payload = kept
         return _json(head, messages_json=payload)
+
+    def _kept(
+        self, session_id: str, leaf: str | None, messages: list[Any]
+    ) -> tuple[dict[str, Any], bytes | None] | None:
+        """The answer from the kept render, on the loop, when the session folded nothing since
+        (else None: render in a thread). Without the lock: the counters move only after a
+        fold, so equal counters mean the kept render is of the state as it stands (or was a
+        fold ago, at a line's end), and the leaf was folded before it (`_wait_for`)."""
+        session = self.live.sessions.get(session_id)
+        rendered = None if session is None else session.rendered
+        if session is None or rendered is None or rendered.state != session.state():
+            return None
+        return self._answer(session_id, leaf, messages, False, rendered)
 
     async def _wait_for(self, session_id: str, leaf: str | None, deadline: float) -> bool:
         """Whether the leaf (with none, the session) was folded before `deadline`.
@@ -161,7 +177,17 @@ class LiveApi:
         """The answer's fields, and the encoded messages when the answer carries them."""
         if session_id not in self.live.sessions:
             return _unchanged(session_id, leaf, 0, "unknown-session", stale=True), None
-        rendered = self.live.rendered(session_id)
+        return self._answer(session_id, leaf, messages, stale, self.live.rendered(session_id))
+
+    def _answer(
+        self,
+        session_id: str,
+        leaf: str | None,
+        messages: list[Any],
+        stale: bool,
+        rendered: Rendered,
+    ) -> tuple[dict[str, Any], bytes | None]:
+        """The answer's fields from one render, and its encoded messages when it carries them."""
         self.reclaim[session_id] = rendered.tokens
         answer: dict[str, Any] = {
             "session_id": session_id,
