@@ -17,14 +17,18 @@ pi's array (the unpruned context at that leaf, encoded before the timed part) to
 Per level: p50/p99 of both over every call of every repeat (and the median over repeats of each
 run's p99), bytes sent and received per call, serve's CPU use, and the fold's own time for the
 same leaf events, folded embedded (`LiveFolds` in this process, before the timed part) and the
-ratio of a caught-up call to it. Then the cost against the session's length: caught-up calls
-bucketed by the array's size in messages, with the array's bytes and the time per array KB (a
-flat time per KB means no growth beyond the array's own size). `--profile` adds cProfile's top
-functions of serve's render (`LiveFolds.view`) at the session's end, in this process.
+ratio of a live call to it, and the embedded render (view and encoding) at the same leaves.
+Then the cost against the session's length: the calls bucketed by pi's array size in
+messages, with the array's bytes, the render's, the live and the caught-up calls' times, and
+the time per array KB (a flat time per KB means no growth beyond the array's own size).
+`--profile` adds cProfile's top functions of serve's render (`LiveFolds.view`) at the
+session's end, in this process.
 
-Every answer must be neither stale nor a mismatch (pi's array is the file's); the bench counts
-the others and says so. The machine's load average is printed: read figures from one run side
-by side, not across runs.
+Every answer must be neither stale nor a mismatch (pi's array is the file's), nor an HTTP
+error; the `bad` column counts the others (their figures are not the render's).
+`--baseline-tree DIR` (a checkout, e.g. `git archive REV sessionfold | tar -x -C DIR`) runs
+that code's serve at each level too, alternating, in rows marked `base`. The machine's load
+average is printed: read figures from one run side by side, not across runs.
 """
 
 from __future__ import annotations
