@@ -11,8 +11,10 @@ pi's array (the unpruned context at that leaf, encoded before the timed part) to
 
 - `live`: the first call, made right after the line is written: serve's read (every
   `--poll-ms`), the fold of the line, the render and the transport;
-- `caught-up`: the same call again, the leaf already folded: render and transport only (the
-  target is p99 under 50 ms here); `live - caught-up` is the wait for the fold.
+- `caught-up`: the same call again, the leaf already folded (the target is p99 under 50 ms
+  here): serve keeps a session's render until it folds more, so this is the parse of pi's
+  array, the check of it and the transport; `live - caught-up` is the wait for the fold and
+  the render (the `render` column gives the render alone, embedded).
 
 Per level: p50/p99 of both over every call of every repeat (and the median over repeats of each
 run's p99), bytes sent and received per call, serve's CPU use, and the fold's own time for the
