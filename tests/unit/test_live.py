@@ -19,6 +19,7 @@ from sessionfold.streams.runtime.embedded import fold_files
 from sessionfold.streams.runtime.live import LiveFolds
 from sessionfold.streams.tools.replay import Collector, replay_files
 from sessionfold.streams.tools.synthetic import generate_session, write_session
+from sessionfold.streams.web.live_contract import epoch_of
 
 
 class MarkedModel:
@@ -77,7 +78,7 @@ def test_the_live_view_is_the_context_command_at_every_line(tmp_path: Path, seed
         view = live.view(session_id)
         pruned += view.pruned
         assert orjson.dumps(view.to_json()) == _context_json(target, session_id)
-    assert pruned > 0 and live.sessions[session_id].epoch > 0  # flushes did land
+    assert pruned > 0 and epoch_of(live.runtime.store, session_id) > 0  # flushes did land
 
 
 def test_a_half_written_line_waits_for_its_newline(tmp_path: Path) -> None:

@@ -44,6 +44,8 @@ from sessionfold.streams.kafka import clients
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.kafka.topics import Topics, ensure_topics
 from sessionfold.streams.web.auth import exposure_warning
+from sessionfold.streams.web.live_contract import DEFAULT_WAIT_S
+from sessionfold.streams.web.live_worker import DEFAULT_CACHED_SESSIONS
 from sessionfold.streams.worker import fault_injection
 
 
@@ -140,6 +142,26 @@ def register(app: typer.Typer) -> None:
                 "(SESSIONFOLD_MODEL_BASE_URL, _API_KEY, _FALLBACK ... apply).",
             ),
         ] = None,
+        live_sessions: Annotated[
+            int,
+            typer.Option(
+                "--live-sessions",
+                envvar="SESSIONFOLD_LIVE_SESSIONS",
+                min=1,
+                help="Sessions whose entries the live routes keep in memory (least recently "
+                "asked evicted).",
+            ),
+        ] = DEFAULT_CACHED_SESSIONS,
+        live_wait_s: Annotated[
+            float,
+            typer.Option(
+                "--live-wait-s",
+                envvar="SESSIONFOLD_LIVE_WAIT_S",
+                min=0.0,
+                help="How long a live context call waits for its leaf (the body's wait_ms "
+                "overrides it).",
+            ),
+        ] = DEFAULT_WAIT_S,
         loglevel: Annotated[
             str,
             typer.Option(
@@ -203,6 +225,8 @@ def register(app: typer.Typer) -> None:
                 prune=config,
                 ledger=ledger,
                 security=security,
+                live_sessions=live_sessions,
+                live_wait_s=live_wait_s,
             )
         except ValidationError as exc:
             fields = ", ".join(str(e["loc"][0]) for e in exc.errors())

@@ -22,11 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sessionfold.events.envelope import (
-    CommandEnvelope,
-    Envelope,
-    PruningCompactionEnvelope,
-)
+from sessionfold.events.envelope import CommandEnvelope, Envelope
 from sessionfold.ports.ledger.model import DiffModel
 from sessionfold.ports.summarizer import ModelPort
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
@@ -54,7 +50,6 @@ class LiveSession:
     entries: list[LogEntry] = field(default_factory=list)
     ids: set[str] = field(default_factory=set)  # entry ids folded (the leaves a caller may name)
     compacts: list[tuple[int, str | None]] = field(default_factory=list)
-    epoch: int = 0  # flush answers folded: the rendered context changes only with it
     dead_letters: int = 0
     journal: AnswerJournal | None = None
 
@@ -82,7 +77,7 @@ class LiveFolds:
     ) -> None:
         self.paths = list(paths)
         self.config = config
-        self.runtime = _LiveRuntime(self, config, summarizer, ledger, diff_model)
+        self.runtime = CountedEmbeddedRuntime(config, summarizer, ledger, diff_model)
         if journals:
             self.runtime.answerer = with_journals(self.runtime.answerer, self._journal)
         self.sessions: dict[str, LiveSession] = {}
@@ -142,13 +137,6 @@ class LiveFolds:
         session = self.sessions.get(session_id)
         return None if session is None else session.journal
 
-    def folded(self, envelope: Envelope) -> None:
-        """Called by the runtime for every envelope it folds: answers move the epoch."""
-        if isinstance(envelope, PruningCompactionEnvelope):
-            session = self.sessions.get(envelope.session_id)
-            if session is not None:
-                session.epoch += 1
-
     # --- reads (callers hold `lock`) -------------------------------------------------------------
 
     def view(self, session_id: str) -> ContextView:
@@ -162,24 +150,3 @@ class LiveFolds:
         """The session's projections (`sessionfold fold --json`'s document)."""
         session = self.sessions[session_id]
         return self.runtime.session_state(session_id, session.dead_letters)
-
-
-class _LiveRuntime(CountedEmbeddedRuntime):
-    """The embedded runtime telling `LiveFolds` what it folds."""
-
-    def __init__(
-        self,
-        live: LiveFolds,
-        config: PruneConfig,
-        summarizer: ModelPort | None,
-        ledger: LedgerConfig | None,
-        diff_model: DiffModel | None,
-    ) -> None:
-        super().__init__(config, summarizer, ledger, diff_model)
-        self.live = live
-
-    def fold(self, envelope: Envelope) -> list[Envelope]:
-        """Fold as the embedded runtime does, then tell the live folds."""
-        outputs = super().fold(envelope)
-        self.live.folded(envelope)
-        return outputs

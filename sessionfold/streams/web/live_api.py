@@ -4,7 +4,8 @@
   leaf entry is folded, then renders the context as `sessionfold context FILE --format json`
   does for the file as read so far; `changed` false means "keep pi's own array" (nothing pruned,
   or pi's array is not the one the file gives: `reason` says which). `stale` when the wait ran
-  out. `epoch` counts the flush answers folded: the answer only changes when it moves.
+  out. `epoch` counts the flush attempts folded: the answer only changes when it moves.
+  The checks and the answers' shapes are live_contract.py's, shared with the fold workers.
 - `POST /sessions/{id}/compact`: the rule ledger's compaction pass over the file as it is, as
   `sessionfold ledger compact FILE` runs it: `{"status": "summary", "summary", "details",
   "span_record"}`, or `{"status": "fallback", "reason"}` so pi's own compaction runs.
@@ -34,26 +35,26 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from sessionfold.ports.ledger.model import DiffModel
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
-from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.digest import message_of
 from sessionfold.projections.views.chains import resolve_ref
 from sessionfold.projections.views.recall import recall_text
-from sessionfold.projections.views.status import footer
 from sessionfold.streams.publishing.session_file import read_session_file
-from sessionfold.streams.runtime.ledger_loop import compaction_entries, fold_records
+from sessionfold.streams.runtime.ledger_loop import fold_records
 from sessionfold.streams.runtime.live import LiveFolds
+from sessionfold.streams.web import live_contract as contract
 from sessionfold.streams.web.auth import token_middleware
+from sessionfold.streams.web.live_contract import (
+    DEFAULT_WAIT_S,
+    MAX_ID_CHARS,
+    MAX_RECALL_IDS,
+    WAIT_STEP_S,
+    BadRequest,
+)
 
 log = logging.getLogger(__name__)
 
-#: How long a context call waits for its leaf by default, seconds.
-DEFAULT_WAIT_S = 30.0
-#: How often a waiting call looks again, seconds.
-WAIT_STEP_S = 0.01
-#: Longest session id, ref or leaf id accepted.
-MAX_ID_CHARS = 256
-#: Most refs one recall names.
-MAX_RECALL_IDS = 100
+__all__ = ["DEFAULT_WAIT_S", "MAX_ID_CHARS", "MAX_RECALL_IDS", "LiveApi", "LiveMetrics"]
+
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0)
 
 
@@ -115,12 +116,10 @@ class LiveApi:
         """The context the model should be sent (see the module docstring)."""
         session_id = _id(request)
         body = await _body(request)
-        leaf = body.get("leaf")
-        messages = body.get("messages")
-        wait_ms = body.get("wait_ms")
-        if (leaf is not None and not _is_id(leaf)) or not isinstance(messages, list):
-            raise _bad("want {leaf: string or null, messages: array}")
-        wait = self.wait_s if not isinstance(wait_ms, int | float) else max(0.0, wait_ms / 1000)
+        try:
+            leaf, messages, wait = contract.context_request(body, self.wait_s)
+        except BadRequest as exc:
+            raise _bad(str(exc)) from None
         deadline = time.monotonic() + wait
         while True:
             answer = await asyncio.to_thread(self._context_now, session_id, leaf, messages)
@@ -140,28 +139,13 @@ class LiveApi:
             if session is None:
                 if not stale:
                     return None
-                return _unchanged(session_id, leaf, 0, "unknown-session", stale=True)
+                return contract.unchanged(session_id, leaf, 0, "unknown-session", stale=True)
             if leaf is not None and leaf not in session.ids and not stale:
                 return None
             view = self.live.view(session_id)
-            epoch = session.epoch
-        tokens = view.tokens
-        self.reclaim[session_id] = tokens
-        answer: dict[str, Any] = {
-            "session_id": session_id,
-            "leaf": leaf,
-            "changed": False,
-            "stale": stale,
-            "reason": None,
-            "epoch": epoch,
-            "tokens": tokens,
-        }
-        if not _same_messages(messages, view.unpruned):
-            answer["reason"] = "mismatch"  # pi holds messages the file does not (yet): keep its own
-        elif view.pruned:
-            answer["changed"] = True
-            answer["messages"] = view.messages
-        return answer
+            epoch = contract.epoch_of(self.live.runtime.store, session_id)
+        self.reclaim[session_id] = view.tokens
+        return contract.context_answer(session_id, leaf, messages, view, epoch, stale)
 
     async def compact(self, request: web.Request) -> web.Response:
         """The ledger's compaction summary for the session as its file stands, or a fallback."""
@@ -171,50 +155,32 @@ class LiveApi:
             session = self.live.sessions.get(session_id)
             path = None if session is None else session.path
         if path is None:
-            return _json({"status": "fallback", "reason": "unknown-session"})
+            return _json(contract.fallback("unknown-session"))
         try:
             payload = await asyncio.to_thread(self._compaction, path)
         except Exception as exc:  # never an error pi cannot survive: its own compaction runs
             log.warning(
                 "live compact failed", extra={"session": session_id, "error": type(exc).__name__}
             )
-            return _json({"status": "fallback", "reason": f"error:{type(exc).__name__}"})
-        if payload is None:
-            return _json({"status": "fallback", "reason": "nothing-to-compact"})
-        if payload.get("fallback") is not None:
-            return _json({"status": "fallback", "reason": str(payload["fallback"])})
-        compaction, span_record = compaction_entries(payload)
-        return _json(
-            {
-                "status": "summary",
-                "summary": compaction["summary"],
-                "details": compaction["details"],
-                "span_record": span_record,
-            }
-        )
+            return _json(contract.fallback(f"error:{type(exc).__name__}"))
+        return _json(contract.compact_answer(payload))
 
     def _compaction(self, path: Any) -> dict[str, Any] | None:
-        """`sessionfold ledger compact FILE`'s pass: a compact request at the file's end."""
+        """`sessionfold ledger compact FILE`'s passes over the file: the last one's payload."""
         from sessionfold.ports.ledger.model import OfflineModel
 
         model = self.diff_model or OfflineModel()
         run = fold_records(read_session_file(path), model, config=self.ledger, compact=True)
-        last = run.payloads[-1] if run.payloads else None
-        if last is None or last.get("record") is None:
-            return None
-        if last["record"]["trigger"] != "compact-request":
-            return None
-        return last
+        return run.payloads[-1] if run.payloads else None
 
     async def recall(self, request: web.Request) -> web.Response:
         """The recall tool's text for the refs or tool call ids asked."""
         session_id = _id(request)
         body = await _body(request)
-        ids = body.get("ids")
-        if not isinstance(ids, list) or not ids or len(ids) > MAX_RECALL_IDS:
-            raise _bad(f"want {{ids: a non-empty array of at most {MAX_RECALL_IDS} strings}}")
-        if not all(_is_id(i) for i in ids):
-            raise _bad("every id is a string of at most 256 characters")
+        try:
+            ids = contract.recall_request(body)
+        except BadRequest as exc:
+            raise _bad(str(exc)) from None
         with self.live.lock:
             session = self.live.sessions.get(session_id)
             if session is None:
@@ -254,26 +220,13 @@ class LiveApi:
         """A small document to poll each turn."""
         session_id = _id(request)
         with self.live.lock:
-            session = self.live.sessions.get(session_id)
-            if session is None:
-                return _json({"session_id": session_id, "known": False, "footer": "prune: ON"})
+            if session_id not in self.live.sessions:
+                return _json(contract.unknown_status(session_id))
             document = self.live.document(session_id)
-            head = pruning.open_session(self.live.runtime.store, session_id, self.live.config).head
-            epoch = session.epoch
-        attempts = document["flush_attempts"]
-        pending = document["pending_batches"]
-        return _json(
-            {
-                "session_id": session_id,
-                "known": True,
-                "epoch": epoch,
-                "pending": pending,
-                "rearmed": bool(head["rearmed"]),
-                "metrics": document["metrics"],
-                "last_flush": attempts[-1] if attempts else None,
-                "footer": footer(pending, document["metrics"], self.reclaim.get(session_id)),
-            }
-        )
+            answer = contract.status_answer(
+                session_id, self.live.runtime.store, document, self.reclaim.get(session_id)
+            )
+        return _json(answer)
 
     async def document(self, request: web.Request) -> web.Response:
         """The session document (`sessionfold fold --json`'s)."""
@@ -346,32 +299,6 @@ def _outcome(response: web.StreamResponse) -> str:
     return outcome if isinstance(outcome, str) else str(response.status)
 
 
-def _same_messages(ours: list[Any], theirs: list[dict[str, Any]]) -> bool:
-    """Whether pi's array is the file's context: the same roles and tool call ids in order."""
-    if len(ours) != len(theirs):
-        return False
-    for mine, file in zip(ours, theirs, strict=True):
-        if not isinstance(mine, dict) or mine.get("role") != file.get("role"):
-            return False
-        if mine.get("toolCallId") != file.get("toolCallId"):
-            return False
-    return True
-
-
-def _unchanged(
-    session_id: str, leaf: str | None, epoch: int, reason: str, stale: bool
-) -> dict[str, Any]:
-    return {
-        "session_id": session_id,
-        "leaf": leaf,
-        "changed": False,
-        "stale": stale,
-        "reason": reason,
-        "epoch": epoch,
-        "tokens": None,
-    }
-
-
 def _id(request: web.Request) -> str:
     session_id = request.match_info["session_id"]
     if not _is_id(session_id):
@@ -380,7 +307,7 @@ def _id(request: web.Request) -> str:
 
 
 def _is_id(value: Any) -> bool:
-    return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
+    return contract.is_id(value)
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
