@@ -7,6 +7,9 @@
   number of events the flush barrier holds.
 - `GET /sessions/{id}/refs/{ref}`: the original tool output a summary's ref `tN` stands for,
   read back from session-events at the offset the fold recorded for that toolResult entry.
+- `POST /sessions/{id}/context`, `/compact`, `/recall`, `GET /sessions/{id}/status`: the live
+  routes `sessionfold serve` has, with the same JSON (live_worker.py, docs/live.md), when
+  `register` is given a `WorkerLive`. A POST is proxied to the owner with its body.
 
 Every view is routed by Faust's router on the session id (`faust_compat.route_request`), so any
 fold worker can be asked: the one that owns the session's partition answers (the request is
