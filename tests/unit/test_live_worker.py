@@ -6,14 +6,20 @@ integration test (tests/integration/test_kafka_live.py) runs it on the broker.
   points once each in sequence order, the last sequence number of every event, and a fill reads
   each record of the partition once: a call costs what arrived since the last one;
 - it starts at the session's first record, as the fold recorded it;
-- it keeps at most `capacity` sessions, the least recently asked going first.
+- it keeps at most `capacity` sessions, the least recently asked going first;
+- over the table the fold leaves, the context route renders what `sessionfold context` does,
+  and a log it cannot read makes a stale answer (context) or a 503 (recall), not a 500.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from pathlib import Path
 from typing import Any
 
+import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,10 +32,18 @@ from sessionfold.events.envelope import (
     UsagePayload,
     encode,
 )
+from sessionfold.ports.ledger.model import OfflineModel
+from sessionfold.projections.ledger.config import DEFAULT_LEDGER
+from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.projections.store import DictStore
+from sessionfold.streams.cli.context import view_from_replay
 from sessionfold.streams.kafka.key_reader import KeyRecords
-from sessionfold.streams.kafka.table_store import start_key
-from sessionfold.streams.web.live_worker import SessionLogs
+from sessionfold.streams.kafka.table_store import MemoryBackend, start_key
+from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
+from sessionfold.streams.runtime.embedded import EmbeddedRuntime
+from sessionfold.streams.tools.replay import Collector, replay_files
+from sessionfold.streams.tools.synthetic import generate_session, write_session
+from sessionfold.streams.web.live_worker import LogUnavailable, SessionLogs, WorkerLive
 
 
 class Partition:
@@ -130,3 +144,91 @@ def test_a_filled_log_reads_nothing_and_the_least_recently_asked_goes_first() ->
         return [evicted, [e.seq for e in again.entries], list(logs.sessions)]
 
     assert asyncio.run(run()) == [["b", "c"], [1], ["c", "a"]]
+
+
+# --- the routes over a folded state ------------------------------------------------------------
+
+
+class Failing:
+    """A reader whose every read fails, as one does while the broker is unreachable."""
+
+    def read(self, partition: int, start: int | None, key: bytes) -> KeyRecords:
+        raise ConnectionError("broker down")
+
+
+def _folded(path: Path, upto: int) -> tuple[MemoryBackend, Partition, list[Any]]:
+    """The worker's table and partition for the first `upto` lines of a session file."""
+    cut = path.with_suffix(".cut.jsonl")
+    cut.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:upto]))
+    runtime = EmbeddedRuntime()
+    partition = Partition()
+    records = [r for r in read_session_file(cut) if not isinstance(r, DeadLetter)]
+    for record in records:
+        runtime.publish(record)
+        partition.records.append((record.session_id.encode(), encode(record)))
+    state = MemoryBackend({k: orjson.dumps(v) for k, v in runtime.store.items()})
+    state.data[start_key(records[0].session_id)] = orjson.dumps({"p": 0, "o": 0})
+    cut.unlink()
+    return state, partition, records
+
+
+def _cli_view(path: Path, session_id: str, upto: int) -> tuple[bytes, list[dict[str, Any]]]:
+    cut = path.with_suffix(".cli.jsonl")
+    cut.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:upto]))
+    collector = Collector(session_id)
+    replayer = replay_files([cut], DEFAULT_CONFIG, [session_id], on_folded=collector)
+    view = view_from_replay(replayer, collector, DEFAULT_CONFIG)
+    cut.unlink()
+    return orjson.dumps(view.to_json()), view.unpruned
+
+
+def test_the_context_at_each_user_message_is_the_context_commands(tmp_path: Path) -> None:
+    """Over the table a fold leaves at a user message, the route renders `sessionfold context
+    FILE --format json` of the file cut there; unsettled it waits, then answers stale."""
+    path = write_session(tmp_path, generate_session(5, 40)).path
+    lines = path.read_bytes().splitlines()
+    users = [
+        (n, entry["id"])
+        for n, entry in enumerate((orjson.loads(line) for line in lines), start=1)
+        if entry.get("type") == "message" and entry["message"]["role"] == "user"
+    ]
+    changed = 0
+    for upto, leaf in users:
+        state, partition, records = _folded(path, upto)
+        session_id = records[0].session_id
+        live = WorkerLive(
+            state, SessionLogs(partition, 1, 4), DEFAULT_CONFIG, DEFAULT_LEDGER, OfflineModel()
+        )  # type: ignore[arg-type]
+        expected, pi_array = _cli_view(path, session_id, upto)
+        answer = asyncio.run(live.context(session_id, {"leaf": leaf, "messages": pi_array}))
+        cli = orjson.loads(expected)
+        assert answer["stale"] is False and answer["reason"] is None
+        assert orjson.dumps(answer["tokens"]) == orjson.dumps(cli["tokens"])
+        assert orjson.dumps(answer.get("messages", pi_array)) == orjson.dumps(cli["messages"])
+        changed += answer["changed"]
+    assert changed > 0
+    unfolded = {"leaf": "not-folded", "messages": [], "wait_ms": 50}
+    started = time.monotonic()
+    stale = asyncio.run(live.context(session_id, unfolded))
+    assert stale["stale"] is True and time.monotonic() - started >= 0.05
+
+
+def test_an_unreadable_log_answers_stale_and_recall_refuses_with_a_503_reason(
+    tmp_path: Path,
+) -> None:
+    """A worker that cannot read session-events keeps pi's array (stale, `log-unavailable`) and
+    its recall raises LogUnavailable (the state API's 503), never a traceback's 500."""
+    path = write_session(tmp_path, generate_session(5, 20)).path
+    state, _partition, records = _folded(path, len(path.read_bytes().splitlines()))
+    session_id = records[0].session_id
+    live = WorkerLive(
+        state, SessionLogs(Failing(), 1, 4), DEFAULT_CONFIG, DEFAULT_LEDGER, OfflineModel()
+    )  # type: ignore[arg-type]
+    answer = asyncio.run(live.context(session_id, {"leaf": None, "messages": [], "wait_ms": 30}))
+    assert (answer["stale"], answer["changed"], answer["reason"]) == (
+        True,
+        False,
+        "log-unavailable",
+    )
+    with pytest.raises(LogUnavailable):
+        asyncio.run(live.recall(session_id, {"ids": ["t1"]}))

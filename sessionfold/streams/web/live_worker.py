@@ -58,6 +58,15 @@ DEFAULT_CACHED_SESSIONS = 64
 CATCH_UP_READS = 3
 
 
+class LogUnavailable(Exception):
+    """Session-events could not be read (the broker is unreachable, say): `error` names the
+    exception's class, never its message."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 @dataclass
 class SessionLog:
     """One session's entries and compact points as read from session-events so far."""
@@ -123,7 +132,8 @@ class SessionLogs:
         return found
 
     async def fill(self, session_id: str, store: Store, seq: int) -> SessionLog:
-        """The session's log, read on from session-events unless it holds `seq` already."""
+        """The session's log, read on from session-events unless it holds `seq` already;
+        LogUnavailable when the read failed."""
         session_log = self.get(session_id)
         async with session_log.lock:
             if session_log.last_seq >= seq:
@@ -134,12 +144,19 @@ class SessionLogs:
                     session_log.partition, session_log.next_offset = start["p"], start["o"]
                 else:  # folded before the fold recorded where sessions start
                     session_log.partition = partition_of(session_id, self.partitions)
-            found = await asyncio.to_thread(
-                self.reader.read,
-                session_log.partition,
-                session_log.next_offset,
-                session_id.encode(),
-            )
+            try:
+                found = await asyncio.to_thread(
+                    self.reader.read,
+                    session_log.partition,
+                    session_log.next_offset,
+                    session_id.encode(),
+                )
+            except Exception as exc:  # a Kafka failure: the routes answer stale or 503, no 500
+                log.warning(
+                    "live: session-events not read",
+                    extra={"session": session_id, "error": type(exc).__name__},
+                )
+                raise LogUnavailable(type(exc).__name__) from None
             for _offset, value in found.records:
                 session_log.add(value)
             session_log.next_offset = found.next_offset
@@ -200,7 +217,13 @@ class WorkerLive:
             return None
         for _ in range(CATCH_UP_READS):
             seq = pruning.load_head(store, session_id)["seq"]
-            session_log = await self.logs.fill(session_id, store, seq)
+            try:
+                session_log = await self.logs.fill(session_id, store, seq)
+            except LogUnavailable:
+                if not stale:
+                    return None  # wait and read again
+                epoch = contract.epoch_of(store, session_id)
+                return contract.unchanged(session_id, leaf, epoch, "log-unavailable", stale=True)
             store = read_view(self.state, session_id)  # the fold may have gone on meanwhile
             if not stale and not settled(store, session_id, leaf):
                 return None
@@ -255,7 +278,8 @@ class WorkerLive:
         return contract.compact_answer(payload)
 
     async def recall(self, session_id: str, body: dict[str, Any]) -> dict[str, Any] | None:
-        """The recall route's answer; None for an unknown session."""
+        """The recall route's answer; None for an unknown session (LogUnavailable when
+        session-events cannot be read)."""
         ids = contract.recall_request(body)
         store = read_view(self.state, session_id)
         if not known(store, session_id):

@@ -56,7 +56,7 @@ from sessionfold.streams.kafka.table_store import Backend, dead_letter_key, offs
 from sessionfold.streams.kafka.topics import Topics, partition_of
 from sessionfold.streams.runtime import step
 from sessionfold.streams.web.live_contract import BadRequest
-from sessionfold.streams.web.live_worker import WorkerLive
+from sessionfold.streams.web.live_worker import LogUnavailable, WorkerLive
 
 #: A state view as registered (view, request, the session id, the path's other parts).
 Handler = Callable[..., Awaitable[Response]]
@@ -293,7 +293,7 @@ def register(
 
     app.page("/sessions/{session_id}", name="session")(Session)
     if live is not None:
-        _register_live(app, live, routed, unless_recovering)
+        _register_live(app, live, routed, unless_recovering, not_ready)
     app.page("/sessions/{session_id}/flushes", name="session-flushes")(Flushes)
     app.page("/sessions/{session_id}/refs/{ref}", name="session-ref")(Ref)
 
@@ -303,6 +303,7 @@ def _register_live(
     live: WorkerLive,
     routed: Callable[[Handler], Handler],
     unless_recovering: Callable[[Handler], Handler],
+    not_ready: NotReadyLog,
 ) -> None:
     """The live routes (docs/live.md), routed and guarded as the state views are."""
 
@@ -334,6 +335,9 @@ def _register_live(
             answer = await live.recall(session_id, body)
         except BadRequest as exc:
             return _bad_body(view, str(exc))
+        except LogUnavailable:
+            busy = {"error": "not ready", "reason": "log", "session_id": session_id}
+            return _unavailable(view, busy, "log", not_ready)
         if answer is None:
             return _json(view, {"error": "unknown session", "session_id": session_id}, 404)
         return _json(view, answer)
