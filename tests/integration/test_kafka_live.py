@@ -7,7 +7,7 @@ file `sessionfold serve` tails, and at every user message (where pi calls its mo
 - at the end, compact is `sessionfold ledger compact FILE --json`'s compaction, recall finds
   t1 with its original output, status carries the footer;
 - a call for a leaf not published yet waits and answers once the rest is published; past a
-  short `wait_ms` it answers `stale`.
+  short `wait_ms` it answers `stale`; an array of megabytes is read.
 """
 
 from __future__ import annotations
@@ -285,5 +285,9 @@ def test_a_call_before_its_leaf_is_published_waits_for_it(
         )
         assert again["reason"] is None
         assert orjson.dumps(again.get("messages", pi_array)) == orjson.dumps(expected["messages"])
+        # pi's array of a long session is megabytes: past aiohttp's 1 MiB default, still read
+        big = [{"role": "user", "content": "x" * 1024}] * 3000
+        large = _context(process.url, session_id, {"leaf": leaf, "messages": big})
+        assert large["reason"] == "mismatch" and large["stale"] is False
     finally:
         grower.close()

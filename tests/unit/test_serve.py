@@ -149,3 +149,16 @@ def test_recall_compact_and_refs(served: tuple[str, Path, list[bytes]]) -> None:
             {"type": "compaction", "summary": compact["summary"], "details": compact["details"]},
             compact["span_record"],
         ] == expected["entries"]
+
+
+def test_a_context_array_over_a_mebibyte_is_read(served: tuple[str, Path, list[bytes]]) -> None:
+    """pi's array for a long session is megabytes (past aiohttp's 1 MiB default body limit):
+    the call is answered, not refused with a 413."""
+    url, path, lines = served
+    path.write_bytes(b"".join(lines))
+    session_id = orjson.loads(lines[0])["id"]
+    big = [{"role": "user", "content": "x" * 1024}] * 3000  # 3 MB
+    body = {"leaf": orjson.loads(lines[-1])["id"], "messages": big}
+    answer = httpx.post(f"{url}/sessions/{session_id}/context", json=body, headers=AUTH, timeout=60)
+    assert answer.status_code == 200, answer.status_code
+    assert answer.json()["reason"] == "mismatch" and answer.json()["stale"] is False

@@ -45,6 +45,7 @@ from sessionfold.streams.web import live_contract as contract
 from sessionfold.streams.web.auth import token_middleware
 from sessionfold.streams.web.live_contract import (
     DEFAULT_WAIT_S,
+    MAX_BODY_BYTES,
     MAX_ID_CHARS,
     MAX_RECALL_IDS,
     WAIT_STEP_S,
@@ -259,7 +260,9 @@ class LiveApi:
 
     def app(self, token: str | None) -> web.Application:
         """The aiohttp application: the routes behind the token guard, each one timed."""
-        app = web.Application(middlewares=[token_middleware(token), self._timed])
+        app = web.Application(
+            middlewares=[token_middleware(token), self._timed], client_max_size=MAX_BODY_BYTES
+        )
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.prometheus)
         app.router.add_get("/sessions/{session_id}", self.document)

@@ -24,6 +24,10 @@ WAIT_STEP_S = 0.01
 MAX_ID_CHARS = 256
 #: Most refs one recall names.
 MAX_RECALL_IDS = 100
+#: Largest request body the live routes read: a context call carries pi's whole array (1.3 MB
+#: for 320k tokens; images ride in it too), past aiohttp's 1 MiB default. Only a caller past
+#: the token guard gets its body read.
+MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 class BadRequest(ValueError):

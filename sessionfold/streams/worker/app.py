@@ -72,7 +72,7 @@ from sessionfold.streams.private_dirs import make_private_dirs
 from sessionfold.streams.runtime.step import Answerer
 from sessionfold.streams.web import auth as web_auth
 from sessionfold.streams.web import live_worker, state_api
-from sessionfold.streams.web.live_contract import DEFAULT_WAIT_S
+from sessionfold.streams.web.live_contract import DEFAULT_WAIT_S, MAX_BODY_BYTES
 from sessionfold.streams.web.live_worker import WorkerLive
 from sessionfold.streams.worker.agents import (
     FoldRuntime,
@@ -261,7 +261,8 @@ def faust_options(settings: WorkerSettings) -> dict[str, Any]:
             "middlewares": [
                 web_auth.token_middleware(settings.token),
                 state_api.not_ready_middleware(),
-            ]
+            ],
+            "client_max_size": MAX_BODY_BYTES,  # the live context call carries pi's array
         },
         # Faust's /table routes read raw state values; the state API is the way in.
         "web_tables_enabled": False,
