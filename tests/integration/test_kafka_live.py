@@ -5,7 +5,8 @@ file `sessionfold serve` tails, and at every user message (where pi calls its mo
 - the worker's context answer is `sessionfold context FILE --format json` of the file cut at
   that leaf, byte for byte (messages and tokens), and serve's answer, whole;
 - at the end, compact is `sessionfold ledger compact FILE --json`'s compaction, recall finds
-  t1 with its original output, status carries the footer;
+  t1 with its original output, status carries the footer; the worker counts the calls it
+  answered in `sessionfold_live_calls_total`;
 - a call for a leaf not published yet waits and answers once the rest is published; past a
   short `wait_ms` it answers `stale`; an array of megabytes is read.
 """
@@ -25,7 +26,7 @@ import httpx
 import orjson
 import pytest
 from conftest import unique_topic_prefix
-from kafka_workers import API_TOKEN, WorkerProcess, auth
+from kafka_workers import API_TOKEN, WorkerProcess, auth, metric
 
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.streams.cli.context import view_from_replay
@@ -235,6 +236,13 @@ def test_the_worker_answers_what_serve_and_the_context_command_do(
             assert unknown == {"session_id": "nobody", "known": False, "footer": "prune: ON"}
         no_token = httpx.post(f"{process.url}/sessions/{session_id}/context", json=final)
         assert no_token.status_code == 401
+        samples = process.metrics()  # the calls the worker answered, by route and outcome
+        calls = "sessionfold_live_calls_total"
+        assert metric(samples, calls, route="context", outcome="changed") == changed
+        assert metric(samples, calls, route="compact", outcome="200") == 1
+        assert metric(samples, calls, route="recall", outcome="404") == 1
+        assert metric(samples, "sessionfold_live_call_seconds_count", route="status") == 2
+        assert not [name for name, _ in samples if name.startswith("sessionfold_live_fail")]
     finally:
         grower.close()
 

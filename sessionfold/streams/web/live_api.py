@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from sessionfold.ports.ledger.model import DiffModel
@@ -50,49 +50,12 @@ from sessionfold.streams.web.live_contract import (
     MAX_RECALL_IDS,
     WAIT_STEP_S,
     BadRequest,
+    LiveMetrics,
 )
 
 log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_WAIT_S", "MAX_ID_CHARS", "MAX_RECALL_IDS", "LiveApi", "LiveMetrics"]
-
-LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0)
-
-
-@dataclass(frozen=True, slots=True)
-class LiveMetrics:
-    """The live calls, for Prometheus: by route and answer, never by session."""
-
-    registry: CollectorRegistry
-    calls: Counter
-    seconds: Histogram
-    fail_opens: Counter
-
-    @classmethod
-    def create(cls, registry: CollectorRegistry) -> LiveMetrics:
-        """The metrics over `registry`."""
-        return cls(
-            registry,
-            Counter(
-                "sessionfold_live_calls",
-                "Live API calls by route and answer (changed, unchanged, stale, ...).",
-                ["route", "outcome"],
-                registry=registry,
-            ),
-            Histogram(
-                "sessionfold_live_call_seconds",
-                "Time to answer a live API call, waiting included.",
-                ["route"],
-                buckets=LATENCY_BUCKETS,
-                registry=registry,
-            ),
-            Counter(
-                "sessionfold_live_fail_opens",
-                "Fail-opens the pi extension reported (it kept pi's own context).",
-                ["kind"],
-                registry=registry,
-            ),
-        )
 
 
 @dataclass
@@ -242,7 +205,7 @@ class LiveApi:
         body = await _body(request)
         kind = body.get("kind")
         kinds = ("unreachable", "timeout", "bad-answer", "http-error")
-        assert self.metrics is not None
+        assert self.metrics is not None and self.metrics.fail_opens is not None
         self.metrics.fail_opens.labels(kind if kind in kinds else "other").inc()
         return web.Response(status=204)
 
@@ -332,6 +295,5 @@ def _bad(why: str) -> web.HTTPBadRequest:
 def _json(body: Any, status: int = 200) -> web.Response:
     response = web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
     if isinstance(body, dict) and "changed" in body:
-        outcome = "stale" if body["stale"] else "changed" if body["changed"] else "unchanged"
-        response.sessionfold_outcome = outcome  # type: ignore[attr-defined]
+        response.sessionfold_outcome = contract.outcome(body)  # type: ignore[attr-defined]
     return response

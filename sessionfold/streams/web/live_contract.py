@@ -8,7 +8,10 @@ worker's table).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.store import Store
@@ -28,6 +31,58 @@ MAX_RECALL_IDS = 100
 #: for 320k tokens; images ride in it too), past aiohttp's 1 MiB default. Only a caller past
 #: the token guard gets its body read.
 MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0)
+
+
+@dataclass(frozen=True, slots=True)
+class LiveMetrics:
+    """The live calls, for Prometheus: by route and answer, never by session. `fail_opens`
+    (what the extension reports) only where `client-events` is served: `serve`."""
+
+    registry: CollectorRegistry
+    calls: Counter
+    seconds: Histogram
+    fail_opens: Counter | None
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry, fail_opens: bool = True) -> LiveMetrics:
+        """The metrics over `registry`."""
+        return cls(
+            registry,
+            Counter(
+                "sessionfold_live_calls",
+                "Live API calls by route and answer (changed, unchanged, stale, ...).",
+                ["route", "outcome"],
+                registry=registry,
+            ),
+            Histogram(
+                "sessionfold_live_call_seconds",
+                "Time to answer a live API call, waiting included.",
+                ["route"],
+                buckets=LATENCY_BUCKETS,
+                registry=registry,
+            ),
+            Counter(
+                "sessionfold_live_fail_opens",
+                "Fail-opens the pi extension reported (it kept pi's own context).",
+                ["kind"],
+                registry=registry,
+            )
+            if fail_opens
+            else None,
+        )
+
+    def observe(self, route: str, outcome: str, seconds: float) -> None:
+        """Count one answered call of `route` and its time."""
+        self.seconds.labels(route).observe(seconds)
+        self.calls.labels(route, outcome).inc()
+
+
+def outcome(answer: dict[str, Any]) -> str:
+    """A context answer's metric outcome: stale, changed or unchanged."""
+    return "stale" if answer["stale"] else "changed" if answer["changed"] else "unchanged"
 
 
 class BadRequest(ValueError):

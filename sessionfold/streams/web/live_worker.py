@@ -192,6 +192,7 @@ class WorkerLive:
     ledger: LedgerConfig | None
     diff_model: DiffModel
     wait_s: float = contract.DEFAULT_WAIT_S
+    metrics: contract.LiveMetrics | None = None  # calls and their time, where answered
 
     async def context(self, session_id: str, body: dict[str, Any]) -> dict[str, Any]:
         """The context route's answer (BadRequest for a body the contract refuses)."""

@@ -55,6 +55,7 @@ from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.kafka.table_store import Backend, dead_letter_key, offset_key, read_view
 from sessionfold.streams.kafka.topics import Topics, partition_of
 from sessionfold.streams.runtime import step
+from sessionfold.streams.web import live_contract
 from sessionfold.streams.web.live_contract import BadRequest
 from sessionfold.streams.web.live_worker import LogUnavailable, WorkerLive
 
@@ -305,21 +306,30 @@ def _register_live(
     unless_recovering: Callable[[Handler], Handler],
     not_ready: NotReadyLog,
 ) -> None:
-    """The live routes (docs/live.md), routed and guarded as the state views are."""
+    """The live routes (docs/live.md), routed and guarded as the state views are; the owner
+    counts each call it answers in `live.metrics` (`timed`)."""
+
+    def timed(route: str) -> Callable[[Handler], Handler]:
+        return _timed(live, route)
 
     @routed
     @unless_recovering
+    @timed("context")
     async def context(view: View, request: Request, session_id: str) -> Response:
         body = await _object_body(request)
         if body is None:
             return _bad_body(view, "the body is not a JSON object")
         try:
-            return _json(view, await live.context(session_id, body))
+            answer = await live.context(session_id, body)
         except BadRequest as exc:
             return _bad_body(view, str(exc))
+        response = _json(view, answer)
+        response.sessionfold_outcome = live_contract.outcome(answer)  # type: ignore[attr-defined]
+        return response
 
     @routed
     @unless_recovering
+    @timed("compact")
     async def compact(view: View, request: Request, session_id: str) -> Response:
         if await _object_body(request) is None:
             return _bad_body(view, "the body is not a JSON object")
@@ -327,6 +337,7 @@ def _register_live(
 
     @routed
     @unless_recovering
+    @timed("recall")
     async def recall(view: View, request: Request, session_id: str) -> Response:
         body = await _object_body(request)
         if body is None:
@@ -344,6 +355,7 @@ def _register_live(
 
     @routed
     @unless_recovering
+    @timed("status")
     async def status(view: View, request: Request, session_id: str) -> Response:
         return _json(view, live.status(session_id))
 
@@ -362,6 +374,25 @@ def _session_view(handler: Handler, method: str) -> type[View]:
         return await handler(self, request, session_id)
 
     return type(f"Live{method.title()}", (View,), {method: answer})
+
+
+def _timed(live: WorkerLive, route: str) -> Callable[[Handler], Handler]:
+    """A live route's handler that counts each answer (outcome, time) in `live.metrics`."""
+
+    def wrap(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        async def measured(view: View, request: Request, session_id: str) -> Response:
+            started = time.monotonic()
+            response = await handler(view, request, session_id)
+            if live.metrics is not None:
+                outcome = getattr(response, "sessionfold_outcome", None)
+                outcome = outcome if isinstance(outcome, str) else str(response.status)
+                live.metrics.observe(route, outcome, time.monotonic() - started)
+            return response
+
+        return measured
+
+    return wrap
 
 
 async def _object_body(request: Request) -> dict[str, Any] | None:

@@ -72,7 +72,7 @@ from sessionfold.streams.private_dirs import make_private_dirs
 from sessionfold.streams.runtime.step import Answerer
 from sessionfold.streams.web import auth as web_auth
 from sessionfold.streams.web import live_worker, state_api
-from sessionfold.streams.web.live_contract import DEFAULT_WAIT_S, MAX_BODY_BYTES
+from sessionfold.streams.web.live_contract import DEFAULT_WAIT_S, MAX_BODY_BYTES, LiveMetrics
 from sessionfold.streams.web.live_worker import WorkerLive
 from sessionfold.streams.worker.agents import (
     FoldRuntime,
@@ -1245,19 +1245,24 @@ def _add_fold(
         settings.bootstrap,
         settings.ledger_config,
         settings.security,
-        live=_live(settings, topics, backend, diff_model or OfflineModel()),
+        live=_live(settings, topics, backend, diff_model or OfflineModel(), metrics),
     )
     return tracker
 
 
 def _live(
-    settings: WorkerSettings, topics: Topics, backend: FaustBackend, diff_model: DiffModel
+    settings: WorkerSettings,
+    topics: Topics,
+    backend: FaustBackend,
+    diff_model: DiffModel,
+    metrics: Metrics,
 ) -> WorkerLive:
     """The live routes over the fold's table and session-events (web/live_worker.py)."""
     reader = KeyReader(settings.bootstrap, topics.session_events, settings.security)
     logs = live_worker.SessionLogs(reader, settings.partitions, settings.live_sessions)
     config, ledger = settings.prune, settings.ledger_config
-    return WorkerLive(backend, logs, config, ledger, diff_model, settings.live_wait_s)
+    calls = LiveMetrics.create(metrics.registry, fail_opens=False)
+    return WorkerLive(backend, logs, config, ledger, diff_model, settings.live_wait_s, calls)
 
 
 def _add_summarizer(
