@@ -185,7 +185,8 @@ export default function sessionfold(pi: ExtensionAPI, cfg: Config = readConfig()
 	});
 
 	pi.on("context", async (event, ctx) => {
-		if (observeOnly) return undefined;
+		// An ephemeral session (--no-session) has no file for the server to fold: nothing to ask.
+		if (observeOnly || !ctx.sessionManager.getSessionFile()) return undefined;
 		const request = { leaf: ctx.sessionManager.getLeafId() ?? null, messages: event.messages, wait_ms: cfg.waitMs };
 		const answer = await call(cfg, "POST", sessionPath(ctx, "context"), request, cfg.timeoutMs, ctx.signal);
 		const body = expect200(ctx, answer, "context");

@@ -48,7 +48,11 @@ function fakeCtx(hasUI = true) {
 				onStatus?.();
 			},
 		},
-		sessionManager: { getSessionId: () => "sess-1", getLeafId: () => "leaf-9" },
+		sessionManager: {
+			getSessionId: () => "sess-1",
+			getLeafId: () => "leaf-9",
+			getSessionFile: () => "/tmp/sessions/sess-1.jsonl" as string | undefined,
+		},
 	};
 	const nextStatus = () => new Promise<void>((resolve) => (onStatus = resolve));
 	return { ctx, notes, statuses, nextStatus };
@@ -118,6 +122,16 @@ describe("context hook", () => {
 		const { ctx, notes } = fakeCtx();
 		assert.equal(await pi.emit("context", { messages: MESSAGES }, ctx), undefined);
 		assert.equal(notes.length, 0);
+	});
+
+	it("asks nothing for an ephemeral session (no session file)", async () => {
+		server.routes.context = () => ({ body: { changed: true, messages: [] } });
+		const pi = fakePi();
+		sessionfold(pi.api as any, config(server.url));
+		const { ctx } = fakeCtx();
+		ctx.sessionManager.getSessionFile = () => undefined;
+		assert.equal(await pi.emit("context", { messages: MESSAGES }, ctx), undefined);
+		assert.equal(server.seen.length, 0);
 	});
 
 	it("fails open once when the server is down: undefined every call, one warning", async () => {

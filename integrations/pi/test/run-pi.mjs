@@ -3,7 +3,7 @@
  * Runs one headless pi session (the real pi CLI from node_modules, pinned node 22) with the faux
  * scripted model and, unless --no-sessionfold, the sessionfold extension. For tests (node or
  * pytest): it prints ONE JSON line on stdout, {"exit", "session_files", "record", "events",
- * "stderr"}, and exits with pi's exit code.
+ * "agent_dir" (null unless given), "stderr"}, and exits with pi's exit code.
  *
  *   node test/run-pi.mjs --session-dir D --workspace W [--record R.jsonl] [--events E.jsonl]
  *        [--context-window N] [--reserve-tokens N] [--keep-recent-tokens N] [--no-compaction]
@@ -12,10 +12,11 @@
  *
  * SESSIONFOLD_URL / SESSIONFOLD_API_TOKEN / SESSIONFOLD_TIMEOUT_MS pass through from the env.
  * pi runs in --mode json (its event stream goes to --events, else is dropped), with its config
- * dir (--agent-dir, default a fresh temp dir) isolated from ~/.pi, discovery off, offline.
+ * dir (--agent-dir, default a fresh temp dir removed afterwards) isolated from ~/.pi, discovery off,
+ * offline.
  */
 import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -121,9 +122,11 @@ async function main() {
 		session_files: sessionFiles(sessionDir),
 		record: opts.record ? resolve(opts.record) : null,
 		events: opts.events ? resolve(opts.events) : null,
-		agent_dir: agentDir,
+		agent_dir: opts.agentDir ? agentDir : null,
 		stderr,
 	};
+	// A config dir of our own making holds nothing the caller asked for.
+	if (!opts.agentDir) rmSync(agentDir, { recursive: true, force: true });
 	process.stdout.write(`${JSON.stringify(result)}\n`);
 	process.exit(code);
 }
