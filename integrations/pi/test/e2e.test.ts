@@ -148,6 +148,19 @@ describe("real pi with the sessionfold extension", () => {
 		assert.ok(JSON.stringify(last.messages[0]).includes("summary from sessionfold"));
 	});
 
+	it("only observes when pi-condense (here a stand-in loaded after it) owns context_tree_query", async () => {
+		server.seen.length = 0;
+		server.routes.context = (seen: Seen) => ({ body: { changed: true, messages: render((seen.body as any).messages) } });
+		server.routes.compact = () => ({ body: { status: "summary", summary: "never used" } });
+		const run = await runPi(["--extension", join(HERE, "condense-standin.ts"), "--context-window", "4000", "--reserve-tokens", "1000",
+			"--keep-recent-tokens", "800"], ["one", "two", "three"], { SESSIONFOLD_URL: server.url });
+		dirs.push(run.dir);
+		assert.equal(run.exit, 0, run.stderr);
+		assert.deepEqual(server.seen.filter((s) => !s.path.endsWith("/status")), []);
+		assert.match(JSON.stringify(run.record.map((r) => r.messages)), /wrote numbers\.txt/);
+		assert.equal(run.entries.filter((e) => e.type === "compaction" && e.fromHook === false).length, 1);
+	});
+
 	it("fails open when the server is down: pi finishes on its own messages, with one warning", async () => {
 		const dead = await startFakeServer();
 		const url = dead.url;
