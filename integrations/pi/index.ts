@@ -121,6 +121,8 @@ export default function sessionfold(pi: ExtensionAPI, cfg: Config = readConfig()
 	let observeOnly = false;
 	let registered = false;
 	let footerBusy = false;
+	// The span record of the compaction this extension supplied, until pi has stored it.
+	let spanRecord: Record<string, unknown> | undefined;
 
 	const sessionPath = (ctx: ExtensionContext, tail: string) =>
 		`/sessions/${encodeURIComponent(ctx.sessionManager.getSessionId())}/${tail}`;
@@ -215,14 +217,26 @@ export default function sessionfold(pi: ExtensionAPI, cfg: Config = readConfig()
 			failOpen(ctx, "bad-answer", "compact");
 			return undefined;
 		}
+		// The details go in as the server wrote them: their `producer` tells the ledger fold that
+		// this compaction is its own pass. The span record follows once pi has stored it.
+		spanRecord = isObject(body.span_record) ? body.span_record : undefined;
 		return {
 			compaction: {
 				summary: body.summary,
 				firstKeptEntryId: preparation.firstKeptEntryId,
 				tokensBefore: preparation.tokensBefore,
-				details: { sessionfold: isObject(body.details) ? body.details : {} },
+				details: isObject(body.details) ? body.details : {},
 			},
 		};
+	});
+
+	// Longhaul's order: pi's compaction entry, then the pass's span record as a custom entry
+	// (never sent to the model), so a replay of the file folds the ledger the pass left.
+	pi.on("session_compact", (event) => {
+		const record = spanRecord;
+		spanRecord = undefined;
+		if (!record || !event.fromExtension) return;
+		if (typeof record.customType === "string") pi.appendEntry(record.customType, record.data);
 	});
 
 	/** Refreshes the footer in the background: cosmetic, so it never delays a turn. */

@@ -127,7 +127,9 @@ describe("real pi with the sessionfold extension", () => {
 	it("stores the server's compaction summary when pi auto-compacts", async () => {
 		server.seen.length = 0;
 		server.routes.context = () => ({ body: { changed: false } });
-		server.routes.compact = () => ({ body: { status: "summary", summary: "## Goal\nsummary from sessionfold", details: { span: 7 } } });
+		const span_record = { type: "custom", customType: "sessionfold-ledger.span", data: { v: 1, payload: { span: 7 } } };
+		const details = { producer: "sessionfold-ledger", span: 7 };
+		server.routes.compact = () => ({ body: { status: "summary", summary: "## Goal\nsummary from sessionfold", details, span_record } });
 		const run = await runPi(["--context-window", "4000", "--reserve-tokens", "1000", "--keep-recent-tokens", "800", "--extension", PROBE],
 			["one", "two", "three"], { SESSIONFOLD_URL: server.url });
 		dirs.push(run.dir);
@@ -137,7 +139,10 @@ describe("real pi with the sessionfold extension", () => {
 		const [c] = compactions;
 		assert.equal(c.summary, "## Goal\nsummary from sessionfold");
 		assert.equal(c.fromHook, true);
-		assert.deepEqual(c.details, { sessionfold: { span: 7 } });
+		assert.deepEqual(c.details, details);
+		// The span record follows the compaction entry in the file, as Longhaul writes it.
+		const after = run.entries[run.entries.indexOf(c) + 1];
+		assert.deepEqual([after.type, after.customType, after.data], ["custom", span_record.customType, span_record.data]);
 		const req = server.seen.find((s) => s.path.endsWith("/compact"))!;
 		const before = run.probe.find((p) => p.hook === "session_before_compact");
 		assert.deepEqual(req.body, { first_kept_entry_id: before.firstKeptEntryId, tokens_before: before.tokensBefore, leaf: before.leaf });

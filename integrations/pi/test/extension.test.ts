@@ -14,6 +14,7 @@ type Handler = (event: any, ctx: any) => unknown;
 function fakePi(preRegistered: string[] = []) {
 	const handlers = new Map<string, Handler[]>();
 	const tools: any[] = preRegistered.map((name) => ({ name }));
+	const appended: { customType: string; data: unknown }[] = [];
 	const api = {
 		on(name: string, handler: Handler) {
 			handlers.set(name, [...(handlers.get(name) ?? []), handler]);
@@ -24,13 +25,16 @@ function fakePi(preRegistered: string[] = []) {
 		getAllTools() {
 			return tools.map((t) => ({ name: t.name }));
 		},
+		appendEntry(customType: string, data: unknown) {
+			appended.push({ customType, data });
+		},
 	};
 	const emit = async (name: string, event: any, ctx: any) => {
 		let result: unknown;
 		for (const h of handlers.get(name) ?? []) result = await h({ type: name, ...event }, ctx);
 		return result;
 	};
-	return { api, tools, emit };
+	return { api, tools, emit, appended };
 }
 
 /** A stand-in for pi's ExtensionContext, recording notifications and status lines. */
@@ -255,16 +259,32 @@ describe("compaction hook", () => {
 	const preparation = { firstKeptEntryId: "e42", tokensBefore: 12345, messagesToSummarize: [] };
 
 	it("returns the server's summary with pi's cut point", async () => {
-		server.routes.compact = () => ({ body: { status: "summary", summary: "## Goal\nship", details: { span: 3 } } });
+		const details = { producer: "sessionfold-ledger", stateFormat: 1, request: { span: 3 } };
+		const span_record = { type: "custom", customType: "sessionfold-ledger.span", data: { v: 1, payload: { span: 3 } } };
+		server.routes.compact = () => ({ body: { status: "summary", summary: "## Goal\nship", details, span_record } });
 		const pi = fakePi();
 		sessionfold(pi.api as any, config(server.url));
 		const { ctx } = fakeCtx();
 		const result = await pi.emit("session_before_compact", { preparation, signal: new AbortController().signal }, ctx);
 		assert.deepEqual(result, {
-			compaction: { summary: "## Goal\nship", firstKeptEntryId: "e42", tokensBefore: 12345, details: { sessionfold: { span: 3 } } },
+			compaction: { summary: "## Goal\nship", firstKeptEntryId: "e42", tokensBefore: 12345, details },
 		});
 		const req = server.seen.find((s) => s.path === "/sessions/sess-1/compact")!;
 		assert.deepEqual(req.body, { first_kept_entry_id: "e42", tokens_before: 12345, leaf: "leaf-9" });
+		// Once pi has stored the compaction, the span record follows it, once.
+		await pi.emit("session_compact", { fromExtension: true, compactionEntry: {} }, ctx);
+		await pi.emit("session_compact", { fromExtension: true, compactionEntry: {} }, ctx);
+		assert.deepEqual(pi.appended, [{ customType: span_record.customType, data: span_record.data }]);
+	});
+
+	it("appends no span record after pi's own compaction", async () => {
+		server.routes.compact = () => ({ body: { status: "fallback", reason: "nothing-to-compact" } });
+		const pi = fakePi();
+		sessionfold(pi.api as any, config(server.url));
+		const { ctx } = fakeCtx();
+		await pi.emit("session_before_compact", { preparation, signal: new AbortController().signal }, ctx);
+		await pi.emit("session_compact", { fromExtension: false, compactionEntry: {} }, ctx);
+		assert.deepEqual(pi.appended, []);
 	});
 
 	it("lets pi compact on a fallback, without a warning", async () => {
