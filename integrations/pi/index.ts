@@ -11,6 +11,7 @@
  * SESSIONFOLD_TIMEOUT_MS (bound of one context call, default 32000; the server is asked to wait
  * a little less, so that it answers, stale if need be, before the bound).
  */
+import { existsSync } from "node:fs";
 import { request as httpRequest } from "node:http";
 import { request as httpsRequest } from "node:https";
 import type { ExtensionAPI, ExtensionContext } from "@earendil-works/pi-coding-agent";
@@ -187,8 +188,10 @@ export default function sessionfold(pi: ExtensionAPI, cfg: Config = readConfig()
 	});
 
 	pi.on("context", async (event, ctx) => {
-		// An ephemeral session (--no-session) has no file for the server to fold: nothing to ask.
-		if (observeOnly || !ctx.sessionManager.getSessionFile()) return undefined;
+		// An ephemeral session (--no-session) has no file for the server to fold, and pi writes a
+		// new session's file only after its first model call: until then there is nothing to ask.
+		const file = ctx.sessionManager.getSessionFile();
+		if (observeOnly || !file || !existsSync(file)) return undefined;
 		const request = { leaf: ctx.sessionManager.getLeafId() ?? null, messages: event.messages, wait_ms: cfg.waitMs };
 		const answer = await call(cfg, "POST", sessionPath(ctx, "context"), request, cfg.timeoutMs, ctx.signal);
 		const body = expect200(ctx, answer, "context");

@@ -7,6 +7,13 @@ import { createServer } from "node:net";
 import { afterEach, beforeEach, describe, it } from "node:test";
 import sessionfold, { RECALL_TOOL, readConfig, type Config } from "../index.ts";
 import { startFakeServer, type FakeServer } from "./fake-server.ts";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+/** A session file on disk, as pi has one once its first model call answered. */
+const SESSION_FILE = join(mkdtempSync(join(tmpdir(), "sessionfold-pi-")), "sess-1.jsonl");
+writeFileSync(SESSION_FILE, '{"type":"session","version":3,"id":"sess-1"}\n');
 
 type Handler = (event: any, ctx: any) => unknown;
 
@@ -55,7 +62,7 @@ function fakeCtx(hasUI = true) {
 		sessionManager: {
 			getSessionId: () => "sess-1",
 			getLeafId: () => "leaf-9",
-			getSessionFile: () => "/tmp/sessions/sess-1.jsonl" as string | undefined,
+			getSessionFile: () => SESSION_FILE as string | undefined,
 		},
 	};
 	const nextStatus = () => new Promise<void>((resolve) => (onStatus = resolve));
@@ -134,6 +141,16 @@ describe("context hook", () => {
 		sessionfold(pi.api as any, config(server.url));
 		const { ctx } = fakeCtx();
 		ctx.sessionManager.getSessionFile = () => undefined;
+		assert.equal(await pi.emit("context", { messages: MESSAGES }, ctx), undefined);
+		assert.equal(server.seen.length, 0);
+	});
+
+	it("asks nothing before pi has written the session file (a new session's first call)", async () => {
+		server.routes.context = () => ({ body: { changed: true, messages: [] } });
+		const pi = fakePi();
+		sessionfold(pi.api as any, config(server.url));
+		const { ctx } = fakeCtx();
+		ctx.sessionManager.getSessionFile = () => join(tmpdir(), "sessionfold-pi-not-written.jsonl");
 		assert.equal(await pi.emit("context", { messages: MESSAGES }, ctx), undefined);
 		assert.equal(server.seen.length, 0);
 	});

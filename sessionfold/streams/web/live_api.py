@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 
 #: How long a context call waits for its leaf by default, seconds.
 DEFAULT_WAIT_S = 30.0
+#: How long a call for a session no file holds waits for one to be found, seconds.
+UNKNOWN_GRACE_S = 0.25
 #: How often a waiting call looks again, seconds.
 WAIT_STEP_S = 0.01
 #: Longest session id, ref or leaf id accepted.
@@ -121,26 +123,39 @@ class LiveApi:
         if (leaf is not None and not _is_id(leaf)) or not isinstance(messages, list):
             raise _bad("want {leaf: string or null, messages: array}")
         wait = self.wait_s if not isinstance(wait_ms, int | float) else max(0.0, wait_ms / 1000)
-        deadline = time.monotonic() + wait
+        started = time.monotonic()
+        deadline = started + wait
+        unknown_until = started + min(wait, UNKNOWN_GRACE_S)
         while True:
-            answer = await asyncio.to_thread(self._context_now, session_id, leaf, messages)
+            give_up = time.monotonic() >= unknown_until
+            answer = await asyncio.to_thread(self._context_now, session_id, leaf, messages, give_up)
             if answer is not None:
                 return _json(answer)
             if time.monotonic() >= deadline:
-                stale = await asyncio.to_thread(self._context_now, session_id, leaf, messages, True)
+                stale = await asyncio.to_thread(
+                    self._context_now, session_id, leaf, messages, True, True
+                )
                 return _json(stale)
             await asyncio.sleep(WAIT_STEP_S)
 
     def _context_now(
-        self, session_id: str, leaf: str | None, messages: list[Any], stale: bool = False
+        self,
+        session_id: str,
+        leaf: str | None,
+        messages: list[Any],
+        give_up_unknown: bool,
+        stale: bool = False,
     ) -> dict[str, Any] | None:
         """The answer if the leaf is folded (or `stale`), else None (wait some more)."""
         with self.live.lock:
             session = self.live.sessions.get(session_id)
             if session is None:
-                if not stale:
+                if not give_up_unknown:
+                    self.live.rescan.set()  # a file just written: look for it now
                     return None
-                return _unchanged(session_id, leaf, 0, "unknown-session", stale=True)
+                # pi writes a new session's file only once its first model call has answered:
+                # nothing of it is there to prune yet.
+                return _unchanged(session_id, leaf, 0, "unknown-session", stale=False)
             if leaf is not None and leaf not in session.ids and not stale:
                 return None
             view = self.live.view(session_id)
