@@ -173,7 +173,9 @@ class LiveApi:
         }
         if not _same_messages(messages, view.unpruned):
             answer["reason"] = "mismatch"  # pi holds messages the file does not (yet): keep its own
-        elif view.pruned:
+        elif view.messages != view.unpruned:
+            # Not only what the render phases pruned: the per-batch summaries pi-condense would
+            # have logged are in no file, so a context with them differs from pi's own array.
             answer["changed"] = True
             answer["messages"] = view.messages
         return answer
