@@ -214,9 +214,7 @@ def test_a_checkpoint_inside_a_group_resumes_exactly_once(
 def test_a_checkpoint_inside_a_group_stands_at_its_first_line(transcript: list[Path]) -> None:
     main = transcript[0]
     raw = main.read_bytes().split(b"\n")
-    for at, line in enumerate(raw, start=1):
-        if b'"type":"assistant"' in line:
-            break
+    at = next(n for n, line in enumerate(raw, start=1) if b'"type":"assistant"' in line)
     reader = SessionFileReader(main)
     for _batch in reader.lines(final=False):
         if reader._cursor.line == at + 1:

@@ -29,6 +29,7 @@ import logging
 import os
 import stat
 from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -42,7 +43,7 @@ from sessionfold.events.envelope import (
     PlaceholderPayload,
     encode,
 )
-from sessionfold.events.formats import detect, translator_for
+from sessionfold.events.formats import TRANSLATORS, detect, translator_for
 from sessionfold.events.formats.base import MappingError, Translator
 from sessionfold.events.lines import split_line
 from sessionfold.events.migration import file_version, migrate_entry
@@ -78,6 +79,10 @@ _CHAR_BYTES = 6
 #: What a record takes on a topic beyond its key and value: the record batch header (61 bytes),
 #: the record's own fields and length prefixes (under 40), with room to spare.
 RECORD_OVERHEAD_BYTES = 1024
+
+
+#: The format a command's `--format` forces on every file it reads (None: detect each file's).
+FORCED_FORMAT: ContextVar[str | None] = ContextVar("sessionfold_forced_format", default=None)
 
 
 def record_fits(key_bytes: int, value_bytes: int) -> bool:
@@ -369,7 +374,7 @@ class SessionFileReader:
         self.max_line = max_line_bytes() if max_line is None else max_line
         self._ids = known_ids
         self._quiet = False  # a read-back of the ids: its dead letters were logged before
-        self.format = format
+        self.format = format if format is not None else FORCED_FORMAT.get()
         self._translator: Translator | None = None
         if start.version != 0 and start.format != "pi":
             # Resumed past the header: a fresh translator, as the format promises (base.py).
@@ -501,6 +506,9 @@ class SessionFileReader:
         if position.version == 0 and self._translator is None:
             found = self.format or detect(value)
             if found is not None and found != "pi":
+                if found not in TRANSLATORS:
+                    yield self._dead(line_no, "FormatError", f"{found} is not read", line)
+                    return
                 self._translator = translator_for(found)
                 self._cursor = replace(position, format=found)
         if self._translator is not None:
@@ -669,6 +677,7 @@ def header_of(path: Path | str, format: str | None = None) -> dict[str, Any] | N
     (`format` forces the format; None detects it from the first JSON object).
     """
     translator: Translator | None = None
+    format = format if format is not None else FORCED_FORMAT.get()
     number = 0
     for line in file_lines(path):
         number += 1
@@ -683,6 +692,8 @@ def header_of(path: Path | str, format: str | None = None) -> dict[str, Any] | N
                         return value  # type: ignore[no-any-return]
                     continue
                 format = found
+            if format not in TRANSLATORS:
+                return None
             if translator is None:
                 translator = translator_for(format or "pi")
             if translator is None or not isinstance(value, dict):
