@@ -347,7 +347,7 @@ class LedgerFold:
             call = None
             if message.get("isError") is not True:
                 return
-        if isinstance(call, dict) or tool == "bash":
+        if isinstance(call, dict) or tool in commands.SHELL_TOOLS:
             command = call.get("command", "") if isinstance(call, dict) else ""
             outcome = commands.result_outcome(message)
             self._command(
