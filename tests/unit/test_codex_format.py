@@ -321,6 +321,24 @@ def test_unmappable_lines_are_refused_by_name(lines: list[dict[str, Any]], reaso
     assert "x" not in str(refused.value).replace("codex", "").replace("text", "")
 
 
+def test_a_refused_line_keeps_its_place_and_the_open_response() -> None:
+    """The error names the line's place in the chain; the next entry hangs from it, and a
+    response open before the refused line is neither lost nor closed by it."""
+    translator = CodexTranslator()
+    first = translator.feed(META, 1) + translator.feed(message("user", "q"), 2)
+    assert translator.feed(call("a", "shell", '{"command": "ls"}'), 3) == []
+    with pytest.raises(MappingError) as refused:
+        translator.feed(output(None, "x"), 4)
+    assert refused.value.parent_id == first[-1]["id"]
+    assert translator.open_since == 3
+    after = translator.feed(output("a", "ok"), 5)
+    assistant, result = after
+    assert assistant["parentId"] == refused.value.id
+    assert assistant["message"]["content"][0]["id"] == "a"
+    assert result["parentId"] == assistant["id"]
+    assert refused.value.id not in {first[-1]["id"], assistant["id"], result["id"]}
+
+
 def test_the_translator_follows_the_protocol() -> None:
     translator: Translator = CodexTranslator()
     assert translator.format == "codex"

@@ -118,6 +118,21 @@ class CodexTranslator:
             return self._unknown(line, value.get("timestamp"), "state", value)
         if self._session is None:
             return self._header(value, kind, line)
+        try:
+            return self._line(value, kind, line)
+        except MappingError as refused:
+            # The reader's placeholder takes the line's place in the chain, as a pi entry's would.
+            place = self._id(line, 0)
+            parent, self._last = self._last, place
+            raise MappingError(str(refused), id=place, parent_id=parent) from None
+
+    def close(self) -> list[dict[str, Any]]:
+        """The entries of the response still open at the end of the file."""
+        return self._flush()
+
+    # --- lines -------------------------------------------------------------------------------
+
+    def _line(self, value: dict[str, Any], kind: Any, line: int) -> list[dict[str, Any]]:
         timestamp = value.get("timestamp")
         if isinstance(timestamp, str):
             self._timestamp = timestamp
@@ -132,12 +147,6 @@ class CodexTranslator:
         if not isinstance(kind, str):
             raise MappingError("codex: line has no string type")
         return self._unknown(line, self._timestamp, kind, value.get("payload"))
-
-    def close(self) -> list[dict[str, Any]]:
-        """The entries of the response still open at the end of the file."""
-        return self._flush()
-
-    # --- lines -------------------------------------------------------------------------------
 
     def _header(self, value: dict[str, Any], kind: Any, line: int) -> list[dict[str, Any]]:
         if kind == "session_meta":
@@ -199,11 +208,15 @@ class CodexTranslator:
             if role == "assistant":
                 self._open(line, timestamp).content.extend(_text_blocks(item, "content"))
                 return []
+            if role not in ("user", "developer", "system"):
+                raise MappingError("codex: message.role is not user, assistant or developer")
             return [*self._flush(), *self._turn(item, role, line, timestamp)]
         if kind in _ASSISTANT_ITEMS:
             self._open(line, timestamp).content.append(self._block(kind, item))
             return []
         if kind in _OUTPUT_ITEMS:
+            if not isinstance(item.get("call_id"), str) or not item["call_id"]:
+                raise MappingError(f"codex: {kind}.call_id is not a string")
             return [*self._flush(), self._result(item, line, timestamp)]
         if not isinstance(kind, str):
             raise MappingError("codex: response_item.type is not a string")
@@ -302,10 +315,8 @@ class CodexTranslator:
         blocks = _text_blocks(item, "content")
         text = _joined(blocks).lstrip()
         custom = None
-        if role == "developer" or role == "system":
+        if role != "user":
             custom = DEVELOPER
-        elif role != "user":
-            raise MappingError("codex: message.role is not user, assistant or developer")
         elif text.startswith("<environment_context>"):
             custom = ENVIRONMENT
         elif text.startswith("# AGENTS.md instructions") or text.startswith("<user_instructions>"):
@@ -353,9 +364,7 @@ class CodexTranslator:
         return {"type": "toolCall", "id": call_id, "name": name, "arguments": arguments}
 
     def _result(self, item: dict[str, Any], line: int, timestamp: str | None) -> dict[str, Any]:
-        call_id = item.get("call_id")
-        if not isinstance(call_id, str) or not call_id:
-            raise MappingError(f"codex: {item.get('type')}.call_id is not a string")
+        call_id = str(item["call_id"])
         output = item.get("output")
         failed = False
         if isinstance(output, dict) and "content" in output:
@@ -419,12 +428,15 @@ class CodexTranslator:
             return []
         return [self._entry(line, stamp, body)]
 
+    def _id(self, line: int, part: int) -> str:
+        return hashlib.sha256(f"{self._session}/{line}/{part}".encode()).hexdigest()[:16]
+
     def _entry(
         self, line: int, timestamp: str | None, body: dict[str, Any], part: int = 0
     ) -> dict[str, Any]:
         """`body` as the next entry of the chain; its id derives from the session, the line and
         the entry's `part` of that line, so the same lines always give the same ids."""
-        digest = hashlib.sha256(f"{self._session}/{line}/{part}".encode()).hexdigest()[:16]
+        digest = self._id(line, part)
         entry = {"type": body["type"], "id": digest, "parentId": self._last, "timestamp": timestamp}
         entry.update((k, v) for k, v in body.items() if k != "type")
         self._last = digest
