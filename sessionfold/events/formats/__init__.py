@@ -12,9 +12,18 @@ from typing import Any, Literal, get_args
 
 from sessionfold.events.formats.base import Translator
 from sessionfold.events.formats.claude_code import ClaudeCodeTranslator, is_claude_code
+from sessionfold.events.formats.codex import CodexTranslator
 
-# "codex" joins this list with events/formats/codex.py.
-__all__ = ["FORMATS", "TRANSLATORS", "Format", "base", "claude_code", "detect", "translator_for"]
+__all__ = [
+    "FORMATS",
+    "TRANSLATORS",
+    "Format",
+    "base",
+    "claude_code",
+    "codex",
+    "detect",
+    "translator_for",
+]
 
 Format = Literal["pi", "claude-code", "codex"]
 FORMATS: tuple[str, ...] = get_args(Format)
@@ -22,7 +31,7 @@ FORMATS: tuple[str, ...] = get_args(Format)
 #: The translators by format (pi needs none: its entries are read as they are).
 TRANSLATORS: dict[str, Callable[[], Translator]] = {
     "claude-code": ClaudeCodeTranslator,
-    # "codex": CodexTranslator,  (events/formats/codex.py)
+    "codex": CodexTranslator,
 }
 
 #: Codex rollout line types (`type` with a `payload`), for detection.

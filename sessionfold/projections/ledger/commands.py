@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,9 +35,12 @@ class Outcome:
         return self.status not in ("ok", "unknown")
 
 
-#: The agents' shell tools, whose `command` argument is the command line: pi's `bash`, Claude
-#: Code's `Bash`.
-SHELL_TOOLS = frozenset({"bash", "Bash"})
+#: Shell tools by name, whatever agent wrote the session: their calls are the ledger's commands.
+#: pi `bash`; Claude Code `Bash`; Codex `shell` and `local_shell` (an argv `command`) and
+#: `exec_command` (`cmd`).
+SHELL_TOOLS = frozenset({"bash", "Bash", "shell", "local_shell", "exec_command"})
+# An argv that runs its last word as a script: the script is the command line.
+_SHELLS = frozenset({"bash", "sh", "zsh", "dash", "/bin/bash", "/bin/sh", "/bin/zsh"})
 
 
 def bash_calls(message: dict[str, Any]) -> list[tuple[str, str]]:
@@ -46,9 +50,21 @@ def bash_calls(message: dict[str, Any]) -> list[tuple[str, str]]:
         if block.get("name") not in SHELL_TOOLS or not isinstance(block.get("id"), str):
             continue
         arguments = block.get("arguments")
-        command = arguments.get("command") if isinstance(arguments, dict) else None
-        calls.append((block["id"], command if isinstance(command, str) else ""))
+        calls.append((block["id"], command_text(arguments) if isinstance(arguments, dict) else ""))
     return calls
+
+
+def command_text(arguments: dict[str, Any]) -> str:
+    """A shell call's command line: `command` (a string, or an argv list such as
+    ["bash", "-lc", "..."], whose script is the line) or `cmd`."""
+    command = arguments.get("command", arguments.get("cmd"))
+    if isinstance(command, str):
+        return command
+    if not isinstance(command, list) or not all(isinstance(word, str) for word in command):
+        return ""
+    if len(command) == 3 and command[0] in _SHELLS and command[1] in ("-c", "-lc", "-ic"):
+        return str(command[2])
+    return shlex.join(command)
 
 
 def result_outcome(message: dict[str, Any]) -> Outcome:
