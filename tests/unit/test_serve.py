@@ -113,8 +113,11 @@ def test_a_leaf_never_written_answers_stale_and_an_unknown_session_at_once(
         answer = client.post(f"/sessions/{session_id}/context", json=body).json()
         assert answer["stale"] is True and answer["changed"] is False
         assert 0.3 <= time.monotonic() - started < 5
+        started = time.monotonic()
+        body = {"leaf": "first", "messages": [], "wait_ms": 20_000}
         unknown = client.post("/sessions/nobody/context", json=body).json()
         assert unknown["reason"] == "unknown-session" and unknown["changed"] is False
+        assert time.monotonic() - started < 5  # a new session's first call: no file to wait for
         bad = client.post(f"/sessions/{session_id}/context", content=b"[1]")
         assert bad.status_code == 400
 

@@ -36,6 +36,7 @@ from sessionfold.streams.cli.options import (
     DEFAULT_PREFIX,
     Bootstrap,
     ConfigFile,
+    Format,
     Settings,
     TopicPrefix,
     config_or_exit,
@@ -178,6 +179,7 @@ def register(app: typer.Typer) -> None:
         config_file: ConfigFile = None,
         settings: Settings = None,
         security: KafkaSecurity = PLAINTEXT,
+        file_format: Format = None,
     ) -> None:
         """Print the message list the model is given at a point, and its token count."""
         err = Console(stderr=True)

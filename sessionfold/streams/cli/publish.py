@@ -21,6 +21,7 @@ from sessionfold.streams.cli.options import (
     DEFAULT_PARTITIONS,
     DEFAULT_PREFIX,
     Bootstrap,
+    Format,
     Partitions,
     TopicPrefix,
     access_or_exit,
@@ -93,6 +94,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = True,
         security: KafkaSecurity = PLAINTEXT,
+        file_format: Format = None,
     ) -> None:
         """Publish pi session files to the session-events topic.
 

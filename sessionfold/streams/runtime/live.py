@@ -83,6 +83,8 @@ class LiveFolds:
         self.sessions: dict[str, LiveSession] = {}
         self.tails: dict[Path, _Tail] = {}
         self.lock = threading.RLock()
+        #: Set by a reader asking for a session no file holds yet: the tailer looks at once.
+        self.rescan = threading.Event()
         self._journals = journals
 
     # --- tailing -------------------------------------------------------------------------------

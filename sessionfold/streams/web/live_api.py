@@ -48,6 +48,7 @@ from sessionfold.streams.web.live_contract import (
     MAX_BODY_BYTES,
     MAX_ID_CHARS,
     MAX_RECALL_IDS,
+    UNKNOWN_GRACE_S,
     WAIT_STEP_S,
     BadRequest,
     LiveMetrics,
@@ -84,26 +85,39 @@ class LiveApi:
             leaf, messages, wait = contract.context_request(body, self.wait_s)
         except BadRequest as exc:
             raise _bad(str(exc)) from None
-        deadline = time.monotonic() + wait
+        started = time.monotonic()
+        deadline = started + wait
+        unknown_until = started + min(wait, UNKNOWN_GRACE_S)
         while True:
-            answer = await asyncio.to_thread(self._context_now, session_id, leaf, messages)
+            give_up = time.monotonic() >= unknown_until
+            answer = await asyncio.to_thread(self._context_now, session_id, leaf, messages, give_up)
             if answer is not None:
                 return _json(answer)
             if time.monotonic() >= deadline:
-                stale = await asyncio.to_thread(self._context_now, session_id, leaf, messages, True)
+                stale = await asyncio.to_thread(
+                    self._context_now, session_id, leaf, messages, True, True
+                )
                 return _json(stale)
             await asyncio.sleep(WAIT_STEP_S)
 
     def _context_now(
-        self, session_id: str, leaf: str | None, messages: list[Any], stale: bool = False
+        self,
+        session_id: str,
+        leaf: str | None,
+        messages: list[Any],
+        give_up_unknown: bool,
+        stale: bool = False,
     ) -> dict[str, Any] | None:
         """The answer if the leaf is folded (or `stale`), else None (wait some more)."""
         with self.live.lock:
             session = self.live.sessions.get(session_id)
             if session is None:
-                if not stale:
+                if not give_up_unknown:
+                    self.live.rescan.set()  # a file just written: look for it now
                     return None
-                return contract.unchanged(session_id, leaf, 0, "unknown-session", stale=True)
+                # pi writes a new session's file only once its first model call has answered:
+                # nothing of it is there to prune yet.
+                return contract.unchanged(session_id, leaf, 0, "unknown-session", stale=False)
             if leaf is not None and leaf not in session.ids and not stale:
                 return None
             view = self.live.view(session_id)

@@ -21,6 +21,10 @@ from sessionfold.streams.runtime.ledger_loop import compaction_entries
 
 #: How long a context call waits for its leaf by default, seconds.
 DEFAULT_WAIT_S = 30.0
+#: How long a call for a session nobody has seen waits for it to appear, seconds: pi writes a
+#: new session's file only once its first model call has answered, so there is nothing to
+#: prune yet and the call is answered `unknown-session` (not stale) soon.
+UNKNOWN_GRACE_S = 0.25
 #: How often a waiting call looks again, seconds.
 WAIT_STEP_S = 0.01
 #: Longest session id, ref or leaf id accepted.
@@ -159,7 +163,9 @@ def context_answer(
     }
     if not same_messages(messages, view.unpruned):
         answer["reason"] = "mismatch"  # pi holds messages the log does not (yet): keep its own
-    elif view.pruned:
+    elif view.messages != view.unpruned:
+        # Not only what the render phases pruned: the per-batch summaries pi-condense would
+        # have logged are in no log, so a context with them differs from pi's own array.
         answer["changed"] = True
         answer["messages"] = view.messages
     return answer

@@ -197,23 +197,33 @@ class WorkerLive:
     async def context(self, session_id: str, body: dict[str, Any]) -> dict[str, Any]:
         """The context route's answer (BadRequest for a body the contract refuses)."""
         leaf, messages, wait = contract.context_request(body, self.wait_s)
-        deadline = time.monotonic() + wait
+        started = time.monotonic()
+        deadline = started + wait
+        unknown_until = started + min(wait, contract.UNKNOWN_GRACE_S)
         while True:
-            stale = time.monotonic() >= deadline
-            answer = await self._context_now(session_id, leaf, messages, stale)
+            now = time.monotonic()
+            stale, give_up = now >= deadline, now >= unknown_until
+            answer = await self._context_now(session_id, leaf, messages, stale, give_up)
             if answer is not None:
                 return answer
             await asyncio.sleep(contract.WAIT_STEP_S)
 
     async def _context_now(
-        self, session_id: str, leaf: str | None, messages: list[Any], stale: bool
+        self,
+        session_id: str,
+        leaf: str | None,
+        messages: list[Any],
+        stale: bool,
+        give_up_unknown: bool,
     ) -> dict[str, Any] | None:
         """The answer if the state is settled at the leaf (or `stale`), else None."""
         store = read_view(self.state, session_id)
         if not known(store, session_id):
-            if not stale:
+            if not give_up_unknown:
                 return None
-            return contract.unchanged(session_id, leaf, 0, "unknown-session", stale=True)
+            # pi writes a new session's file only once its first model call has answered (and
+            # so publishes nothing of it before): there is nothing to prune yet.
+            return contract.unchanged(session_id, leaf, 0, "unknown-session", stale=False)
         if not stale and not settled(store, session_id, leaf):
             return None
         for _ in range(CATCH_UP_READS):
