@@ -142,6 +142,24 @@ class PublishCounts:
 
 
 @dataclass
+class PublishStats:
+    """Where a run's time went besides reading and sending: counts and seconds per kind.
+
+    `bench/publish_throughput.py` prints them per file; nothing in them names a file.
+    """
+
+    checkpoint_writes: int = 0
+    checkpoint_seconds: float = 0.0
+    drains: int = 0  # waits until every record sent was acknowledged (or the run gave up)
+    ack_waits: int = 0  # slices blocked on the oldest unacknowledged record
+    ack_wait_seconds: float = 0.0
+    world_probes: int = 0  # sessions whose working directory was looked at
+    world_seconds: float = 0.0
+    read_backs: int = 0  # lookups of an unsure file's records already on a topic
+    read_back_seconds: float = 0.0
+
+
+@dataclass
 class Checkpoints:
     """Per-file read positions and unsure marks, kept in one JSON file written atomically.
 
@@ -419,6 +437,7 @@ class Publisher:
         self.topics = topics
         self.checkpoints = checkpoints
         self.counts = PublishCounts()
+        self.stats = PublishStats()
         self.on_progress = on_progress or (lambda _bytes: None)
         self.world = world
         self.world_interval_s = world_interval_s
@@ -537,7 +556,11 @@ class Publisher:
         assert self.topic_log is not None
         match = _letter_line(source) if source is not None else _entry_seq(key.decode())
         started = time.monotonic()
-        return self.topic_log.last(topic, key, floors, match, lambda: self._tick(started))
+        try:
+            return self.topic_log.last(topic, key, floors, match, lambda: self._tick(started))
+        finally:
+            self.stats.read_backs += 1
+            self.stats.read_back_seconds += time.monotonic() - started
 
     def _mark_unsure(self, name: str) -> None:
         """Before a file's first record goes out: remember where its records may land."""
@@ -550,7 +573,7 @@ class Publisher:
                 for topic in (self.topics.session_events, self.topics.dead_letters)
             }
         self.checkpoints.unsure[name] = copy.deepcopy(self._floors)
-        self.checkpoints.save()
+        self._write_checkpoints()
 
     # --- sending ------------------------------------------------------------------------
 
@@ -638,6 +661,7 @@ class Publisher:
     def _settle_all(self, name: str) -> None:
         """Wait until every record sent is acknowledged, then checkpoint the file as done."""
         started = time.monotonic()
+        self.stats.drains += 1
         while self._inflight:
             self._wait_oldest(started, reading=False)
         if not self._keep_unsure and self.checkpoints.unsure.pop(name, None) is not None:
@@ -649,8 +673,11 @@ class Publisher:
         """Wait a slice for the oldest unacknowledged record, then settle."""
         pending = next((f for f in self._inflight[0].futures if not f.is_done), None)
         if pending is not None:
+            waited = time.monotonic()
             with contextlib.suppress(KafkaError):
                 pending.get(timeout=_SLICE_S)
+            self.stats.ack_waits += 1
+            self.stats.ack_wait_seconds += time.monotonic() - waited
         self._settle()
         if self._inflight:
             self._tick(started, reading=reading)
@@ -682,9 +709,15 @@ class Publisher:
         raise PublishFailed(code)
 
     def _save(self) -> None:
-        self.checkpoints.save()
+        self._write_checkpoints()
         self._since_checkpoint = 0
         self._dirty = False
+
+    def _write_checkpoints(self) -> None:
+        started = time.monotonic()
+        self.checkpoints.save()
+        self.stats.checkpoint_writes += 1
+        self.stats.checkpoint_seconds += time.monotonic() - started
 
     def pending(self) -> int:
         """How many lines were sent but not acknowledged (they are not checkpointed)."""
@@ -729,9 +762,14 @@ class Publisher:
             self._cwds[name] = header_cwd(path, session_id)
         cwd = self._cwds[name]
         # Relative would mean relative to wherever publish runs: not the session's directory.
-        if cwd is None or not Path(cwd).is_absolute() or not Path(cwd).is_dir():
-            return None
-        return world_facts(Path(cwd))
+        started = time.monotonic()
+        try:
+            if cwd is None or not Path(cwd).is_absolute() or not Path(cwd).is_dir():
+                return None
+            return world_facts(Path(cwd))
+        finally:
+            self.stats.world_probes += 1
+            self.stats.world_seconds += time.monotonic() - started
 
 
 def _too_large_envelope(envelope: EntryEnvelope, source: str, size: int) -> DeadLetter:
