@@ -29,7 +29,7 @@ import logging
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -304,7 +304,15 @@ class ReadPosition:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form, for the publish checkpoint file."""
-        return asdict(self)
+        # Spelled out: `asdict` walks each field recursively, ten times slower for six scalars.
+        return {
+            "offset": self.offset,
+            "line": self.line,
+            "next_seq": self.next_seq,
+            "entries": self.entries,
+            "session_id": self.session_id,
+            "version": self.version,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ReadPosition:
