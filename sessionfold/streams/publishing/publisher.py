@@ -241,6 +241,9 @@ def make_producer(
         # one, whatever the client does with sequence numbers after an error.
         max_in_flight_requests_per_connection=1,
         linger_ms=linger_ms,
+        # A batch that fills is sent at once and wakes the sender thread, which then holds the
+        # GIL the reading thread waits for: 16 KiB (the default) filled every 16 records or so.
+        batch_size=256 * 1024,
         retries=2**31 - 1,
         retry_backoff_ms=200,
         request_timeout_ms=request_ms,
