@@ -221,7 +221,8 @@ def _where(publisher: Publisher) -> str:
     """How far publishing got and where a re-run resumes: counts and positions only."""
     counts = publisher.counts
     text = f"published {counts.published}, dead-lettered {counts.dead_lettered}"
-    if publisher.current is not None:
-        line = publisher.checkpoints.positions.get(publisher.current, ReadPosition()).line
-        text += f"; a re-run resumes at {Path(publisher.current).name} line {line + 1}"
+    resumes = publisher.resumes_at()
+    if resumes is not None:
+        line = publisher.checkpoints.positions.get(resumes, ReadPosition()).line
+        text += f"; a re-run resumes at {Path(resumes).name} line {line + 1}"
     return text

@@ -30,7 +30,7 @@ import os
 import stat
 from collections.abc import Iterator
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -338,7 +338,17 @@ class ReadPosition:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form, for the publish checkpoint file."""
-        return asdict(self)
+        # Spelled out: `asdict` walks each field recursively, ten times slower for these scalars.
+        return {
+            "offset": self.offset,
+            "line": self.line,
+            "next_seq": self.next_seq,
+            "entries": self.entries,
+            "session_id": self.session_id,
+            "version": self.version,
+            "format": self.format,
+            "held": self.held,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ReadPosition:
