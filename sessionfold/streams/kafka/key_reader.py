@@ -91,10 +91,5 @@ class KeyReader:
                 self.security,
                 auto_offset_reset="earliest",
                 fetch_max_wait_ms=FETCH_WAIT_MS,
-                # kafka-python checks CRC32C in pure Python: ~0.9 s for a 1,000-entry session's
-                # 1.6 MB, nine tenths of the read. The broker checked each batch's CRC when it
-                # was produced, TCP checks the transfer, and every value is decoded and
-                # validated as an envelope (one that is not is skipped).
-                check_crcs=False,
             )
         return self._consumer
