@@ -236,13 +236,20 @@ def test_the_worker_answers_what_serve_and_the_context_command_do(
             assert unknown == {"session_id": "nobody", "known": False, "footer": "prune: ON"}
         no_token = httpx.post(f"{process.url}/sessions/{session_id}/context", json=final)
         assert no_token.status_code == 401
+        for kind in ("timeout", "unreachable", "made-up"):  # the extension's fail-open reports
+            report = {"fail_open": 1, "kind": kind}
+            reported = httpx.post(
+                f"{process.url}/sessions/{session_id}/client-events", json=report, headers=auth()
+            )
+            assert reported.status_code == 204
         samples = process.metrics()  # the calls the worker answered, by route and outcome
         calls = "sessionfold_live_calls_total"
         assert metric(samples, calls, route="context", outcome="changed") == changed
         assert metric(samples, calls, route="compact", outcome="200") == 1
         assert metric(samples, calls, route="recall", outcome="404") == 1
         assert metric(samples, "sessionfold_live_call_seconds_count", route="status") == 2
-        assert not [name for name, _ in samples if name.startswith("sessionfold_live_fail")]
+        fail_opens = "sessionfold_live_fail_opens_total"
+        assert [metric(samples, fail_opens, kind=k) for k in ("timeout", "other")] == [1, 1]
     finally:
         grower.close()
 

@@ -217,10 +217,8 @@ class LiveApi:
     async def client_events(self, request: web.Request) -> web.Response:
         """Count what the extension reports (fail-opens by kind)."""
         body = await _body(request)
-        kind = body.get("kind")
-        kinds = ("unreachable", "timeout", "bad-answer", "http-error")
-        assert self.metrics is not None and self.metrics.fail_opens is not None
-        self.metrics.fail_opens.labels(kind if kind in kinds else "other").inc()
+        assert self.metrics is not None
+        self.metrics.fail_open(body.get("kind"))
         return web.Response(status=204)
 
     async def health(self, _request: web.Request) -> web.Response:

@@ -37,21 +37,23 @@ MAX_RECALL_IDS = 100
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
+#: The fail-opens the pi extension reports (`client-events`).
+FAIL_OPEN_KINDS = ("unreachable", "timeout", "bad-answer", "http-error")
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0)
 
 
 @dataclass(frozen=True, slots=True)
 class LiveMetrics:
-    """The live calls, for Prometheus: by route and answer, never by session. `fail_opens`
-    (what the extension reports) only where `client-events` is served: `serve`."""
+    """The live calls, for Prometheus: by route and answer, never by session; the fail-opens
+    the extension reports, by kind."""
 
     registry: CollectorRegistry
     calls: Counter
     seconds: Histogram
-    fail_opens: Counter | None
+    fail_opens: Counter
 
     @classmethod
-    def create(cls, registry: CollectorRegistry, fail_opens: bool = True) -> LiveMetrics:
+    def create(cls, registry: CollectorRegistry) -> LiveMetrics:
         """The metrics over `registry`."""
         return cls(
             registry,
@@ -73,10 +75,13 @@ class LiveMetrics:
                 "Fail-opens the pi extension reported (it kept pi's own context).",
                 ["kind"],
                 registry=registry,
-            )
-            if fail_opens
-            else None,
+            ),
         )
+
+    def fail_open(self, kind: Any) -> None:
+        """Count one fail-open the extension reported (`kind` one of `FAIL_OPEN_KINDS`, else
+        `other`: the label stays bounded whatever a client sends)."""
+        self.fail_opens.labels(kind if kind in FAIL_OPEN_KINDS else "other").inc()
 
     def observe(self, route: str, outcome: str, seconds: float) -> None:
         """Count one answered call of `route` and its time."""

@@ -10,6 +10,7 @@
 - `POST /sessions/{id}/context`, `/compact`, `/recall`, `GET /sessions/{id}/status`: the live
   routes `sessionfold serve` has, with the same JSON (live_worker.py, docs/live.md), when
   `register` is given a `WorkerLive`. A POST is proxied to the owner with its body.
+  `POST /sessions/{id}/client-events` (the extension's fail-opens) is counted where it arrives.
 
 Every view is routed by Faust's router on the session id (`faust_compat.route_request`), so any
 fold worker can be asked: the one that owns the session's partition answers (the request is
@@ -364,6 +365,10 @@ def _register_live(
     app.page("/sessions/{session_id}/recall", name="live-recall")(_session_view(recall, "post"))
     app.page("/sessions/{session_id}/status", name="live-status")(_session_view(status, "get"))
 
+    app.page("/sessions/{session_id}/client-events", name="live-client-events")(
+        _client_events_view(live)
+    )
+
 
 def _session_view(handler: Handler, method: str) -> type[View]:
     """A View answering `method` on a session's path with `handler` (ids checked first)."""
@@ -374,6 +379,21 @@ def _session_view(handler: Handler, method: str) -> type[View]:
         return await handler(self, request, session_id)
 
     return type(f"Live{method.title()}", (View,), {method: answer})
+
+
+def _client_events_view(live: WorkerLive) -> type[View]:
+    """The extension's fail-open reports: counted where they arrive (no session state)."""
+
+    class ClientEvents(View):
+        async def post(self, request: Request, session_id: str) -> Response:
+            body = await _object_body(request)
+            if body is None:
+                return _bad_body(self, "the body is not a JSON object")
+            if live.metrics is not None:
+                live.metrics.fail_open(body.get("kind"))
+            return self.bytes(b"", status=204)
+
+    return ClientEvents
 
 
 def _timed(live: WorkerLive, route: str) -> Callable[[Handler], Handler]:

@@ -1261,7 +1261,7 @@ def _live(
     reader = KeyReader(settings.bootstrap, topics.session_events, settings.security)
     logs = live_worker.SessionLogs(reader, settings.partitions, settings.live_sessions)
     config, ledger = settings.prune, settings.ledger_config
-    calls = LiveMetrics.create(metrics.registry, fail_opens=False)
+    calls = LiveMetrics.create(metrics.registry)
     return WorkerLive(backend, logs, config, ledger, diff_model, settings.live_wait_s, calls)
 
 
