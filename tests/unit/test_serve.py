@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,15 +13,14 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from serve_process import CLI, serving
 
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.streams.cli.context import view_from_replay
-from sessionfold.streams.tools.broker import free_port_pair
 from sessionfold.streams.tools.replay import Collector, replay_files
 from sessionfold.streams.tools.synthetic import generate_session, write_session
 
 TOKEN = "t" * 32
-CLI = [sys.executable, "-m", "sessionfold.streams.cli"]
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -33,30 +31,9 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path, list[bytes]]]:
     lines = source.read_bytes().splitlines(keepends=True)
     watched = tmp_path / "sessions"
     watched.mkdir()
-    port = free_port_pair()
-    env = {**os.environ, "SESSIONFOLD_API_TOKEN": TOKEN}
-    process = subprocess.Popen(
-        [*CLI, "serve", str(watched), "--port", str(port), "--poll-ms", "5"],
-        env=env,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            httpx.get(f"{url}/health", timeout=1)
-            break
-        except httpx.TransportError:
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            assert time.monotonic() < deadline, "serve did not answer"
-            time.sleep(0.05)
-    try:
-        yield url, watched / source.name, lines
-    finally:
-        process.terminate()
-        _, err = process.communicate(timeout=20)
-        assert process.returncode == 0, err
-        assert b"Traceback" not in err
+    with serving(watched, TOKEN) as serve:
+        yield serve.url, watched / source.name, lines
+        serve.stop()  # exits 0, no traceback
 
 
 def _cli_view(path: Path, session_id: str) -> tuple[bytes, list[dict[str, object]]]:
