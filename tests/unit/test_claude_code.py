@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from claude_sessions import damaged_copy, lines_of, source_counts, write_transcript
+from format_sessions import tail_in_pieces, wire
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +23,6 @@ from sessionfold.events.formats.claude_code import ClaudeCodeTranslator
 from sessionfold.projections.ledger.text import message_text
 from sessionfold.streams.publishing.session_file import (
     DeadLetter,
-    ReadPosition,
     SessionFileReader,
     header_of,
     read_session_file,
@@ -43,10 +43,6 @@ def messages(entries: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
     return [
         e["message"] for e in entries if e["type"] == "message" and e["message"]["role"] == role
     ]
-
-
-def wire(records: list[Any]) -> list[bytes]:
-    return [r.raw if isinstance(r, DeadLetter) else encode(r) for r in records]
 
 
 @pytest.fixture(scope="module")
@@ -172,45 +168,6 @@ def test_one_response_of_several_lines_is_one_assistant_message() -> None:
     assert out[5]["message"]["toolName"] == "Read" and out[6]["parentId"] == "r2"
 
 
-def _read_in_two(path: Path, data: bytes, cut: int) -> list[bytes]:
-    """The records of `data` read as a tail would: to line `cut`, stop, resume with a fresh
-    reader at the checkpoint (no ids handed over), then the whole file."""
-    lines = data.split(b"\n")
-    path.write_bytes(b"\n".join(lines[:cut]) + (b"\n" if cut else b""))
-    first = SessionFileReader(path)
-    records = [r for batch in first.lines(final=False) for r in batch]
-    position = ReadPosition.from_dict(json.loads(json.dumps(first.position.to_dict())))
-    path.write_bytes(data)
-    second = SessionFileReader(path, position)
-    return wire(records + list(second.records(final=True)))
-
-
-@SETTINGS
-@given(seed=st.integers(0, 2**32), cuts=st.lists(st.integers(0, 10_000), min_size=1, max_size=4))
-def test_a_checkpoint_inside_a_group_resumes_exactly_once(
-    tmp_path_factory: pytest.TempPathFactory, seed: int, cuts: list[int]
-) -> None:
-    """Stopped after any line, a response half written included, and resumed from the saved
-    position: the same records, byte for byte, as one read of the whole file."""
-    folder = tmp_path_factory.mktemp("cc")
-    main = write_transcript(folder, seed, 12)[0]
-    data = main.read_bytes()
-    whole = wire(list(read_session_file(main)))
-    count = data.count(b"\n")
-    held = 0
-    for cut in cuts:
-        at = cut % (count + 1)
-        path = folder / f"cut-{at}.jsonl"
-        assert _read_in_two(path, data, at) == whole
-        path.write_bytes(b"\n".join(data.split(b"\n")[:at]) + b"\n")
-        reader = SessionFileReader(path)
-        for _batch in reader.lines(final=False):
-            pass
-        held += reader.position.held > 0
-    # Most cuts land inside a group: the position then stands at its first line.
-    assert held or len(cuts) < 3
-
-
 def test_a_checkpoint_inside_a_group_stands_at_its_first_line(transcript: list[Path]) -> None:
     main = transcript[0]
     raw = main.read_bytes().split(b"\n")
@@ -312,8 +269,8 @@ def test_damaged_transcripts_read_fold_and_resume_without_error(
         for record in records:
             runtime.publish(record if isinstance(record, DeadLetter) else decode(encode(record)))
         assert list(runtime.sessions())
-        cut = rng.randrange(data.count(b"\n") + 1)
-        assert _read_in_two(tmp_path / f"cut-{n}.jsonl", data, cut) == wire(records)
+        cut = rng.randrange(len(data) + 1)
+        assert wire(tail_in_pieces(tmp_path / f"cut-{n}.jsonl", data, [cut])) == wire(records)
 
 
 def test_a_dead_letter_inside_a_held_group_is_not_sent_again_on_resume(tmp_path: Path) -> None:
@@ -334,7 +291,9 @@ def test_a_dead_letter_inside_a_held_group_is_not_sent_again_on_resume(tmp_path:
     data = transcript_bytes(lines)
     whole = list(read_session_file(_write(tmp_path / "whole.jsonl", data)))
     assert [type(r).__name__ for r in whole].count("DeadLetter") == 1
-    assert _read_in_two(tmp_path / "cut.jsonl", data, 3) == wire(whole)
+    third = data.split(b"\n")[:3]
+    cut = sum(len(line) + 1 for line in third)
+    assert wire(tail_in_pieces(tmp_path / "cut.jsonl", data, [cut])) == wire(whole)
 
 
 def _write(path: Path, data: bytes) -> Path:

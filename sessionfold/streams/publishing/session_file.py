@@ -5,7 +5,9 @@ resume: `ReadPosition` says how far it got (byte offset, line, next sequence num
 what `sessionfold publish` remembers per file and what `--follow` tails from. It also remembers
 the ids of the entries it has read (a few dozen bytes each), to dead-letter a second entry with
 an id already read ("duplicate id"); a reader resumed without them reads them back from the
-part of the file before its position, once.
+part of the file before its position, once. In the same pass a reader resumed inside a file of
+another format rebuilds its translator's state (events/formats/base.py), so it reads on as one
+reader of the whole file would.
 
 A dead-lettered line after the header keeps its place in the session: it is followed by a
 placeholder envelope (ids only, see `PlaceholderPayload`) that takes the sequence number the
@@ -372,13 +374,16 @@ class SessionFileReader:
         start = position or ReadPosition()
         self.producer = producer
         self.max_line = max_line_bytes() if max_line is None else max_line
-        self._ids = known_ids
+        # From the start of the file no entry comes before: nothing to read back.
+        self._ids = known_ids if known_ids is not None or start.offset else set()
         self._quiet = False  # a read-back of the ids: its dead letters were logged before
         self.format = format if format is not None else FORCED_FORMAT.get()
         self._translator: Translator | None = None
-        if start.version != 0 and start.format != "pi":
-            # Resumed past the header: a fresh translator, as the format promises (base.py).
-            self._translator = translator_for(start.format)
+        # Resumed inside a file of another format: its translator's state (the session, the
+        # chain's last id, calls waiting for their results, ...) is rebuilt from the lines
+        # before the position before the first line is read (`_catch_up`).
+        self._rebuild = start.format != "pi"
+        self._closed = start.held == 0  # no group was open at the position (see _catch_up)
         # Where reading got (the position is where resuming must start: see ReadPosition).
         self._cursor = replace(start, held=0)
         self._replay_to = start.line + start.held  # held lines re-read: their records went out
@@ -408,25 +413,41 @@ class SessionFileReader:
     def ids(self) -> set[str]:
         """The ids of the entries read so far (placeholders included), header excluded."""
         if self._ids is None:
-            self._ids = self._ids_before(self.position.offset)
+            self._catch_up(self.position.offset)
+        assert self._ids is not None
         return self._ids
 
-    def _ids_before(self, offset: int) -> set[str]:
-        """The entry ids of the file's lines before byte `offset`, read again from the start."""
-        if offset == 0:
-            return set()
+    def _catch_up(self, offset: int) -> None:
+        """Rebuild what a resumed reader needs from the file's lines before byte `offset`, in
+        one pass read again from the start: the entry ids (unless handed over), and the
+        translator of a file of another format, fed every line before and its output dropped,
+        so it resumes exactly as one that read the whole file."""
+        rebuild, self._rebuild = self._rebuild, False
+        format = self.format if self.format is not None else self._cursor.format
         prefix = SessionFileReader(
             self.path,
             producer=self.producer,
             max_line=self.max_line,
             known_ids=set(),
-            format=self.format if self.format is not None else self._cursor.format,
+            format=format,
         )
         prefix._quiet = True
-        for _records in prefix.lines(final=False):
+        # final: a last line without its newline was read (and counted in `offset`) by a final
+        # read; the group open at the end is not closed, as the loop stops before that.
+        for _records in prefix._read(final=True, close=False) if offset > 0 else ():
             if prefix._cursor.offset >= offset:
                 break
-        return prefix.ids
+        if self._ids is None:
+            self._ids = prefix._ids or set()
+        if rebuild:
+            translator = prefix._translator
+            if translator is None:
+                translator = translator_for(format)
+            if translator is not None and self._closed and translator.open_since is not None:
+                # The position has no group open, yet these lines leave one: the reader that
+                # stood there closed it at the end of the file (a final read); so does this one.
+                translator.close()
+            self._translator = translator
 
     def records(self, final: bool = True) -> Iterator[Record]:
         """Yield what the file holds past the current position, record by record."""
@@ -442,12 +463,18 @@ class SessionFileReader:
         the line complete on a later call. `final` also closes the group held at the end of a
         file of another format (its entries come as one more list).
         """
+        yield from self._read(final, close=final)
+
+    def _read(self, final: bool, close: bool) -> Iterator[list[Record]]:
+        """`lines`, with the closing of the held group at the end apart (`close`)."""
+        if self._rebuild:
+            self._catch_up(self._cursor.offset)
         with open_session_file(self.path) as handle:
             for line in raw_lines(handle, self._cursor.offset, self.max_line, final):
                 start = self._cursor.offset
                 line_no = self._cursor.line + 1
                 replaying = line_no <= self._replay_to
-                seq = self._cursor.next_seq
+                seq, counted = self._cursor.next_seq, self._cursor.entries
                 if line.too_long:
                     letter = self._dead(
                         line_no, TOO_LONG_ERROR, TOO_LONG_REASON, line.data, size=line.size
@@ -462,11 +489,12 @@ class SessionFileReader:
                 self._cursor = self._cursor.past_line(line.length, line_no)
                 self._note_group(start, line_no)
                 if replaying:
-                    # Sent when this line was first read: the seqs they took stay taken.
-                    self._cursor = replace(self._cursor, next_seq=seq)
+                    # Read when this line was first read: the seqs its records took and the
+                    # objects it counted are in the position already.
+                    self._cursor = replace(self._cursor, next_seq=seq, entries=counted)
                     continue
                 yield records
-        if final and self._translator is not None:
+        if close and self._translator is not None:
             size = self._cursor.offset - (self._mark[0] if self._mark else self._cursor.offset)
             entries = self._translator.close()
             self._mark = None
