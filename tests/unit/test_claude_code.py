@@ -1,4 +1,5 @@
-"""Claude Code transcripts through the reader: the mapping, its groups, resuming, and damage.
+"""Claude Code transcripts through the reader: the mapping, its groups and dead letters (damage
+and resuming anywhere: test_format_damage.py and test_format_resume.py, over both formats).
 
 Every transcript is the generator's (synthetic_claude.py); the expected counts come from its
 lines (tests/claude_sessions.py), never from the translator.
@@ -7,17 +8,16 @@ lines (tests/claude_sessions.py), never from the translator.
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 from typing import Any
 
 import pytest
-from claude_sessions import damaged_copy, lines_of, source_counts, write_transcript
+from claude_sessions import lines_of, source_counts, write_transcript
 from format_sessions import tail_in_pieces, wire
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope, decode, encode
+from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope
 from sessionfold.events.formats import detect, translator_for
 from sessionfold.events.formats.claude_code import ClaudeCodeTranslator
 from sessionfold.projections.ledger.text import message_text
@@ -27,7 +27,7 @@ from sessionfold.streams.publishing.session_file import (
     header_of,
     read_session_file,
 )
-from sessionfold.streams.runtime.embedded import EmbeddedRuntime, fold_files
+from sessionfold.streams.runtime.embedded import fold_files
 from sessionfold.streams.tools.synthetic_claude import transcript_bytes
 
 SETTINGS = settings(
@@ -235,42 +235,6 @@ def test_the_ledger_reads_claude_codes_tools_and_not_its_injected_text(
     assert ledger["files"], "Read, Edit and Write name their files"
     words = json.dumps(ledger)
     assert "<system-reminder>" not in words and "<command-name>" not in words
-
-
-DAMAGE = {
-    "truncated": lambda rng, line: line[: rng.randrange(1, max(2, len(line)))],
-    "not-utf8": lambda rng, line: line[:5] + b"\xff\xfe" + line[5:],
-    "garbage": lambda rng, line: b"}{" * rng.randrange(1, 50),
-    "type-array": lambda rng, line: line.replace(b'"type":"', b'"type":["', 1).replace(
-        b'","', b'"],"', 1
-    ),
-    "message-string": lambda rng, line: line.replace(b'"message":{', b'"message":"x","m":{', 1),
-    "two-objects": lambda rng, line: line + line,
-    "blank": lambda rng, line: b"   ",
-}
-
-
-@pytest.mark.parametrize("damage", sorted(DAMAGE))
-def test_damaged_transcripts_read_fold_and_resume_without_error(
-    tmp_path: Path, damage: str
-) -> None:
-    """Fuzz: one damaged line of a generated transcript: no exception; seqs without a hole;
-    the fold runs; a read stopped anywhere and resumed gives the one read's records."""
-    for n in range(4):
-        rng = random.Random(f"cc/{damage}/{n}")
-        main = write_transcript(tmp_path / f"t{n}", rng.randrange(2**32), rng.randrange(4, 30))[0]
-        data = damaged_copy(rng, lines_of(main), DAMAGE[damage])
-        path = tmp_path / f"damaged-{n}.jsonl"
-        path.write_bytes(data)
-        records = list(read_session_file(path))
-        seqs = [r.seq for r in records if isinstance(r, EntryEnvelope | PlaceholderEnvelope)]
-        assert seqs == list(range(1, len(seqs) + 1))
-        runtime = EmbeddedRuntime()
-        for record in records:
-            runtime.publish(record if isinstance(record, DeadLetter) else decode(encode(record)))
-        assert list(runtime.sessions())
-        cut = rng.randrange(len(data) + 1)
-        assert wire(tail_in_pieces(tmp_path / f"cut-{n}.jsonl", data, [cut])) == wire(records)
 
 
 def test_a_dead_letter_inside_a_held_group_is_not_sent_again_on_resume(tmp_path: Path) -> None:

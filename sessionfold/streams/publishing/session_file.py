@@ -47,7 +47,14 @@ from sessionfold.events.envelope import (
 )
 from sessionfold.events.formats import TRANSLATORS, detect, translator_for
 from sessionfold.events.formats.base import MappingError, Translator
-from sessionfold.events.lines import split_line
+from sessionfold.events.lines import (
+    DEPTH_ERROR,
+    DEPTH_REASON,
+    MAX_DEPTH,
+    may_be_too_deep,
+    split_line,
+    too_deep,
+)
 from sessionfold.events.migration import file_version, migrate_entry
 from sessionfold.streams.kafka.limits import MAX_MESSAGE_BYTES
 
@@ -82,6 +89,11 @@ _CHAR_BYTES = 6
 #: the record's own fields and length prefixes (under 40), with room to spare.
 RECORD_OVERHEAD_BYTES = 1024
 
+
+#: How many levels a translator may nest around what one line holds (a line kept whole as an
+#: entry's `raw` is one): an entry mapped from lines that all open fewer arrays and objects
+#: than MAX_DEPTH less this cannot be too deep, and is not walked to find out.
+TRANSLATOR_NESTING = 4
 
 #: The format a command's `--format` forces on every file it reads (None: detect each file's).
 FORCED_FORMAT: ContextVar[str | None] = ContextVar("sessionfold_forced_format", default=None)
@@ -388,6 +400,7 @@ class SessionFileReader:
         self._cursor = replace(start, held=0)
         self._replay_to = start.line + start.held  # held lines re-read: their records went out
         self._mark: tuple[int, int] | None = None  # (offset, line) before the open group
+        self._deep = False  # a line since the translator last held nothing may nest deep
         if start.held:
             self._mark = (start.offset, start.line)
 
@@ -485,6 +498,9 @@ class SessionFileReader:
                     records = [letter, *self._placeholder(None, letter)]
                 else:
                     held = start - self._mark[0] if self._mark is not None else 0
+                    if self._translator is not None or self._cursor.version == 0:
+                        limit = MAX_DEPTH - TRANSLATOR_NESTING
+                        self._deep = self._deep or may_be_too_deep(line.data, limit)
                     records = list(self._line_records(line.data, line_no, held + line.length))
                 self._cursor = self._cursor.past_line(line.length, line_no)
                 self._note_group(start, line_no)
@@ -509,6 +525,7 @@ class SessionFileReader:
         since = self._translator.open_since if self._translator is not None else None
         if since is None:
             self._mark = None
+            self._deep = False  # every line read so far has given its entries
         elif since == line_no and (self._mark is None or self._mark[1] < line_no - 1):
             self._mark = (start, line_no - 1)
 
@@ -586,6 +603,13 @@ class SessionFileReader:
         if isinstance(entry_id, str) and entry_id in self.ids:
             # pi never reuses an id: a second one would be folded by some folds and not others.
             yield self._dead(line_no, "DuplicateId", "duplicate id", line)
+            return
+        if self._deep and self._translator is not None and too_deep(entry, MAX_DEPTH):
+            # A translator nests what it maps (a line kept as `raw`, parsed arguments): an entry
+            # past the lines' limit would be refused by a Kafka worker and folded embedded.
+            letter = self._dead(line_no, DEPTH_ERROR, DEPTH_REASON, line)
+            yield letter
+            yield from self._placeholder(entry, letter)
             return
         try:
             parse_entry(entry)
