@@ -7,16 +7,13 @@ compares them with what the reader yields checks the mapping against the format.
 from __future__ import annotations
 
 import json
-import random
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sessionfold.streams.tools.synthetic_claude import (
     generate_claude_session,
-    transcript_bytes,
     write_claude_session,
 )
 
@@ -86,13 +83,3 @@ def source_counts(lines: list[dict[str, Any]]) -> SourceCounts:
             else:
                 prompts += 1
     return SourceCounts(len(responses), results, prompts, meta, calls, result_bytes, compactions)
-
-
-def damaged_copy(
-    rng: random.Random, lines: list[dict[str, Any]], damage: Callable[[random.Random, bytes], bytes]
-) -> bytes:
-    """The transcript with one line (not the first) replaced by `damage` of it."""
-    raw = transcript_bytes(lines).split(b"\n")[:-1]
-    index = rng.randrange(1, len(raw))
-    raw[index] = damage(rng, raw[index])
-    return b"\n".join(raw) + b"\n"

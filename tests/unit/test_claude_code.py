@@ -1,4 +1,5 @@
-"""Claude Code transcripts through the reader: the mapping, its groups, resuming, and damage.
+"""Claude Code transcripts through the reader: the mapping, its groups and dead letters (damage
+and resuming anywhere: test_format_damage.py and test_format_resume.py, over both formats).
 
 Every transcript is the generator's (synthetic_claude.py); the expected counts come from its
 lines (tests/claude_sessions.py), never from the translator.
@@ -7,27 +8,26 @@ lines (tests/claude_sessions.py), never from the translator.
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 from typing import Any
 
 import pytest
-from claude_sessions import damaged_copy, lines_of, source_counts, write_transcript
+from claude_sessions import lines_of, source_counts, write_transcript
+from format_sessions import tail_in_pieces, wire
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope, decode, encode
+from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope
 from sessionfold.events.formats import detect, translator_for
 from sessionfold.events.formats.claude_code import ClaudeCodeTranslator
 from sessionfold.projections.ledger.text import message_text
 from sessionfold.streams.publishing.session_file import (
     DeadLetter,
-    ReadPosition,
     SessionFileReader,
     header_of,
     read_session_file,
 )
-from sessionfold.streams.runtime.embedded import EmbeddedRuntime, fold_files
+from sessionfold.streams.runtime.embedded import fold_files
 from sessionfold.streams.tools.synthetic_claude import transcript_bytes
 
 SETTINGS = settings(
@@ -43,10 +43,6 @@ def messages(entries: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
     return [
         e["message"] for e in entries if e["type"] == "message" and e["message"]["role"] == role
     ]
-
-
-def wire(records: list[Any]) -> list[bytes]:
-    return [r.raw if isinstance(r, DeadLetter) else encode(r) for r in records]
 
 
 @pytest.fixture(scope="module")
@@ -172,45 +168,6 @@ def test_one_response_of_several_lines_is_one_assistant_message() -> None:
     assert out[5]["message"]["toolName"] == "Read" and out[6]["parentId"] == "r2"
 
 
-def _read_in_two(path: Path, data: bytes, cut: int) -> list[bytes]:
-    """The records of `data` read as a tail would: to line `cut`, stop, resume with a fresh
-    reader at the checkpoint (no ids handed over), then the whole file."""
-    lines = data.split(b"\n")
-    path.write_bytes(b"\n".join(lines[:cut]) + (b"\n" if cut else b""))
-    first = SessionFileReader(path)
-    records = [r for batch in first.lines(final=False) for r in batch]
-    position = ReadPosition.from_dict(json.loads(json.dumps(first.position.to_dict())))
-    path.write_bytes(data)
-    second = SessionFileReader(path, position)
-    return wire(records + list(second.records(final=True)))
-
-
-@SETTINGS
-@given(seed=st.integers(0, 2**32), cuts=st.lists(st.integers(0, 10_000), min_size=1, max_size=4))
-def test_a_checkpoint_inside_a_group_resumes_exactly_once(
-    tmp_path_factory: pytest.TempPathFactory, seed: int, cuts: list[int]
-) -> None:
-    """Stopped after any line, a response half written included, and resumed from the saved
-    position: the same records, byte for byte, as one read of the whole file."""
-    folder = tmp_path_factory.mktemp("cc")
-    main = write_transcript(folder, seed, 12)[0]
-    data = main.read_bytes()
-    whole = wire(list(read_session_file(main)))
-    count = data.count(b"\n")
-    held = 0
-    for cut in cuts:
-        at = cut % (count + 1)
-        path = folder / f"cut-{at}.jsonl"
-        assert _read_in_two(path, data, at) == whole
-        path.write_bytes(b"\n".join(data.split(b"\n")[:at]) + b"\n")
-        reader = SessionFileReader(path)
-        for _batch in reader.lines(final=False):
-            pass
-        held += reader.position.held > 0
-    # Most cuts land inside a group: the position then stands at its first line.
-    assert held or len(cuts) < 3
-
-
 def test_a_checkpoint_inside_a_group_stands_at_its_first_line(transcript: list[Path]) -> None:
     main = transcript[0]
     raw = main.read_bytes().split(b"\n")
@@ -280,42 +237,6 @@ def test_the_ledger_reads_claude_codes_tools_and_not_its_injected_text(
     assert "<system-reminder>" not in words and "<command-name>" not in words
 
 
-DAMAGE = {
-    "truncated": lambda rng, line: line[: rng.randrange(1, max(2, len(line)))],
-    "not-utf8": lambda rng, line: line[:5] + b"\xff\xfe" + line[5:],
-    "garbage": lambda rng, line: b"}{" * rng.randrange(1, 50),
-    "type-array": lambda rng, line: line.replace(b'"type":"', b'"type":["', 1).replace(
-        b'","', b'"],"', 1
-    ),
-    "message-string": lambda rng, line: line.replace(b'"message":{', b'"message":"x","m":{', 1),
-    "two-objects": lambda rng, line: line + line,
-    "blank": lambda rng, line: b"   ",
-}
-
-
-@pytest.mark.parametrize("damage", sorted(DAMAGE))
-def test_damaged_transcripts_read_fold_and_resume_without_error(
-    tmp_path: Path, damage: str
-) -> None:
-    """Fuzz: one damaged line of a generated transcript: no exception; seqs without a hole;
-    the fold runs; a read stopped anywhere and resumed gives the one read's records."""
-    for n in range(4):
-        rng = random.Random(f"cc/{damage}/{n}")
-        main = write_transcript(tmp_path / f"t{n}", rng.randrange(2**32), rng.randrange(4, 30))[0]
-        data = damaged_copy(rng, lines_of(main), DAMAGE[damage])
-        path = tmp_path / f"damaged-{n}.jsonl"
-        path.write_bytes(data)
-        records = list(read_session_file(path))
-        seqs = [r.seq for r in records if isinstance(r, EntryEnvelope | PlaceholderEnvelope)]
-        assert seqs == list(range(1, len(seqs) + 1))
-        runtime = EmbeddedRuntime()
-        for record in records:
-            runtime.publish(record if isinstance(record, DeadLetter) else decode(encode(record)))
-        assert list(runtime.sessions())
-        cut = rng.randrange(data.count(b"\n") + 1)
-        assert _read_in_two(tmp_path / f"cut-{n}.jsonl", data, cut) == wire(records)
-
-
 def test_a_dead_letter_inside_a_held_group_is_not_sent_again_on_resume(tmp_path: Path) -> None:
     """A line that cannot be mapped while a response waits for its results: its dead letter
     and placeholder go out once, though resuming reads the held lines again."""
@@ -334,7 +255,9 @@ def test_a_dead_letter_inside_a_held_group_is_not_sent_again_on_resume(tmp_path:
     data = transcript_bytes(lines)
     whole = list(read_session_file(_write(tmp_path / "whole.jsonl", data)))
     assert [type(r).__name__ for r in whole].count("DeadLetter") == 1
-    assert _read_in_two(tmp_path / "cut.jsonl", data, 3) == wire(whole)
+    third = data.split(b"\n")[:3]
+    cut = sum(len(line) + 1 for line in third)
+    assert wire(tail_in_pieces(tmp_path / "cut.jsonl", data, [cut])) == wire(whole)
 
 
 def _write(path: Path, data: bytes) -> Path:

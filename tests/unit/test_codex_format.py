@@ -501,3 +501,23 @@ def test_ledger_reads_codex_shell_commands_and_exit_codes() -> None:
     head = load_head(store, SID)
     assert head is not None
     assert [r["text"] for r in all_rows(store, head, "u")] == ["always run make"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 200_000 + "]" * 200_000,  # past any stack: no RecursionError
+        '{"a":' + "[" * 200 + "]" * 200 + "}",  # an object deeper than an entry may hold
+        '{"command": NaN}',  # not JSON the wire carries (orjson would write null)
+    ],
+)
+def test_arguments_that_are_not_wire_json_stay_text(text: str) -> None:
+    """A call's arguments parse only to an object the wire carries, within the depth an entry
+    may hold; otherwise they are kept as the string; an output's JSON head never crashes."""
+    entries = translate(
+        [META, call("c1", "shell", text), output("c1", '{"metadata":' + text + "}")]
+    )
+    (assistant,) = messages(entries, "assistant")
+    assert assistant["content"][0]["arguments"] == {"arguments": text}
+    (result,) = messages(entries, "toolResult")
+    assert "details" not in result and result["isError"] is False

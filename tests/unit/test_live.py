@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from format_sessions import TRANSLATED, write_format_session
 
 from sessionfold.events.flush import CompactionPayload, FlushRequestPayload
 from sessionfold.ports.summarizer import OfflineSummarizer
@@ -146,3 +147,49 @@ def test_a_torn_last_answer_is_asked_again(tmp_path: Path) -> None:
     restarted.discover()
     restarted.poll()
     assert again.calls == 1
+
+
+def _next_turn(data: bytes) -> bytes:
+    """The first line of the turn after a Claude Code transcript's last: a user prompt."""
+    lines = [orjson.loads(line) for line in data.splitlines()]
+    last = next(line for line in reversed(lines) if isinstance(line.get("uuid"), str))
+    prompt = {
+        "parentUuid": last["uuid"],
+        "sessionId": last["sessionId"],
+        "type": "user",
+        "uuid": "00000000-0000-4000-8000-000000000001",
+        "timestamp": last["timestamp"],
+        "message": {"role": "user", "content": "next"},
+    }
+    return orjson.dumps(prompt) + b"\n"
+
+
+@pytest.mark.parametrize("file_format", TRANSLATED)
+def test_a_growing_file_of_another_format_folds_to_the_fold_of_the_whole_file(
+    tmp_path: Path, file_format: str
+) -> None:
+    """A Codex rollout or a Claude Code transcript written line by line, each line in two
+    writes: the live state is `fold`'s of the whole file. A tail holds the group still open
+    (Claude Code's last turn until the next one starts: here the next prompt is written)."""
+    source = write_format_session(tmp_path / "src", file_format, seed=7, turns=5)
+    data = source.read_bytes()
+    (tmp_path / "live").mkdir()
+    target = tmp_path / "live" / source.name
+    target.write_bytes(b"")
+    live = LiveFolds([tmp_path / "live"], journals=False)
+    live.discover()
+    tail = _next_turn(data) if file_format == "claude-code" else b""
+    for line in [*data.splitlines(keepends=True), tail]:
+        half = len(line) // 2
+        for piece in (line[:half], line[half:]):
+            with target.open("ab") as handle:
+                handle.write(piece)
+            live.poll()
+    expected = fold_files([source])["sessions"]
+    assert list(live.sessions) == list(expected)
+    for session_id, state in expected.items():
+        document = live.document(session_id)
+        assert orjson.dumps(document, option=orjson.OPT_SORT_KEYS) == orjson.dumps(
+            state, option=orjson.OPT_SORT_KEYS
+        )
+        assert state["counts"]["messages"]["toolResult"] > 0

@@ -3,9 +3,11 @@
 A translator maps the JSON objects of one file, in order, onto the pi v3 entry dicts the reader
 already folds (the synthetic session header first, once), the way `events/migration.py` maps
 v1 and v2 pi entries. It is pure and deterministic: the same objects give the same entries,
-byte for byte, and its state is only what an open group of lines needs (one API response
-written as several lines), so a reader resumed at the first line of the open group
-(`open_since`) with a fresh translator reads on exactly as the first one would have.
+byte for byte. Its state may span the whole file (Codex: the session id, the chain's last id,
+the calls waiting for their outputs); a reader resumed at a position feeds a new translator
+the file's lines before it and drops what they give, so it reads on exactly as one reader of
+the whole file. A checkpoint taken while a group is open stands at its first line
+(`open_since`), and the group's lines are read again.
 """
 
 from __future__ import annotations

@@ -27,7 +27,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from sessionfold.events.formats.base import MappingError
+from sessionfold.events.lines import MAX_DEPTH, too_deep
 
 FORMAT = "codex"
 UNKNOWN_PREFIX = "x-codex."
@@ -58,6 +61,9 @@ _WRAPPED = {
 # Shell output shapes Codex writes: a freeform head line, or unified exec's exit line.
 _EXIT_HEAD = re.compile(r"\AExit code: (-?\d+)\b")
 _PROCESS_EXIT = re.compile(r"^Process exited with code (-?\d+)\b", re.M)
+#: The deepest a call's parsed `arguments` may nest: the entry holds them four levels down
+#: (entry, message, content, block), and every entry stays within the reader's MAX_DEPTH.
+ARGUMENTS_DEPTH = MAX_DEPTH - 8
 # Codex's effort names onto pi's thinking levels.
 _EFFORT = {
     "none": "off",
@@ -476,17 +482,23 @@ def _joined(blocks: list[dict[str, Any]]) -> str:
     return "\n".join(b["text"] for b in blocks if b.get("type") == "text")
 
 
+def _json(text: str) -> Any:
+    """`text` as JSON the wire carries, or None: orjson's rules (no NaN or Infinity, no lone
+    surrogate) and its depth limit, so no text nests the parse past Python's stack."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+
+
 def _arguments(raw: Any) -> dict[str, Any]:
     """A function call's `arguments` (a JSON string) as an object; a string that is not a JSON
-    object is kept whole under `arguments`."""
+    object, or nests deeper than `ARGUMENTS_DEPTH`, is kept whole under `arguments`."""
     if isinstance(raw, dict):
         return raw
     if isinstance(raw, str):
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict):
+        parsed = _json(raw)
+        if isinstance(parsed, dict) and not too_deep(parsed, ARGUMENTS_DEPTH):
             return parsed
         return {"arguments": raw}
     return {} if raw is None else {"arguments": _scrubbed_json(raw)}
@@ -496,10 +508,7 @@ def _exit_code(output: str) -> int | None:
     """The exit code a Codex shell output carries: `{"output", "metadata": {"exit_code"}}` JSON,
     a freeform `Exit code: N` head, or unified exec's `Process exited with code N` line."""
     if output.startswith("{"):
-        try:
-            parsed = json.loads(output)
-        except ValueError:
-            parsed = None
+        parsed = _json(output)
         metadata = parsed.get("metadata") if isinstance(parsed, dict) else None
         code = metadata.get("exit_code") if isinstance(metadata, dict) else None
         if isinstance(code, int) and not isinstance(code, bool):

@@ -1,4 +1,5 @@
-"""`sessionfold generate`: write synthetic pi session files (format v3) for tests and benches."""
+"""`sessionfold generate`: write synthetic session files (pi v3, Claude Code transcripts, Codex
+rollouts) for tests and benches."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from sessionfold.streams.tools.synthetic import WrittenSession, write_fleet
 from sessionfold.streams.tools.synthetic_claude import write_claude_fleet
+from sessionfold.streams.tools.synthetic_codex import write_codex_fleet
 
 #: The formats `generate` writes, and how.
-_WRITERS = {"pi": write_fleet, "claude-code": write_claude_fleet}
+_WRITERS = {"pi": write_fleet, "claude-code": write_claude_fleet, "codex": write_codex_fleet}
 
 
 def _progress(console: Console, show: bool) -> Progress:
@@ -55,15 +57,16 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option(
                 "--format",
-                help="pi, or claude-code: transcripts under OUT/<project>/<session>.jsonl, "
-                "each with its subagents' files.",
+                help="pi; claude-code: transcripts under OUT/<project>/<session>.jsonl, "
+                "each with its subagents' files; codex: rollouts under "
+                "OUT/YYYY/MM/DD/rollout-*.jsonl.",
             ),
         ] = "pi",
     ) -> None:
         """Write N synthetic sessions shaped like real ones, deterministic per seed.
 
-        pi files get pi's names (<timestamp>_<uuid>.jsonl), Claude Code transcripts Claude
-        Code's layout; same-named files in OUT are replaced.
+        pi files get pi's names (<timestamp>_<uuid>.jsonl), Claude Code transcripts and Codex
+        rollouts their agent's layout; same-named files in OUT are replaced.
         """
         writer = _WRITERS.get(file_format)
         if writer is None:
@@ -73,7 +76,7 @@ def register(app: typer.Typer) -> None:
         totals = {"entries": 0, "bytes": 0}
         # a bar only helps a person waiting on several files; logs and pipes get none
         with _progress(console, show=sessions > 1 and console.is_terminal) as progress:
-            files = sessions if file_format == "pi" else None  # subagents add files
+            files = None if file_format == "claude-code" else sessions  # subagents add files
             task = progress.add_task("generating", total=files)
 
             def written(result: WrittenSession) -> None:

@@ -74,14 +74,18 @@ def _force_format(value: str | None) -> str | None:
     return value
 
 
+_FORMAT_HELP = (
+    "Read the files as pi, claude-code or codex transcripts (default: detected from each "
+    "file's first line; docs/formats.md)."
+)
 Format = Annotated[
     str | None,
-    typer.Option(
-        "--format",
-        help="Read the files as pi, claude-code or codex transcripts (default: detected from "
-        "each file's first line; docs/formats.md).",
-        callback=_force_format,
-    ),
+    typer.Option("--format", "--input-format", help=_FORMAT_HELP, callback=_force_format),
+]
+#: `--input-format` alone, for a command whose `--format` names its output (`context`).
+InputFormat = Annotated[
+    str | None,
+    typer.Option("--input-format", help=_FORMAT_HELP, callback=_force_format),
 ]
 
 Ledger = Annotated[

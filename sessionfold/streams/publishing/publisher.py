@@ -469,8 +469,9 @@ class Publisher:
         self._cwds: dict[str, str | None] = {}  # per file: its header's cwd
         self._world_due: dict[str, _WorldDue] = {}  # per file
         self._world_last: dict[str, _WorldLast] = {}  # per session
-        # Per file: the entry ids before a position, so a tailing run does not read them back.
-        self._ids: dict[str, tuple[ReadPosition, set[str]]] = {}
+        # Per file: the reader that stopped at its checkpoint, so a tailing run reads on from
+        # there without reading the file back (the ids before it, a translator's state).
+        self._readers: dict[str, SessionFileReader] = {}
         self._inflight: deque[_Sent] = deque()
         self._inflight_bytes = 0
         self._since_checkpoint = 0
@@ -521,9 +522,9 @@ class Publisher:
             # The file shrank: pi rewrote it (a migration). Its lines are new; read from 0.
             log.warning("file shrank; republishing from the start", extra={"file": name})
             start = ReadPosition()
-        cached = self._ids.get(name)
-        known = cached[1] if cached is not None and cached[0] == start else None
-        reader = SessionFileReader(path, start, known_ids=known)
+        reader = self._readers.pop(name, None)
+        if reader is None or reader.position != start:
+            reader = SessionFileReader(path, start)
         if first_visit:
             self.counts.skipped += start.line
         resume = self._resume(name)
@@ -548,8 +549,7 @@ class Publisher:
             # The file was not read to its end: it keeps its unsure mark (a re-run reads back
             # what of it landed), and what was sent gets the stop's grace to be acknowledged.
             self._stop()
-        if reader.known_ids is not None:
-            self._ids[name] = (reader.position, reader.known_ids)
+        self._readers[name] = reader
         # Read to its end: once everything before this mark is acknowledged, the file's
         # checkpoint covers all it sent, and its unsure mark goes.
         self._inflight.append(_Sent(name, str(path), None, [], closes=True))

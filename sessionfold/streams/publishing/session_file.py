@@ -5,7 +5,9 @@ resume: `ReadPosition` says how far it got (byte offset, line, next sequence num
 what `sessionfold publish` remembers per file and what `--follow` tails from. It also remembers
 the ids of the entries it has read (a few dozen bytes each), to dead-letter a second entry with
 an id already read ("duplicate id"); a reader resumed without them reads them back from the
-part of the file before its position, once.
+part of the file before its position, once. In the same pass a reader resumed inside a file of
+another format rebuilds its translator's state (events/formats/base.py), so it reads on as one
+reader of the whole file would.
 
 A dead-lettered line after the header keeps its place in the session: it is followed by a
 placeholder envelope (ids only, see `PlaceholderPayload`) that takes the sequence number the
@@ -45,7 +47,14 @@ from sessionfold.events.envelope import (
 )
 from sessionfold.events.formats import TRANSLATORS, detect, translator_for
 from sessionfold.events.formats.base import MappingError, Translator
-from sessionfold.events.lines import split_line
+from sessionfold.events.lines import (
+    DEPTH_ERROR,
+    DEPTH_REASON,
+    MAX_DEPTH,
+    may_be_too_deep,
+    split_line,
+    too_deep,
+)
 from sessionfold.events.migration import file_version, migrate_entry
 from sessionfold.streams.kafka.limits import MAX_MESSAGE_BYTES
 
@@ -80,6 +89,11 @@ _CHAR_BYTES = 6
 #: the record's own fields and length prefixes (under 40), with room to spare.
 RECORD_OVERHEAD_BYTES = 1024
 
+
+#: How many levels a translator may nest around what one line holds (a line kept whole as an
+#: entry's `raw` is one): an entry mapped from lines that all open fewer arrays and objects
+#: than MAX_DEPTH less this cannot be too deep, and is not walked to find out.
+TRANSLATOR_NESTING = 4
 
 #: The format a command's `--format` forces on every file it reads (None: detect each file's).
 FORCED_FORMAT: ContextVar[str | None] = ContextVar("sessionfold_forced_format", default=None)
@@ -382,17 +396,21 @@ class SessionFileReader:
         start = position or ReadPosition()
         self.producer = producer
         self.max_line = max_line_bytes() if max_line is None else max_line
-        self._ids = known_ids
+        # From the start of the file no entry comes before: nothing to read back.
+        self._ids = known_ids if known_ids is not None or start.offset else set()
         self._quiet = False  # a read-back of the ids: its dead letters were logged before
         self.format = format if format is not None else FORCED_FORMAT.get()
         self._translator: Translator | None = None
-        if start.version != 0 and start.format != "pi":
-            # Resumed past the header: a fresh translator, as the format promises (base.py).
-            self._translator = translator_for(start.format)
+        # Resumed inside a file of another format: its translator's state (the session, the
+        # chain's last id, calls waiting for their results, ...) is rebuilt from the lines
+        # before the position before the first line is read (`_catch_up`).
+        self._rebuild = start.format != "pi"
+        self._closed = start.held == 0  # no group was open at the position (see _catch_up)
         # Where reading got (the position is where resuming must start: see ReadPosition).
         self._cursor = replace(start, held=0)
         self._replay_to = start.line + start.held  # held lines re-read: their records went out
         self._mark: tuple[int, int] | None = None  # (offset, line) before the open group
+        self._deep = False  # a line since the translator last held nothing may nest deep
         if start.held:
             self._mark = (start.offset, start.line)
 
@@ -418,25 +436,41 @@ class SessionFileReader:
     def ids(self) -> set[str]:
         """The ids of the entries read so far (placeholders included), header excluded."""
         if self._ids is None:
-            self._ids = self._ids_before(self.position.offset)
+            self._catch_up(self.position.offset)
+        assert self._ids is not None
         return self._ids
 
-    def _ids_before(self, offset: int) -> set[str]:
-        """The entry ids of the file's lines before byte `offset`, read again from the start."""
-        if offset == 0:
-            return set()
+    def _catch_up(self, offset: int) -> None:
+        """Rebuild what a resumed reader needs from the file's lines before byte `offset`, in
+        one pass read again from the start: the entry ids (unless handed over), and the
+        translator of a file of another format, fed every line before and its output dropped,
+        so it resumes exactly as one that read the whole file."""
+        rebuild, self._rebuild = self._rebuild, False
+        format = self.format if self.format is not None else self._cursor.format
         prefix = SessionFileReader(
             self.path,
             producer=self.producer,
             max_line=self.max_line,
             known_ids=set(),
-            format=self.format if self.format is not None else self._cursor.format,
+            format=format,
         )
         prefix._quiet = True
-        for _records in prefix.lines(final=False):
+        # final: a last line without its newline was read (and counted in `offset`) by a final
+        # read; the group open at the end is not closed, as the loop stops before that.
+        for _records in prefix._read(final=True, close=False) if offset > 0 else ():
             if prefix._cursor.offset >= offset:
                 break
-        return prefix.ids
+        if self._ids is None:
+            self._ids = prefix._ids or set()
+        if rebuild:
+            translator = prefix._translator
+            if translator is None:
+                translator = translator_for(format)
+            if translator is not None and self._closed and translator.open_since is not None:
+                # The position has no group open, yet these lines leave one: the reader that
+                # stood there closed it at the end of the file (a final read); so does this one.
+                translator.close()
+            self._translator = translator
 
     def records(self, final: bool = True) -> Iterator[Record]:
         """Yield what the file holds past the current position, record by record."""
@@ -452,12 +486,18 @@ class SessionFileReader:
         the line complete on a later call. `final` also closes the group held at the end of a
         file of another format (its entries come as one more list).
         """
+        yield from self._read(final, close=final)
+
+    def _read(self, final: bool, close: bool) -> Iterator[list[Record]]:
+        """`lines`, with the closing of the held group at the end apart (`close`)."""
+        if self._rebuild:
+            self._catch_up(self._cursor.offset)
         with open_session_file(self.path) as handle:
             for line in raw_lines(handle, self._cursor.offset, self.max_line, final):
                 start = self._cursor.offset
                 line_no = self._cursor.line + 1
                 replaying = line_no <= self._replay_to
-                seq = self._cursor.next_seq
+                seq, counted = self._cursor.next_seq, self._cursor.entries
                 if line.too_long:
                     letter = self._dead(
                         line_no, TOO_LONG_ERROR, TOO_LONG_REASON, line.data, size=line.size
@@ -468,15 +508,19 @@ class SessionFileReader:
                     records = [letter, *self._placeholder(None, letter)]
                 else:
                     held = start - self._mark[0] if self._mark is not None else 0
+                    if self._translator is not None or self._cursor.version == 0:
+                        limit = MAX_DEPTH - TRANSLATOR_NESTING
+                        self._deep = self._deep or may_be_too_deep(line.data, limit)
                     records = list(self._line_records(line.data, line_no, held + line.length))
                 self._cursor = self._cursor.past_line(line.length, line_no)
                 self._note_group(start, line_no)
                 if replaying:
-                    # Sent when this line was first read: the seqs they took stay taken.
-                    self._cursor = replace(self._cursor, next_seq=seq)
+                    # Read when this line was first read: the seqs its records took and the
+                    # objects it counted are in the position already.
+                    self._cursor = replace(self._cursor, next_seq=seq, entries=counted)
                     continue
                 yield records
-        if final and self._translator is not None:
+        if close and self._translator is not None:
             size = self._cursor.offset - (self._mark[0] if self._mark else self._cursor.offset)
             entries = self._translator.close()
             self._mark = None
@@ -491,6 +535,7 @@ class SessionFileReader:
         since = self._translator.open_since if self._translator is not None else None
         if since is None:
             self._mark = None
+            self._deep = False  # every line read so far has given its entries
         elif since == line_no and (self._mark is None or self._mark[1] < line_no - 1):
             self._mark = (start, line_no - 1)
 
@@ -568,6 +613,13 @@ class SessionFileReader:
         if isinstance(entry_id, str) and entry_id in self.ids:
             # pi never reuses an id: a second one would be folded by some folds and not others.
             yield self._dead(line_no, "DuplicateId", "duplicate id", line)
+            return
+        if self._deep and self._translator is not None and too_deep(entry, MAX_DEPTH):
+            # A translator nests what it maps (a line kept as `raw`, parsed arguments): an entry
+            # past the lines' limit would be refused by a Kafka worker and folded embedded.
+            letter = self._dead(line_no, DEPTH_ERROR, DEPTH_REASON, line)
+            yield letter
+            yield from self._placeholder(entry, letter)
             return
         try:
             parse_entry(entry)

@@ -18,9 +18,12 @@ import base64
 import json
 import random
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from sessionfold.streams.tools.synthetic import WrittenSession, session_seeds
 
 Line = dict[str, Any]
 
@@ -282,3 +285,24 @@ def write_codex_session(out_dir: Path, lines: list[Line]) -> Path:
         for line in lines:
             handle.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
     return path
+
+
+def write_codex_fleet(
+    out_dir: Path,
+    sessions: int,
+    turns: int,
+    seed: int,
+    on_written: Callable[[WrittenSession], None] | None = None,
+) -> list[WrittenSession]:
+    """Write a fleet of rollouts as Codex lays them out under `~/.codex/sessions`:
+    `out_dir/YYYY/MM/DD/rollout-<start>-<session id>.jsonl`, dated by each one's start."""
+    written = []
+    for session_seed in session_seeds(seed, sessions):
+        lines = generate_codex_session(session_seed, turns)
+        day = str(lines[0]["payload"]["timestamp"])[:10].split("-")
+        path = write_codex_session(Path(out_dir).joinpath(*day), lines)
+        result = WrittenSession(path, len(lines) - 1, path.stat().st_size)
+        written.append(result)
+        if on_written is not None:
+            on_written(result)
+    return written
