@@ -44,6 +44,7 @@ def _publish_growing(bootstrap: str, prefix: str, path: Path, data: bytes, state
         try:
             publisher = Publisher(producer, Topics(prefix), Checkpoints.load(state), world=False)
             publisher.publish_file(path, final=cut == len(data))
+            publisher.drain()  # a run ends so (publish_paths): acknowledged, checkpointed
             published += publisher.counts.published
         finally:
             producer.close()
