@@ -7,6 +7,11 @@ them as `key=value` pairs, a group's keys flattened, so a line reads
 `WARNING: dead letter source=s.jsonl line=3 error=JSONDecodeError reason="not JSON" size=9`.
 The CLI installs it on stderr (`configure_cli_logging`); the worker hands it to Faust's logging
 setup (`worker_logging_config`).
+
+While a broker is away the Kafka client libraries retry several times a second and log each
+failure (a fold worker wrote 12,090 lines in a 200 s outage). `RepeatFilter`, on the worker's
+handlers, lets one warning or error of each kind (one logging call site) through per interval,
+adds `suppressed=N` to it for the ones held back since, and logs one line when they stop.
 """
 
 from __future__ import annotations
@@ -15,6 +20,10 @@ import json
 import logging
 import re
 import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 #: Attributes every LogRecord has, or that formatters add: everything else came from `extra=`.
@@ -115,3 +124,133 @@ def worker_logging_config() -> dict[str, Any]:
     """A logging config Faust's worker merges into its own: its formatters show the facts."""
     formatter = {"()": f"{__name__}.FactsFormatter", "fmt": WORKER_FORMAT}
     return {"merge": True, "formatters": {"default": formatter, "colored": dict(formatter)}}
+
+
+#: Loggers (and their children) of the Kafka client libraries, whose retries repeat a warning or
+#: an error several times a second for as long as a broker is away.
+CLIENT_LOGGERS = ("aiokafka", "kafka", "faust", "mode")
+DEFAULT_REPEAT_INTERVAL_S = 30.0
+#: Longest quiet the recovery line waits for: the clients retry every 0.1 s or so while a broker
+#: is away, so a few seconds without a failure means they reach it again.
+MAX_QUIET_S = 5.0
+#: What the recovery line says; a test looks for it.
+RECOVERED = "kafka clients recovered"
+_VERDICT = "_sessionfold_repeat"  # the filter's verdict on a record, for its other handlers
+
+
+@dataclass
+class _Kind:
+    """One kind of repeated record: when its last line went out, how many were held back since."""
+
+    shown_at: float
+    suppressed: int = 0
+
+
+class RepeatFilter(logging.Filter):
+    """At most one warning or error per kind (logger and line) per interval from the client
+    libraries; the line that ends a hold says how many it held (`suppressed=`), and once they
+    have been quiet for `quiet_s`, one line says they recovered and what was still held back.
+
+    One instance may sit on several handlers: a record is judged once. The recovery line needs
+    a record or a `tick()` after the quiet; the worker ticks it every second.
+    """
+
+    def __init__(
+        self,
+        interval_s: float = DEFAULT_REPEAT_INTERVAL_S,
+        quiet_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        loggers: tuple[str, ...] = CLIENT_LOGGERS,
+        emit: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self.quiet_s = min(interval_s, MAX_QUIET_S) if quiet_s is None else quiet_s
+        self._clock = clock
+        self._loggers = loggers
+        self._emit = emit or _log_recovery
+        self._lock = threading.Lock()
+        self._kinds: dict[str, _Kind] = {}
+        #: The current run of failures: when it began, the last one, records, records held.
+        self._began: float | None = None
+        self._last = 0.0
+        self._records = 0
+        self._held = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Whether the record goes out: a held repeat does not; a line that ends a hold says
+        how many it held."""
+        verdict = getattr(record, _VERDICT, None)
+        if verdict is not None:
+            return bool(verdict)
+        verdict = self._judge(record)
+        setattr(record, _VERDICT, verdict)
+        return verdict
+
+    def tick(self) -> None:
+        """Log the recovery line if the failures have been quiet long enough."""
+        with self._lock:
+            recovery = self._recovery(self._clock())
+        if recovery is not None:
+            self._emit(RECOVERED, recovery)
+
+    def attach(self, logger: logging.Logger) -> None:
+        """Put this filter on every handler of `logger` (the root: the libraries' records
+        propagate to its handlers; a filter on a logger would miss its children's)."""
+        for handler in logger.handlers:
+            handler.addFilter(self)
+
+    def watches(self, name: str) -> bool:
+        """Whether records of the logger `name` are limited."""
+        return any(name == root or name.startswith(root + ".") for root in self._loggers)
+
+    def _judge(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or not self.watches(record.name):
+            self.tick()
+            return True
+        now = self._clock()
+        kind = f"{record.name}:{record.lineno}"  # a call site: a code, never the text
+        with self._lock:
+            recovery = self._recovery(now)
+            if self._began is None:
+                self._began = now
+            self._last = now
+            self._records += 1
+            seen = self._kinds.get(kind)
+            if seen is not None and now - seen.shown_at < self.interval_s:
+                seen.suppressed += 1
+                self._held += 1
+                shown = False
+            else:
+                if seen is not None and seen.suppressed:
+                    record.suppressed = seen.suppressed
+                    record.kind = kind
+                self._kinds[kind] = _Kind(shown_at=now)
+                shown = True
+        if recovery is not None:
+            self._emit(RECOVERED, recovery)
+        return shown
+
+    def _recovery(self, now: float) -> dict[str, Any] | None:
+        """End the run of failures if it has been quiet for `quiet_s`; the recovery line's
+        facts when it held anything back (a lone failure needs no all-clear)."""
+        if self._began is None or now - self._last < self.quiet_s:
+            return None
+        counts = {kind: seen.suppressed for kind, seen in self._kinds.items() if seen.suppressed}
+        facts: dict[str, Any] | None = None
+        if self._held:
+            facts = {
+                "seconds": round(self._last - self._began, 1),
+                "logged": self._records,
+                "suppressed": sum(counts.values()),
+                "kinds": counts,
+            }
+        for seen in self._kinds.values():
+            seen.suppressed = 0  # told now; the interval per kind still runs
+        self._began, self._records, self._held = None, 0, 0
+        return facts
+
+
+def _log_recovery(message: str, facts: dict[str, Any]) -> None:
+    # A warning, so that it shows at the levels that showed the failures.
+    logging.getLogger(__name__).warning(message, extra={"recovery": facts})

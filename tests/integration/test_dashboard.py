@@ -23,7 +23,7 @@ from uuid import uuid4
 import httpx
 import pytest
 import typer
-from kafka_workers import WorkerProcess, publish_tree
+from kafka_workers import WorkerProcess, auth, publish_tree
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -34,6 +34,7 @@ from sessionfold.streams.kafka.topics import Topics
 from sessionfold.streams.publishing.publisher import make_producer
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
 from sessionfold.streams.tools.synthetic import write_fleet
+from sessionfold.streams.web.live_contract import LiveMetrics
 from sessionfold.streams.worker.prometheus import FleetCollector, FleetSnapshot, create
 
 REPO = Path(__file__).resolve().parents[2]
@@ -297,6 +298,7 @@ def code_families() -> dict[str, Metric]:
     """Every family the code registers, as a worker's /metrics shows them (no broker)."""
     registry = CollectorRegistry()
     create(registry)
+    LiveMetrics.create(registry)  # the live routes' metrics, on the same registry (app.py)
     registry.register(
         FleetCollector(
             fleet=lambda: FleetSnapshot(1, 2, 0, 0, [1_500]),
@@ -410,7 +412,8 @@ def test_dashboard_json_is_valid_and_every_panel_has_an_expression() -> None:
 
 
 def test_dashboard_covers_what_operators_need() -> None:
-    """Folding, flushes, compactions, the summarizer, fleet gauges, lag and dead letters."""
+    """Folding, flushes, compactions, the summarizer, fleet gauges, lag, dead letters and the
+    live loop's calls."""
     used = {
         n
         for exprs in dashboard_expressions(_dashboard()).values()
@@ -429,6 +432,9 @@ def test_dashboard_covers_what_operators_need() -> None:
         "sessionfold_frontier_gap_tokens_bucket",
         "sessionfold_dead_letters_total",
         "sessionfold_consumer_lag_records",
+        "sessionfold_live_calls_total",
+        "sessionfold_live_call_seconds_bucket",
+        "sessionfold_live_fail_opens_total",
     }
     assert wanted <= used, sorted(wanted - used)
 
@@ -653,6 +659,20 @@ def test_dashboard_names_are_served_by_a_live_worker(
         producer.flush()
     finally:
         producer.close()
+
+    # The live routes (the pi extension's calls): a context call and a fail-open report, so
+    # that their series have samples too.
+    session_id = envelopes[0].session_id
+    headers = auth(live_worker.api_token)
+    body = {"leaf": None, "messages": [], "wait_ms": 20_000}
+    answer = httpx.post(
+        f"{live_worker.url}/sessions/{session_id}/context", json=body, headers=headers, timeout=60
+    )
+    assert answer.status_code == 200, answer.text
+    report = {"fail_open": 1, "kind": "timeout"}
+    httpx.post(
+        f"{live_worker.url}/sessions/{session_id}/client-events", json=report, headers=headers
+    )
 
     dashboard = _dashboard()
     wanted = {

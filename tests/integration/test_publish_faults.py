@@ -106,6 +106,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return generate_fleet(tmp_path_factory.mktemp("fault-fleet"), 60, 40, seed=11)
 
 
+@pytest.fixture(scope="module")
+def short_fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """400 short generated sessions, about 3,500 entries: many files in flight at once."""
+    return generate_fleet(tmp_path_factory.mktemp("short-fleet"), 400, 3, seed=12)
+
+
 def _expected(root: Path) -> dict[str, list[int]]:
     seqs: dict[str, list[int]] = defaultdict(list)
     for path in session_files([root]):
@@ -280,6 +286,39 @@ def test_sigkill_at_random_points_never_doubles_an_entry(
     last = Run(tmp_path, bootstrap, prefix, fleet)
     assert last.wait() == 0, last.stderr()
     assert _published(bootstrap, Topics(prefix)) == _expected(fleet)
+
+
+def test_sigkill_with_several_files_in_flight_never_doubles_an_entry(
+    live_broker: Node, short_fleet: Path, tmp_path: Path
+) -> None:
+    """Publish sends a file's records before the files before it are acknowledged: runs over
+    many short files killed with SIGKILL at random points, some of them while several files
+    are unacknowledged (each marked unsure in the state file), then a run to the end; the topic
+    holds every entry exactly once, in order.
+    """
+    bootstrap = live_broker.bootstrap
+    prefix = f"t{uuid4().hex[:8]}."
+    chance = random.Random(20261226)
+    state = tmp_path / "state.json"
+    killed = most_unsure = 0
+    for _ in range(8):
+        before = _mtime(state)
+        run = Run(tmp_path, bootstrap, prefix, short_fleet)
+        _until(partial(_sent_or_ended, state, before, run), "the run to send")
+        time.sleep(chance.uniform(0.0, 0.6))
+        if run.process.poll() is not None:
+            assert run.process.returncode == 0, run.stderr()
+            break
+        run.process.kill()
+        run.process.wait()
+        killed += 1
+        most_unsure = max(most_unsure, len(Checkpoints.load(state).unsure))
+    assert killed >= 2, "the runs ended before they could be killed: make the fleet bigger"
+    assert most_unsure >= 2, "no kill found two files unacknowledged at once"
+    last = Run(tmp_path, bootstrap, prefix, short_fleet)
+    assert last.wait() == 0, last.stderr()
+    assert Checkpoints.load(state).unsure == {}
+    assert _published(bootstrap, Topics(prefix)) == _expected(short_fleet)
 
 
 def _mtime(path: Path) -> int:

@@ -4,7 +4,7 @@ two-partition topic, each bound to 127.0.0.1 by default, with the test run's API
 - every state route refuses a request without the token or with a wrong one (401), and serves
   it with the token; /metrics and /health need none; Faust's raw /table routes are off;
 - a worker asked for a session the other one owns proxies the request with the token (200),
-  and the owner itself refuses it without one;
+  and the owner itself refuses it without one; the live routes' POSTs go with their bodies;
 - ids over the API's limit are a 400, and a request line or a token header over aiohttp's
   8190-byte limit a 400 logged as one line, with no traceback, id or token in the log.
 """
@@ -143,6 +143,21 @@ def _check_forwarding(session_id: str, owner: WorkerProcess, other: WorkerProces
     assert fetch_state(owner.url, session_id, token=None)[0] == 401
     flushes = httpx.get(f"{other.url}/sessions/{session_id}/flushes", headers=auth(), timeout=60)
     assert flushes.status_code == 200 and flushes.json()["session_id"] == session_id
+    # The live routes' POSTs reach the owner with their bodies (Faust's proxy drops a body).
+    live = {"context": {"leaf": None, "messages": [], "wait_ms": 60_000}, "recall": {"ids": ["t1"]}}
+    for route, sent in {**live, "compact": {}}.items():
+        answers = [
+            httpx.post(
+                f"{w.url}/sessions/{session_id}/{route}", json=sent, headers=auth(), timeout=120
+            )
+            for w in (other, owner)
+        ]
+        assert [a.status_code for a in answers] == [200, 200], (route, answers[0].text)
+        assert answers[0].json() == answers[1].json(), route
+    refused = httpx.post(f"{other.url}/sessions/{session_id}/recall", json=live["recall"])
+    assert refused.status_code == 401
+    status = httpx.get(f"{other.url}/sessions/{session_id}/status", headers=auth(), timeout=60)
+    assert status.status_code == 200 and status.json()["known"] is True
 
 
 def _check_routes(worker: WorkerProcess, session_id: str) -> None:
@@ -152,6 +167,7 @@ def _check_routes(worker: WorkerProcess, session_id: str) -> None:
         f"/sessions/{session_id}",
         f"/sessions/{session_id}/flushes",
         f"/sessions/{session_id}/refs/t1",
+        f"/sessions/{session_id}/status",
         "/router/",
         "/",
     ):

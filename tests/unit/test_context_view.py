@@ -456,6 +456,27 @@ def test_branch_and_compaction_keep_what_pi_keeps() -> None:
     assert [e.seq for e in branch_of(entries, "e7")] == [1, 2, 7]
 
 
+def test_an_older_compaction_inside_the_kept_range_is_its_summary() -> None:
+    """A second compaction that keeps entries from before the first: pi 0.83 sends the first
+    one's summary where it stands in the kept range (its buildContextEntries), not nothing."""
+    entries = [
+        _entry_of(1, "message", None, message=user(1, "a")),
+        _entry_of(2, "message", 1, message=assistant(2, text="b")),
+        _entry_of(3, "compaction", 2, summary="S1", tokensBefore=9, firstKeptEntryId="e2"),
+        _entry_of(4, "message", 3, message=user(4, "c")),
+        _entry_of(5, "compaction", 4, summary="S2", tokensBefore=7, firstKeptEntryId="e2"),
+        _entry_of(6, "message", 5, message=user(6, "d")),
+    ]
+    messages = _messages(_visible(branch_of(entries, "e6")), {})
+    assert [(m["role"], m.get("summary")) for m in messages] == [
+        ("compactionSummary", "S2"),
+        ("assistant", None),
+        ("compactionSummary", "S1"),
+        ("user", None),
+        ("user", None),
+    ]
+
+
 def test_branch_of_follows_placeholders_and_gaps() -> None:
     """The context view's branch uses the digest's rule for dead lines: a placeholder is a
     node (under the entry before it when `previous`), an orphan after a gap hangs under the

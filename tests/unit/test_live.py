@@ -12,9 +12,11 @@ from typing import Any
 
 import orjson
 import pytest
+from format_sessions import TRANSLATED, write_format_session
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sessionfold.events.envelope import CommandEnvelope, CommandPayload
 from sessionfold.events.flush import CompactionPayload, FlushRequestPayload
 from sessionfold.ports.summarizer import OfflineSummarizer
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
@@ -27,6 +29,7 @@ from sessionfold.streams.runtime.embedded import fold_files
 from sessionfold.streams.runtime.live import LiveFolds
 from sessionfold.streams.tools.replay import Collector, replay_files
 from sessionfold.streams.tools.synthetic import generate_session, write_session
+from sessionfold.streams.web.live_contract import epoch_of
 
 
 class MarkedModel:
@@ -85,7 +88,7 @@ def test_the_live_view_is_the_context_command_at_every_line(tmp_path: Path, seed
         view = live.view(session_id)
         pruned += view.pruned
         assert orjson.dumps(view.to_json()) == _context_json(target, session_id)
-    assert pruned > 0 and live.sessions[session_id].epoch > 0  # flushes did land
+    assert pruned > 0 and epoch_of(live.runtime.store, session_id) > 0  # flushes did land
 
 
 def test_a_half_written_line_waits_for_its_newline(tmp_path: Path) -> None:
@@ -179,9 +182,9 @@ def test_the_kept_render_is_the_context_command_however_the_file_grows(cuts: lis
             if not live.sessions:
                 continue
             (session_id,) = live.sessions
-            rendered = live.rendered(session_id)
+            rendered = live.rendered(session_id, epoch_of)
             live.poll()  # nothing new: the kept render stays
-            assert live.rendered(session_id) is rendered
+            assert live.rendered(session_id, epoch_of) is rendered
             complete = data[: data.rfind(b"\n", 0, written) + 1]
             cut_file = tmp_path / "cut" / source.name
             cut_file.parent.mkdir(exist_ok=True)
@@ -189,7 +192,9 @@ def test_the_kept_render_is_the_context_command_however_the_file_grows(cuts: lis
             expected = orjson.loads(_context_json(cut_file, session_id))
             assert rendered.messages_json == orjson.dumps(expected["messages"])
             assert rendered.tokens == expected["tokens"]
-            assert rendered.epoch == live.sessions[session_id].epoch
+            # The epoch read with the render: the flush attempts the CLI folds from these lines.
+            folded = fold_files([cut_file])["sessions"][session_id]
+            assert rendered.epoch == len(folded["flush_attempts"])
             if written == len(data):
                 break
 
@@ -240,7 +245,7 @@ def test_a_render_counts_the_tokens_of_a_log_message_once(
     live.discover()
     live.poll()
     (session_id,) = live.sessions
-    live.rendered(session_id)
+    live.rendered(session_id, epoch_of)
     counted: list[object] = []
     real = live_module.message_tokens
 
@@ -253,8 +258,77 @@ def test_a_render_counts_the_tokens_of_a_log_message_once(
     with target.open("ab") as handle:
         handle.write(lines[-1])
     live.poll()
-    rendered = live.rendered(session_id)
+    rendered = live.rendered(session_id, epoch_of)
     view = rendered.view
     made = [m for m in [*view.messages, *view.unpruned] if id(m) not in view.origin]
     assert len(counted) <= len(made) + 1 < len(view.unpruned)
     assert rendered.tokens == view.tokens
+
+
+def test_a_fold_that_adds_no_entry_drops_the_kept_render(tmp_path: Path) -> None:
+    """A record folded with no log entry (a manual flush command: its answer moves the epoch)
+    still changes the answer: the kept render is not given again."""
+    source = _session(tmp_path, 5)
+    (tmp_path / "live").mkdir()
+    target, lines = _grow(source, tmp_path / "live")
+    target.write_bytes(b"".join(lines[:10]))
+    live = LiveFolds([tmp_path / "live"], journals=False)
+    live.discover()
+    live.poll()
+    (session_id,) = live.sessions
+    assert live.document(session_id)["pending_batches"]  # a flush has batches to answer
+    kept = live.rendered(session_id, epoch_of)
+    (tail,) = live.tails.values()
+    seq = live.sessions[session_id].entries[-1].seq + 1
+    flush = CommandEnvelope(session_id=session_id, seq=seq, payload=CommandPayload(name="flush"))
+    with live.lock:
+        live._feed(tail, flush)
+    rendered = live.rendered(session_id, epoch_of)
+    assert rendered is not kept
+    assert rendered.epoch == epoch_of(live.runtime.store, session_id) == kept.epoch + 1
+
+
+def _next_turn(data: bytes) -> bytes:
+    """The first line of the turn after a Claude Code transcript's last: a user prompt."""
+    lines = [orjson.loads(line) for line in data.splitlines()]
+    last = next(line for line in reversed(lines) if isinstance(line.get("uuid"), str))
+    prompt = {
+        "parentUuid": last["uuid"],
+        "sessionId": last["sessionId"],
+        "type": "user",
+        "uuid": "00000000-0000-4000-8000-000000000001",
+        "timestamp": last["timestamp"],
+        "message": {"role": "user", "content": "next"},
+    }
+    return orjson.dumps(prompt) + b"\n"
+
+
+@pytest.mark.parametrize("file_format", TRANSLATED)
+def test_a_growing_file_of_another_format_folds_to_the_fold_of_the_whole_file(
+    tmp_path: Path, file_format: str
+) -> None:
+    """A Codex rollout or a Claude Code transcript written line by line, each line in two
+    writes: the live state is `fold`'s of the whole file. A tail holds the group still open
+    (Claude Code's last turn until the next one starts: here the next prompt is written)."""
+    source = write_format_session(tmp_path / "src", file_format, seed=7, turns=5)
+    data = source.read_bytes()
+    (tmp_path / "live").mkdir()
+    target = tmp_path / "live" / source.name
+    target.write_bytes(b"")
+    live = LiveFolds([tmp_path / "live"], journals=False)
+    live.discover()
+    tail = _next_turn(data) if file_format == "claude-code" else b""
+    for line in [*data.splitlines(keepends=True), tail]:
+        half = len(line) // 2
+        for piece in (line[:half], line[half:]):
+            with target.open("ab") as handle:
+                handle.write(piece)
+            live.poll()
+    expected = fold_files([source])["sessions"]
+    assert list(live.sessions) == list(expected)
+    for session_id, state in expected.items():
+        document = live.document(session_id)
+        assert orjson.dumps(document, option=orjson.OPT_SORT_KEYS) == orjson.dumps(
+            state, option=orjson.OPT_SORT_KEYS
+        )
+        assert state["counts"]["messages"]["toolResult"] > 0

@@ -138,3 +138,40 @@ def test_a_repeated_call_renders_once_and_answers_the_same_bytes(
         assert renders == 2 and threads == 2
 
     _served(live, test)
+
+
+def test_an_unknown_session_asks_for_a_rescan_and_is_answered_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    """A call for a session no tailed file holds yet asks the tailer to look for new files
+    (here a tailer that discovers only when asked) and is answered once its file is folded; a
+    session no file holds is answered `unknown-session`, not stale, after the short grace."""
+    target, lines, session_id = _grown(tmp_path, 4)
+    target.write_bytes(b"".join(lines))
+    live = LiveFolds([tmp_path / "live"], journals=False)
+    stop = threading.Event()
+
+    def tailer() -> None:  # serve's, minus its periodic discovery
+        while not stop.is_set():
+            if live.rescan.wait(0.01):
+                live.rescan.clear()
+                live.discover()
+                live.poll()
+
+    async def test(client: TestClient[Any, Any]) -> None:
+        leaf = orjson.loads(lines[-1])["id"]
+        body = {"leaf": leaf, "messages": [], "wait_ms": 20_000}
+        answer = await (await client.post(f"/sessions/{session_id}/context", json=body)).json()
+        assert answer["reason"] == "mismatch" and answer["stale"] is False
+        started = time.monotonic()
+        answer = await (await client.post("/sessions/nobody/context", json=body)).json()
+        assert answer["reason"] == "unknown-session" and answer["stale"] is False
+        assert live_api.UNKNOWN_GRACE_S <= time.monotonic() - started < 5
+
+    thread = threading.Thread(target=tailer)
+    thread.start()
+    try:
+        _served(live, test)
+    finally:
+        stop.set()
+        thread.join()

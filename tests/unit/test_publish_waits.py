@@ -6,6 +6,8 @@ complete; the waits, the checkpoint and the exceptions are the real ones.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
@@ -22,6 +24,7 @@ from sessionfold.streams.publishing.publisher import (
     Publisher,
     PublishFailed,
     PublishStopped,
+    TopicLog,
     publish_paths,
 )
 
@@ -56,9 +59,9 @@ class StallingProducer:
         return self.stop_after is not None and len(self.sent) >= self.stop_after
 
 
-def _session(tmp_path: Path, lines: int) -> Path:
-    """A session file: a header and `lines - 1` messages, one record per line."""
-    rows = [{"type": "session", "version": 3, "id": "s1", "timestamp": "2026-01-01T00:00:00Z"}]
+def _session(tmp_path: Path, lines: int, sid: str = "s1") -> Path:
+    """A session file `{sid}.jsonl`: a header and `lines - 1` messages, one record per line."""
+    rows = [{"type": "session", "version": 3, "id": sid, "timestamp": "2026-01-01T00:00:00Z"}]
     for i in range(1, lines):
         rows.append(
             {
@@ -69,7 +72,7 @@ def _session(tmp_path: Path, lines: int) -> Path:
                 "message": {"role": "user", "content": [{"type": "text", "text": "x"}]},
             }
         )
-    path = tmp_path / "s.jsonl"
+    path = tmp_path / f"{sid}.jsonl"
     path.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
     return path
 
@@ -175,3 +178,88 @@ def test_reading_waits_when_too_many_records_are_unanswered(
     with pytest.raises(PublishFailed):
         publish_paths(publisher, [path])
     assert len(producer.sent) == 3 + 11  # the answered ones, then one window's worth
+
+
+class EmptyTopics:
+    """A TopicLog over topics that hold nothing yet: every end offset is 0."""
+
+    def end_offsets(self, topic: str, tick: Callable[[], None]) -> dict[int, int]:
+        """Partition 0, empty."""
+        tick()
+        return {0: 0}
+
+    def last(self, *_args: object) -> int | None:
+        """Nothing is on the topics, so nothing of an unsure file was found."""
+        return None
+
+
+def test_files_go_out_one_after_another_without_waiting_for_answers(tmp_path: Path) -> None:
+    """Publishing does not wait for a file's answers before sending the next file's records;
+    the checkpoint still holds only answered lines, and every file with a record out is unsure
+    until all of it is answered."""
+    paths = [_session(tmp_path, 10, sid) for sid in ("s1", "s2", "s3")]
+    state = tmp_path / "state.json"
+    producer = StallingProducer(answered=10 + 4)  # the first file and 4 lines of the second
+    publisher = _publisher(producer, state, timeout_s=0.5, topic_log=cast(TopicLog, EmptyTopics()))
+    with pytest.raises(PublishFailed):
+        publish_paths(publisher, paths)
+    assert len(producer.sent) == 30  # every file's records were out before the deadline
+    checkpoints = Checkpoints.load(state)
+    names = [str(path.resolve()) for path in paths]
+    assert {name: p.line for name, p in checkpoints.positions.items()} == {
+        names[0]: 10,
+        names[1]: 4,
+    }
+    assert set(checkpoints.unsure) == set(names[1:])
+    assert publisher.resumes_at() == names[1]
+    assert publisher.stats.drains == 1  # once at the end, not once per file
+
+
+class LateProducer(StallingProducer):
+    """Answers every record, but only once `answer` is called (as a sender thread would)."""
+
+    def __init__(self) -> None:
+        super().__init__(answered=0)
+
+    def answer(self) -> None:
+        """Acknowledge everything sent so far."""
+        while self.open:
+            self.open.pop(0).success((0, -1, None))
+
+
+def test_a_file_given_twice_is_sent_once(tmp_path: Path) -> None:
+    """The second visit of a file in one pass starts after what the first one sent, even while
+    none of it is acknowledged yet."""
+    path = _session(tmp_path, 10)
+    producer = LateProducer()
+    publisher = _publisher(producer, tmp_path / "state.json", timeout_s=5)
+    answering = threading.Timer(0.3, producer.answer)
+    answering.start()
+    try:
+        counts = publish_paths(publisher, [path, path])
+    finally:
+        answering.cancel()
+    assert len(producer.sent) == 10
+    assert (counts.published, counts.skipped) == (10, 0)
+
+
+def test_one_checkpoint_write_marks_the_files_ahead(tmp_path: Path) -> None:
+    """The write that marks a file unsure before its first record marks the next files of the
+    pass too: one write for them all, and every mark goes once its file is acknowledged."""
+    paths = [_session(tmp_path, 3, f"s{n:02}") for n in range(2 * publish.MARK_AHEAD)]
+    state = tmp_path / "state.json"
+    producer = StallingProducer(answered=10**9)
+    publisher = _publisher(producer, state, topic_log=cast(TopicLog, EmptyTopics()))
+    marks: list[int] = []
+    original = publisher.checkpoints.save
+
+    def save() -> None:
+        marks.append(len(publisher.checkpoints.unsure))
+        original()
+
+    publisher.checkpoints.save = save  # type: ignore[method-assign]
+    counts = publish_paths(publisher, paths)
+    assert counts.published == 3 * len(paths)
+    assert marks[0] == publish.MARK_AHEAD  # the first file and the files after it
+    assert len(marks) <= 3  # two writes that mark, and the last one
+    assert Checkpoints.load(state).unsure == {}

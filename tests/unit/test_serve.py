@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,15 +13,14 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from serve_process import CLI, serving
 
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.streams.cli.context import view_from_replay
-from sessionfold.streams.tools.broker import free_port_pair
 from sessionfold.streams.tools.replay import Collector, replay_files
 from sessionfold.streams.tools.synthetic import generate_session, write_session
 
 TOKEN = "t" * 32
-CLI = [sys.executable, "-m", "sessionfold.streams.cli"]
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -33,30 +31,9 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path, list[bytes]]]:
     lines = source.read_bytes().splitlines(keepends=True)
     watched = tmp_path / "sessions"
     watched.mkdir()
-    port = free_port_pair()
-    env = {**os.environ, "SESSIONFOLD_API_TOKEN": TOKEN}
-    process = subprocess.Popen(
-        [*CLI, "serve", str(watched), "--port", str(port), "--poll-ms", "5"],
-        env=env,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            httpx.get(f"{url}/health", timeout=1)
-            break
-        except httpx.TransportError:
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            assert time.monotonic() < deadline, "serve did not answer"
-            time.sleep(0.05)
-    try:
-        yield url, watched / source.name, lines
-    finally:
-        process.terminate()
-        _, err = process.communicate(timeout=20)
-        assert process.returncode == 0, err
-        assert b"Traceback" not in err
+    with serving(watched, TOKEN) as serve:
+        yield serve.url, watched / source.name, lines
+        serve.stop()  # exits 0, no traceback
 
 
 def _cli_view(path: Path, session_id: str) -> tuple[bytes, list[dict[str, object]]]:
@@ -113,8 +90,11 @@ def test_a_leaf_never_written_answers_stale_and_an_unknown_session_at_once(
         answer = client.post(f"/sessions/{session_id}/context", json=body).json()
         assert answer["stale"] is True and answer["changed"] is False
         assert 0.3 <= time.monotonic() - started < 5
+        started = time.monotonic()
+        body = {"leaf": "first", "messages": [], "wait_ms": 20_000}
         unknown = client.post("/sessions/nobody/context", json=body).json()
         assert unknown["reason"] == "unknown-session" and unknown["changed"] is False
+        assert time.monotonic() - started < 5  # a new session's first call: no file to wait for
         bad = client.post(f"/sessions/{session_id}/context", content=b"[1]")
         assert bad.status_code == 400
 
@@ -149,3 +129,16 @@ def test_recall_compact_and_refs(served: tuple[str, Path, list[bytes]]) -> None:
             {"type": "compaction", "summary": compact["summary"], "details": compact["details"]},
             compact["span_record"],
         ] == expected["entries"]
+
+
+def test_a_context_array_over_a_mebibyte_is_read(served: tuple[str, Path, list[bytes]]) -> None:
+    """pi's array for a long session is megabytes (past aiohttp's 1 MiB default body limit):
+    the call is answered, not refused with a 413."""
+    url, path, lines = served
+    path.write_bytes(b"".join(lines))
+    session_id = orjson.loads(lines[0])["id"]
+    big = [{"role": "user", "content": "x" * 1024}] * 3000  # 3 MB
+    body = {"leaf": orjson.loads(lines[-1])["id"], "messages": big}
+    answer = httpx.post(f"{url}/sessions/{session_id}/context", json=body, headers=AUTH, timeout=60)
+    assert answer.status_code == 200, answer.status_code
+    assert answer.json()["reason"] == "mismatch" and answer.json()["stale"] is False

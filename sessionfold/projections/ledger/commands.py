@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
 from sessionfold.projections.ledger.text import message_text
-from sessionfold.projections.pruning.digest import tool_calls
+from sessionfold.projections.pruning.digest import path_argument, tool_calls
 
 # pi's bash tool appends one of these lines to its output (seen in real sessions).
 _EXIT_LINE = re.compile(r"Command exited with code (-?\d+)\s*\Z")
+# Claude Code's Bash tool starts a failed command's output with this line instead.
+_LEADING_EXIT = re.compile(r"\AExit code (-?\d+)[ \t]*(?:\n|\Z)")
 _ABORTED = re.compile(r"Command (aborted|timed out[^\n]*)\s*\Z")
 _NOISE = re.compile(
-    r"^(Command exited with code -?\d+|Command aborted|\(no output\)|Debugger attached\.?"
-    r"|Waiting for the debugger to disconnect\.*|Node\.js v[\d.]+|> .*)$"
+    r"^(Command exited with code -?\d+|Exit code -?\d+|Command aborted|\(no output\)"
+    r"|Debugger attached\.?|Waiting for the debugger to disconnect\.*|Node\.js v[\d.]+|> .*)$"
 )
 _TELLING = re.compile(r"error|fail|not found|no such|cannot|can't|denied|invalid|refused|×", re.I)
 
@@ -32,16 +35,36 @@ class Outcome:
         return self.status not in ("ok", "unknown")
 
 
+#: Shell tools by name, whatever agent wrote the session: their calls are the ledger's commands.
+#: pi `bash`; Claude Code `Bash`; Codex `shell` and `local_shell` (an argv `command`) and
+#: `exec_command` (`cmd`).
+SHELL_TOOLS = frozenset({"bash", "Bash", "shell", "local_shell", "exec_command"})
+# An argv that runs its last word as a script: the script is the command line.
+_SHELLS = frozenset({"bash", "sh", "zsh", "dash", "/bin/bash", "/bin/sh", "/bin/zsh"})
+
+
 def bash_calls(message: dict[str, Any]) -> list[tuple[str, str]]:
-    """(tool-call id, command) of every bash tool call in an assistant message."""
+    """(tool-call id, command) of every shell tool call (`SHELL_TOOLS`) in an assistant message."""
     calls: list[tuple[str, str]] = []
     for block in tool_calls(message):
-        if block.get("name") != "bash" or not isinstance(block.get("id"), str):
+        if block.get("name") not in SHELL_TOOLS or not isinstance(block.get("id"), str):
             continue
         arguments = block.get("arguments")
-        command = arguments.get("command") if isinstance(arguments, dict) else None
-        calls.append((block["id"], command if isinstance(command, str) else ""))
+        calls.append((block["id"], command_text(arguments) if isinstance(arguments, dict) else ""))
     return calls
+
+
+def command_text(arguments: dict[str, Any]) -> str:
+    """A shell call's command line: `command` (a string, or an argv list such as
+    ["bash", "-lc", "..."], whose script is the line) or `cmd`."""
+    command = arguments.get("command", arguments.get("cmd"))
+    if isinstance(command, str):
+        return command
+    if not isinstance(command, list) or not all(isinstance(word, str) for word in command):
+        return ""
+    if len(command) == 3 and command[0] in _SHELLS and command[1] in ("-c", "-lc", "-ic"):
+        return str(command[2])
+    return shlex.join(command)
 
 
 def result_outcome(message: dict[str, Any]) -> Outcome:
@@ -51,7 +74,12 @@ def result_outcome(message: dict[str, Any]) -> Outcome:
         code = details.get("exitCode")
         if isinstance(code, int) and not isinstance(code, bool):
             return Outcome(code, "ok" if code == 0 else "failed")
-    tail = message_text(message)[-400:]
+    text = message_text(message)
+    leading = _LEADING_EXIT.match(text)
+    if leading:
+        code = int(leading.group(1))
+        return Outcome(code, "ok" if code == 0 else "failed")
+    tail = text[-400:]
     match = _EXIT_LINE.search(tail)
     if match:
         code = int(match.group(1))
@@ -97,9 +125,18 @@ def excerpt(text: str, limit: int) -> str:
     return text[:limit] + " … " + text[-limit:]
 
 
-#: pi's file tools and what a successful call did to its file (as pi's own compaction tracks
-#: <read-files> and <modified-files>).
-FILE_TOOLS = {"read": "read", "edit": "modified", "write": "modified"}
+#: The agents' file tools and what a successful call did to its file (as pi's own compaction
+#: tracks <read-files> and <modified-files>): pi's, then Claude Code's.
+FILE_TOOLS = {
+    "read": "read",
+    "edit": "modified",
+    "write": "modified",
+    "Read": "read",
+    "Edit": "modified",
+    "MultiEdit": "modified",
+    "Write": "modified",
+    "NotebookEdit": "modified",
+}
 
 
 def file_calls(message: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -107,8 +144,7 @@ def file_calls(message: dict[str, Any]) -> list[tuple[str, str, str]]:
     calls: list[tuple[str, str, str]] = []
     for block in tool_calls(message):
         op = FILE_TOOLS.get(str(block.get("name")))
-        arguments = block.get("arguments")
-        path = arguments.get("path") if isinstance(arguments, dict) else None
+        path = path_argument(block.get("arguments"))
         if op and isinstance(block.get("id"), str) and isinstance(path, str) and path.strip():
             calls.append((block["id"], path.strip(), op))
     return calls

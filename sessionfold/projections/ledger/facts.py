@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sessionfold.projections.ledger.text import message_text
+from sessionfold.projections.ledger.text import message_text, user_words
 
 # paths: absolute, home- or dot-relative, or relative with a file extension (`path_matches`)
 _PATH = re.compile(
@@ -107,7 +107,7 @@ def _outputs_and_uses(entry: dict[str, Any]) -> tuple[str, str]:
     if role == "bashExecution":
         return str(message.get("output") or ""), str(message.get("command") or "")
     if role == "user":
-        return "", message_text(message)
+        return "", user_words(message)
     if role == "assistant":
         parts = []
         for block in message.get("content") or []:

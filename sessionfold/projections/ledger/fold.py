@@ -60,7 +60,7 @@ from sessionfold.projections.ledger.state import (
     snapshot,
     span_has_content,
 )
-from sessionfold.projections.ledger.text import message_text
+from sessionfold.projections.ledger.text import message_text, user_words
 from sessionfold.projections.ledger.values import command_values
 from sessionfold.projections.store import Store
 
@@ -278,7 +278,7 @@ class LedgerFold:
         span = head["span"] + 1
         config = self.config
         if role == "user":
-            text = message_text(message)
+            text = user_words(message)
             if text.strip():
                 number = head["n"]["u"] + 1
                 self._put_row(
@@ -347,7 +347,7 @@ class LedgerFold:
             call = None
             if message.get("isError") is not True:
                 return
-        if isinstance(call, dict) or tool == "bash":
+        if isinstance(call, dict) or tool in commands.SHELL_TOOLS:
             command = call.get("command", "") if isinstance(call, dict) else ""
             outcome = commands.result_outcome(message)
             self._command(

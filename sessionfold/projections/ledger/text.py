@@ -38,6 +38,18 @@ def message_text(message: dict[str, Any]) -> str:
     return ""
 
 
+# Context an agent injects into a user turn (Claude Code's reminders): not the user's words.
+_INJECTED_BLOCK = re.compile(r"<system-reminder>.*?(?:</system-reminder>|\Z)", re.S)
+
+
+def user_words(message: dict[str, Any]) -> str:
+    """The words a user message holds, without the reminders an agent injects into it."""
+    text = message_text(message)
+    if "<system-reminder>" not in text:
+        return text
+    return _INJECTED_BLOCK.sub("", text).rstrip()
+
+
 def _trimmed(text: str, start: int, end: int) -> Region | None:
     while start < end and text[start].isspace():
         start += 1

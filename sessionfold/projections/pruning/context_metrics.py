@@ -30,7 +30,11 @@ from functools import lru_cache
 from typing import Any, cast
 
 from sessionfold.projections.jsjson import js_json_length, js_number_text
-from sessionfold.projections.pruning.message_facts import is_passthrough, is_text_only_assistant
+from sessionfold.projections.pruning.message_facts import (
+    is_passthrough,
+    is_text_only_assistant,
+    path_argument,
+)
 from sessionfold.projections.pruning.records import ContextMetricsState, DigestHead, MessageRow
 from sessionfold.projections.store import Store, key
 
@@ -50,9 +54,8 @@ class Protection:
         object.__setattr__(self, "protected_paths", tuple(self.protected_paths))
 
     def is_protected(self, tool_name: Any, args: Any) -> bool:
-        """True when the tool is protected by name or its `path` argument matches a glob."""
-        path = args.get("path") if isinstance(args, dict) else None
-        return self.protects(tool_name, path if isinstance(path, str) else None)
+        """True when the tool is protected by name or its file argument matches a glob."""
+        return self.protects(tool_name, path_argument(args))
 
     def protects(self, tool_name: Any, path: str | None) -> bool:
         """The same predicate given the `path` argument alone (None when absent or not a str)."""

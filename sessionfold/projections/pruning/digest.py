@@ -75,6 +75,7 @@ from typing import Any, cast
 from sessionfold.projections.jsjson import js_json_length, js_number_text
 from sessionfold.projections.pruning import context_metrics as metrics
 from sessionfold.projections.pruning.message_facts import call_path, is_passthrough
+from sessionfold.projections.pruning.message_facts import path_argument as path_argument
 from sessionfold.projections.pruning.records import (
     CallFacts,
     CallIndex,

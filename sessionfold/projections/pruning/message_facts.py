@@ -38,11 +38,26 @@ def is_passthrough(message: Mapping[str, Any]) -> bool:
     )
 
 
+#: The arguments that name a file tool's file, by tool: pi's tools take `path`; Claude Code's
+#: Read, Edit and Write take `file_path`, NotebookEdit `notebook_path`.
+PATH_ARGUMENTS = ("path", "file_path", "notebook_path")
+
+
+def path_argument(args: Any) -> str | None:
+    """The file a tool call's arguments name (`PATH_ARGUMENTS`, first found), when a str."""
+    if not isinstance(args, dict):
+        return None
+    for name in PATH_ARGUMENTS:
+        path = args.get(name)
+        if isinstance(path, str):
+            return path
+    return None
+
+
 def call_path(block: Mapping[str, Any]) -> str | None:
-    """The `path` argument of a toolCall block, when it is a str (else None)."""
+    """The file argument of a toolCall block, when it is a str (else None)."""
     # §3.2: the protection predicate receives `input ?? arguments`.
     args = block.get("input")
     if args is None:
         args = block.get("arguments")
-    path = args.get("path") if isinstance(args, dict) else None
-    return path if isinstance(path, str) else None
+    return path_argument(args)

@@ -255,6 +255,11 @@ def _context_message(entry: dict[str, Any]) -> dict[str, Any] | None:
     kind = entry.get("type")
     if kind in ("message", "custom_message"):
         return digest.message_of(entry)  # the same message the branch digest folds
+    if kind == "compaction":
+        # pi 0.83 (the version the live loop runs) turns every compaction entry in the context
+        # into its summary message: an older one inside the kept range too, where §1.8 (0.58)
+        # dropped it.
+        return _compaction_message(entry)
     if kind == "branch_summary" and entry.get("summary"):
         return {
             "role": "branchSummary",

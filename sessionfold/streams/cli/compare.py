@@ -21,6 +21,7 @@ from rich.table import Table
 
 from sessionfold.projections.pruning.config import ConfigError
 from sessionfold.streams.cli.inputs import session_inputs
+from sessionfold.streams.cli.options import Format
 from sessionfold.streams.tools.compare import Comparison, compare, config_of, write_chart
 
 
@@ -113,6 +114,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[
             bool, typer.Option("--json", help="Print the comparison as JSON.")
         ] = False,
+        file_format: Format = None,
     ) -> None:
         """Run two configurations over the same sessions and compare what the model sees."""
         err = Console(stderr=True)

@@ -36,6 +36,7 @@ from sessionfold.streams.cli.options import (
     DEFAULT_PREFIX,
     Bootstrap,
     ConfigFile,
+    InputFormat,
     Settings,
     TopicPrefix,
     config_or_exit,
@@ -178,6 +179,7 @@ def register(app: typer.Typer) -> None:
         config_file: ConfigFile = None,
         settings: Settings = None,
         security: KafkaSecurity = PLAINTEXT,
+        file_format: InputFormat = None,
     ) -> None:
         """Print the message list the model is given at a point, and its token count."""
         err = Console(stderr=True)

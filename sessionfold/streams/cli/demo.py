@@ -23,7 +23,7 @@ from sessionfold.projections.pruning.config import PruneConfig
 from sessionfold.projections.views.base import log_entry
 from sessionfold.projections.views.context import ContextView, context_at
 from sessionfold.streams.cli.inputs import session_inputs
-from sessionfold.streams.cli.options import Settings, config_or_exit
+from sessionfold.streams.cli.options import Format, Settings, config_or_exit
 from sessionfold.streams.publishing.session_file import DeadLetter, file_lines, read_session_file
 from sessionfold.streams.runtime.embedded import EmbeddedRuntime
 from sessionfold.streams.tools.synthetic import write_fleet
@@ -46,6 +46,7 @@ def register(app: typer.Typer) -> None:
         ] = 300,
         seed: Annotated[int, typer.Option("--seed", help="Seed of the generated session.")] = 0,
         settings: Settings = None,
+        file_format: Format = None,
     ) -> None:
         """Fold one session through the embedded runtime and report what pruning did."""
         out = Console()

@@ -20,6 +20,7 @@ from sessionfold.projections.ledger.facts import FactsRow, facts
 from sessionfold.projections.ledger.text import sanitize
 from sessionfold.streams.cli.inputs import session_inputs
 from sessionfold.streams.cli.ledger import safe_json
+from sessionfold.streams.cli.options import Format
 from sessionfold.streams.publishing.session_file import read_session_file
 from sessionfold.streams.runtime.ledger_loop import fold_records
 
@@ -62,6 +63,7 @@ def register(app: typer.Typer) -> None:
                 help="Size bound of our rendered summary.",
             ),
         ] = LedgerConfig().summary_chars,
+        file_format: Format = None,
     ) -> None:
         """Count, per compaction point, the needed values each compactor's summary kept."""
         config = LedgerConfig(summary_chars=summary_chars)

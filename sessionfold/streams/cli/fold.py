@@ -18,7 +18,7 @@ from rich.console import Console
 
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER
 from sessionfold.streams.cli.inputs import session_inputs
-from sessionfold.streams.cli.options import ConfigFile, Ledger, Settings, config_or_exit
+from sessionfold.streams.cli.options import ConfigFile, Format, Ledger, Settings, config_or_exit
 from sessionfold.streams.cli.session_table import session_table
 from sessionfold.streams.runtime.embedded import fold_files
 
@@ -37,6 +37,7 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--json", help="Print the state as stable JSON.")
         ] = False,
         ledger: Ledger = True,
+        file_format: Format = None,
     ) -> None:
         """Fold session files and print each session's pruning state."""
         err = Console(stderr=True)

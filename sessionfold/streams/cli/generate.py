@@ -1,4 +1,5 @@
-"""`sessionfold generate`: write synthetic pi session files (format v3) for tests and benches."""
+"""`sessionfold generate`: write synthetic session files (pi v3, Claude Code transcripts, Codex
+rollouts) for tests and benches."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sessionfold.streams.tools.synthetic import WrittenSession, write_fleet
+from sessionfold.streams.tools.synthetic_claude import write_claude_fleet
+from sessionfold.streams.tools.synthetic_codex import write_codex_fleet
+
+#: The formats `generate` writes, and how.
+_WRITERS = {"pi": write_fleet, "claude-code": write_claude_fleet, "codex": write_codex_fleet}
 
 
 def _progress(console: Console, show: bool) -> Progress:
@@ -47,16 +53,31 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[
             int, typer.Option("--seed", min=0, help="Seed; the same seed gives identical files.")
         ] = 0,
+        file_format: Annotated[
+            str,
+            typer.Option(
+                "--format",
+                help="pi; claude-code: transcripts under OUT/<project>/<session>.jsonl, "
+                "each with its subagents' files; codex: rollouts under "
+                "OUT/YYYY/MM/DD/rollout-*.jsonl.",
+            ),
+        ] = "pi",
     ) -> None:
-        """Write N synthetic pi sessions shaped like real ones, deterministic per seed.
+        """Write N synthetic sessions shaped like real ones, deterministic per seed.
 
-        Files get pi's names (<timestamp>_<uuid>.jsonl); same-named files in OUT are replaced.
+        pi files get pi's names (<timestamp>_<uuid>.jsonl), Claude Code transcripts and Codex
+        rollouts their agent's layout; same-named files in OUT are replaced.
         """
+        writer = _WRITERS.get(file_format)
+        if writer is None:
+            typer.echo(f"sessionfold generate: --format must be one of {', '.join(_WRITERS)}")
+            raise typer.Exit(2)
         console = Console(stderr=True)
         totals = {"entries": 0, "bytes": 0}
         # a bar only helps a person waiting on several files; logs and pipes get none
         with _progress(console, show=sessions > 1 and console.is_terminal) as progress:
-            task = progress.add_task("generating", total=sessions)
+            files = None if file_format == "claude-code" else sessions  # subagents add files
+            task = progress.add_task("generating", total=files)
 
             def written(result: WrittenSession) -> None:
                 totals["entries"] += result.entries
@@ -64,7 +85,7 @@ def register(app: typer.Typer) -> None:
                 progress.advance(task)
 
             try:
-                write_fleet(out, sessions, turns, seed, on_written=written)
+                writer(out, sessions, turns, seed, on_written=written)
             except OSError as exc:
                 typer.echo(f"sessionfold generate: cannot write to {out}: {exc.strerror}", err=True)
                 raise typer.Exit(1) from None

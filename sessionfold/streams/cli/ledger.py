@@ -30,6 +30,7 @@ from sessionfold.projections.ledger.state import snapshot
 from sessionfold.projections.ledger.text import sanitize
 from sessionfold.projections.ledger.view import ledger_view
 from sessionfold.streams.cli.inputs import session_inputs
+from sessionfold.streams.cli.options import Format
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
 from sessionfold.streams.runtime.ledger_log import LedgerLog, LogObserver
 from sessionfold.streams.runtime.ledger_loop import LedgerRun, compaction_entries, fold_records
@@ -247,6 +248,7 @@ def register(app: typer.Typer) -> None:
                 "turn (opt-in, for small models).",
             ),
         ] = "single",
+        file_format: Format = None,
     ) -> None:
         """Show the rule ledger of a session file, or (`compact FILE`) compact it."""
         if narrative_mode not in ("single", "turns"):

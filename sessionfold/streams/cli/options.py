@@ -12,9 +12,11 @@ import typer
 from rich.console import Console
 from typer.models import OptionInfo
 
+from sessionfold.events.formats import FORMATS, TRANSLATORS
 from sessionfold.projections.pruning.config import ConfigError, PruneConfig
 from sessionfold.streams.kafka import security as ks
 from sessionfold.streams.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX
+from sessionfold.streams.publishing.session_file import FORCED_FORMAT
 from sessionfold.streams.runtime.config_files import load_config
 from sessionfold.streams.web.auth import MIN_TOKEN_CHARS
 
@@ -59,6 +61,31 @@ ConfigFile = Annotated[
 Settings = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override one setting, e.g. --set minBatchChars=500 (repeatable)."),
+]
+
+
+def _force_format(value: str | None) -> str | None:
+    """Make every file this command reads be read in `value`'s format (None: detect each)."""
+    if value is not None and value not in FORMATS:
+        raise typer.BadParameter(f"one of {', '.join(FORMATS)}")
+    if value not in (None, "pi", *TRANSLATORS):
+        raise typer.BadParameter(f"{value} transcripts are not read by this build")
+    FORCED_FORMAT.set(value)
+    return value
+
+
+_FORMAT_HELP = (
+    "Read the files as pi, claude-code or codex transcripts (default: detected from each "
+    "file's first line; docs/formats.md)."
+)
+Format = Annotated[
+    str | None,
+    typer.Option("--format", "--input-format", help=_FORMAT_HELP, callback=_force_format),
+]
+#: `--input-format` alone, for a command whose `--format` names its output (`context`).
+InputFormat = Annotated[
+    str | None,
+    typer.Option("--input-format", help=_FORMAT_HELP, callback=_force_format),
 ]
 
 Ledger = Annotated[

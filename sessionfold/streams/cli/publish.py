@@ -21,6 +21,7 @@ from sessionfold.streams.cli.options import (
     DEFAULT_PARTITIONS,
     DEFAULT_PREFIX,
     Bootstrap,
+    Format,
     Partitions,
     TopicPrefix,
     access_or_exit,
@@ -93,6 +94,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = True,
         security: KafkaSecurity = PLAINTEXT,
+        file_format: Format = None,
     ) -> None:
         """Publish pi session files to the session-events topic.
 
@@ -219,7 +221,8 @@ def _where(publisher: Publisher) -> str:
     """How far publishing got and where a re-run resumes: counts and positions only."""
     counts = publisher.counts
     text = f"published {counts.published}, dead-lettered {counts.dead_lettered}"
-    if publisher.current is not None:
-        line = publisher.checkpoints.positions.get(publisher.current, ReadPosition()).line
-        text += f"; a re-run resumes at {Path(publisher.current).name} line {line + 1}"
+    resumes = publisher.resumes_at()
+    if resumes is not None:
+        line = publisher.checkpoints.positions.get(resumes, ReadPosition()).line
+        text += f"; a re-run resumes at {Path(resumes).name} line {line + 1}"
     return text

@@ -151,7 +151,8 @@ def _tail(live: LiveFolds, poll_s: float, stop: threading.Event) -> None:
     while not stop.is_set():
         now = time.monotonic()
         try:
-            if now - found >= DISCOVER_EVERY_S:
+            if now - found >= DISCOVER_EVERY_S or live.rescan.is_set():
+                live.rescan.clear()
                 live.discover()
                 found = now
             live.poll()

@@ -11,9 +11,11 @@ proxied between them with the caller's token). The web server binds 127.0.0.1 un
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from kafka.errors import KafkaError
@@ -43,8 +45,14 @@ from sessionfold.streams.cli.options import (
 from sessionfold.streams.kafka import clients
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.kafka.topics import Topics, ensure_topics
+from sessionfold.streams.logs import DEFAULT_REPEAT_INTERVAL_S, RepeatFilter
 from sessionfold.streams.web.auth import exposure_warning
+from sessionfold.streams.web.live_contract import DEFAULT_WAIT_S
+from sessionfold.streams.web.live_worker import DEFAULT_CACHED_SESSIONS
 from sessionfold.streams.worker import fault_injection
+
+if TYPE_CHECKING:
+    import faust
 
 
 def register(app: typer.Typer) -> None:
@@ -140,6 +148,26 @@ def register(app: typer.Typer) -> None:
                 "(SESSIONFOLD_MODEL_BASE_URL, _API_KEY, _FALLBACK ... apply).",
             ),
         ] = None,
+        live_sessions: Annotated[
+            int,
+            typer.Option(
+                "--live-sessions",
+                envvar="SESSIONFOLD_LIVE_SESSIONS",
+                min=1,
+                help="Sessions whose entries the live routes keep in memory (least recently "
+                "asked evicted).",
+            ),
+        ] = DEFAULT_CACHED_SESSIONS,
+        live_wait_s: Annotated[
+            float,
+            typer.Option(
+                "--live-wait-s",
+                envvar="SESSIONFOLD_LIVE_WAIT_S",
+                min=0.0,
+                help="How long a live context call waits for its leaf (the body's wait_ms "
+                "overrides it).",
+            ),
+        ] = DEFAULT_WAIT_S,
         loglevel: Annotated[
             str,
             typer.Option(
@@ -149,6 +177,16 @@ def register(app: typer.Typer) -> None:
                 "where sessions hold anything private.",
             ),
         ] = "info",
+        log_repeat_interval: Annotated[
+            float,
+            typer.Option(
+                "--log-repeat-interval",
+                envvar="SESSIONFOLD_LOG_REPEAT_INTERVAL",
+                min=0,
+                help="Seconds between two lines of one repeated Kafka client warning or error "
+                "(a broker outage); the next says how many were held back. 0: every line.",
+            ),
+        ] = DEFAULT_REPEAT_INTERVAL_S,
         security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         """Run a Kafka worker: fold session events, answer flush requests, serve state."""
@@ -203,6 +241,8 @@ def register(app: typer.Typer) -> None:
                 prune=config,
                 ledger=ledger,
                 security=security,
+                live_sessions=live_sessions,
+                live_wait_s=live_wait_s,
             )
         except ValidationError as exc:
             fields = ", ".join(str(e["loc"][0]) for e in exc.errors())
@@ -224,7 +264,7 @@ def register(app: typer.Typer) -> None:
                 os.environ.get(fault_injection.ENV_TEST_FOLD_HOOK)
             ),
         )
-        _run(faust_app, loglevel)
+        _run(faust_app, loglevel, log_repeat_interval)
 
 
 def model_port_for(config: PruneConfig) -> ModelPort:
@@ -246,13 +286,25 @@ def _partition_counts(bootstrap: str, topics: Topics, security: KafkaSecurity) -
         consumer.close()
 
 
-def _run(faust_app: object, loglevel: str) -> None:
+def _run(faust_app: faust.App, loglevel: str, repeat_interval_s: float) -> None:
     from faust import Worker
 
     from sessionfold.streams.logs import worker_logging_config
 
-    worker = Worker(
-        faust_app,  # type: ignore[arg-type]
+    repeat = RepeatFilter(repeat_interval_s) if repeat_interval_s > 0 else None
+    if repeat is not None:
+        # The recovery line is due a quiet period after the last failure, whether or not
+        # anything is logged then.
+        faust_app.timer(_REPEAT_TICK_S)(_ticker(repeat))
+
+    class _Worker(Worker):
+        def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+            super().on_setup_root_logger(logger, level)
+            if repeat is not None:
+                repeat.attach(logger)  # Faust has just replaced the root's handlers
+
+    worker = _Worker(
+        faust_app,
         loglevel=loglevel,
         redirect_stdouts=False,
         logging_config=worker_logging_config(),  # log lines show their extra= facts
@@ -261,3 +313,13 @@ def _run(faust_app: object, loglevel: str) -> None:
     # then builds debug records (some with message values) for nothing.
     worker.spinner = None
     worker.execute_from_commandline()
+
+
+_REPEAT_TICK_S = 1.0
+
+
+def _ticker(repeat: RepeatFilter) -> Callable[[], Awaitable[None]]:
+    async def tick_repeat_filter() -> None:
+        repeat.tick()
+
+    return tick_repeat_filter

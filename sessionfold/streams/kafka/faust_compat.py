@@ -413,16 +413,23 @@ def routing_failure(exc: BaseException) -> str | None:
     return "metadata" if "key_partition" in frames else None
 
 
-async def route_request(app: Any, table_name: str, key: str, web: Any, request: Any) -> Any:
+async def route_request(
+    app: Any, table_name: str, key: str, web: Any, request: Any, body: bytes | None = None
+) -> Any:
     """The answer of the worker owning `key`'s partition of table `table_name`, the request
     proxied to it (Faust's `Router.route_req`); None when this worker owns it.
+
+    Faust's proxy forwards the method, headers and URL but drops the body; a request with a
+    `body` (the live routes' POSTs) is proxied here with it (`_route_with_body`).
 
     Raises `NotRoutable` when the request cannot be routed yet, whatever routing raised: the
     cases of `routing_failure`, no owner (Faust's `ServiceUnavailable`, which loses the reason
     and the retry hint), an owner that did not answer (its web server not up yet, say).
     """
     try:
-        return await app.router.route_req(table_name, key, web, request)
+        if body is None:
+            return await app.router.route_req(table_name, key, web, request)
+        return await _route_with_body(app, table_name, key, web, request, body)
     except SameNode:
         return None
     except ServiceUnavailable:
@@ -431,6 +438,37 @@ async def route_request(app: Any, table_name: str, key: str, web: Any, request: 
         raise NotRoutable("owner") from None
     except Exception as exc:  # nothing a handler does runs in here: only the routing
         raise NotRoutable(routing_failure(exc) or "router") from None
+
+
+#: Headers a proxied request does not copy: the client sets them for the body and the hop.
+HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+
+
+async def _route_with_body(
+    app: Any, table_name: str, key: str, web: Any, request: Any, body: bytes
+) -> Any:
+    """Faust's `Router.route_req` (0.15.3), the body forwarded too; SameNode when this
+    worker owns the key, ServiceUnavailable when nobody does."""
+    try:
+        owner = app.router.key_store(table_name, key)
+    except KeyError:
+        raise ServiceUnavailable() from None
+    host, port = _url_ident(owner)
+    if (host, port) == _url_ident(app.conf.canonical_url):
+        raise SameNode()
+    headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
+    url = request.url.with_host(host).with_port(port)
+    async with app.http_client.request(
+        method=request.method, headers=headers, url=url, data=body
+    ) as response:
+        return web.bytes(
+            await response.read(), content_type=response.content_type, status=response.status
+        )
+
+
+def _url_ident(url: Any) -> tuple[str, int]:
+    """(host, port) of a worker URL, as Faust's `Router._urlident` compares them."""
+    return ((url.host if url.scheme else url.path) or "", int(url.port or 80))
 
 
 def _annotations(cls: type) -> dict[str, Any]:

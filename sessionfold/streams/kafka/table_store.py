@@ -23,9 +23,9 @@ sending them twice is harmless. The next batch is folded while the outputs are o
 unacknowledged outputs, and only the session's latest journal is deleted. A journal may also hold
 writes (puts and deletes, absolute values: replaying them is repeatable); this version writes
 none, and replays those of journals an earlier one left. Runtime rows other than the journal live
-under `sid/rt/` too: log positions (`o/<seq>`), the dead-letter count (`dl`) and each outstanding
-request as sent (`rq/<fold>`, so a recovered worker can send it again: worker/agents.py,
-`outstanding_requests`).
+under `sid/rt/` too: log positions (`o/<seq>`, and `s` for the session's first record), the
+dead-letter count (`dl`) and each outstanding request as sent (`rq/<fold>`, so a recovered
+worker can send it again: worker/agents.py, `outstanding_requests`).
 
 A `Backend` returns an acknowledgement for every write; the runtime acknowledges a batch's source
 records to Faust only when all of them (and its outputs) are acknowledged, so an offset is never
@@ -141,6 +141,12 @@ def journal_key(session_id: str) -> str:
 def offset_key(session_id: str, seq: int) -> str:
     """Where the log position of a session's toolResult entry `seq` is recorded."""
     return key(session_id, "rt", "o", seq)
+
+
+def start_key(session_id: str) -> str:
+    """Where the log position of a session's first folded record is recorded: where a reader
+    of the session's records in session-events starts (web/live_worker.py)."""
+    return key(session_id, "rt", "s")
 
 
 def request_key(session_id: str, fold: str) -> str:

@@ -38,11 +38,11 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -79,6 +79,11 @@ log = logging.getLogger(__name__)
 
 #: How many acknowledged records may pass between two checkpoint writes.
 CHECKPOINT_EVERY = 500
+#: Files marked unsure by one checkpoint write: the file about to send its first record and
+#: those after it in the same pass. A write rewrites the whole state file (milliseconds once it
+#: lists thousands of files), so one per file bound publish; a kill leaves at most this many
+#: more files marked, each read back by a re-run only over what this run wrote after its mark.
+MARK_AHEAD = 32
 
 #: How long publish waits for the broker (an acknowledgement, metadata, a read-back) by default.
 DEFAULT_TIMEOUT_S = 60.0
@@ -142,6 +147,24 @@ class PublishCounts:
 
 
 @dataclass
+class PublishStats:
+    """Where a run's time went besides reading and sending: counts and seconds per kind.
+
+    `bench/publish_throughput.py` prints them per file; nothing in them names a file.
+    """
+
+    checkpoint_writes: int = 0
+    checkpoint_seconds: float = 0.0
+    drains: int = 0  # waits until every record sent was acknowledged (or the run gave up)
+    ack_waits: int = 0  # slices blocked on the oldest unacknowledged record
+    ack_wait_seconds: float = 0.0
+    world_probes: int = 0  # sessions whose working directory was looked at
+    world_seconds: float = 0.0
+    read_backs: int = 0  # lookups of an unsure file's records already on a topic
+    read_back_seconds: float = 0.0
+
+
+@dataclass
 class Checkpoints:
     """Per-file read positions and unsure marks, kept in one JSON file written atomically.
 
@@ -152,6 +175,11 @@ class Checkpoints:
     path: Path
     positions: dict[str, ReadPosition] = field(default_factory=dict)
     unsure: dict[str, Floors] = field(default_factory=dict)
+    # Each file's entry as written last, with the position it was written from: a run writes
+    # the file before every file it publishes, so only what moved is encoded again.
+    _encoded: dict[str, tuple[ReadPosition, bytes]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def load(cls, path: Path) -> Checkpoints:
@@ -170,12 +198,18 @@ class Checkpoints:
         """Write the file atomically (a crash leaves the old one or the new one)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        body: dict[str, Any] = {
-            "files": {k: v.to_dict() for k, v in sorted(self.positions.items())}
-        }
+        entries = []
+        for name in sorted(self.positions):
+            position = self.positions[name]
+            encoded = self._encoded.get(name)
+            if encoded is None or encoded[0] is not position:  # positions are frozen
+                text = orjson.dumps(name) + b":" + orjson.dumps(position.to_dict())
+                encoded = self._encoded[name] = (position, text)
+            entries.append(encoded[1])
+        body = b'{"files":{' + b",".join(entries) + b"}"
         if self.unsure:
-            body["unsure"] = self.unsure
-        tmp.write_text(json.dumps(body, indent=1))
+            body += b',"unsure":' + orjson.dumps(self.unsure, option=orjson.OPT_NON_STR_KEYS)
+        tmp.write_bytes(body + b"}")
         os.replace(tmp, self.path)
 
 
@@ -207,6 +241,9 @@ def make_producer(
         # one, whatever the client does with sequence numbers after an error.
         max_in_flight_requests_per_connection=1,
         linger_ms=linger_ms,
+        # A batch that fills is sent at once and wakes the sender thread, which then holds the
+        # GIL the reading thread waits for: 16 KiB (the default) filled every 16 records or so.
+        batch_size=256 * 1024,
         retries=2**31 - 1,
         retry_backoff_ms=200,
         request_timeout_ms=request_ms,
@@ -357,6 +394,7 @@ class _Sent:
     source: str
     position: ReadPosition | None  # None for a world snapshot or a line cut short by a stop
     futures: list[Future]
+    closes: bool = False  # no records: the file's last line was read before this mark
     entries: int = 0
     letters: int = 0
     world: int = 0
@@ -419,6 +457,7 @@ class Publisher:
         self.topics = topics
         self.checkpoints = checkpoints
         self.counts = PublishCounts()
+        self.stats = PublishStats()
         self.on_progress = on_progress or (lambda _bytes: None)
         self.world = world
         self.world_interval_s = world_interval_s
@@ -430,8 +469,9 @@ class Publisher:
         self._cwds: dict[str, str | None] = {}  # per file: its header's cwd
         self._world_due: dict[str, _WorldDue] = {}  # per file
         self._world_last: dict[str, _WorldLast] = {}  # per session
-        # Per file: the entry ids before a position, so a tailing run does not read them back.
-        self._ids: dict[str, tuple[ReadPosition, set[str]]] = {}
+        # Per file: the reader that stopped at its checkpoint, so a tailing run reads on from
+        # there without reading the file back (the ids before it, a translator's state).
+        self._readers: dict[str, SessionFileReader] = {}
         self._inflight: deque[_Sent] = deque()
         self._inflight_bytes = 0
         self._since_checkpoint = 0
@@ -439,26 +479,59 @@ class Publisher:
         self._progress_at = time.monotonic()  # the last acknowledgement (or wait start)
         self._stop_by: float | None = None  # the end of the stop grace, once asked to stop
         self._dirty = False  # checkpoints changed since the last save
-        self._keep_unsure = False  # a line was cut short: what of it landed is unknown
+        self._ahead: Sequence[Path] = ()  # the files after the current one in this pass
+        self._marked: set[str] = set()  # files this run marked unsure: none needs a read-back
+        self._unsent: set[str] = set()  # marked ahead, not reached yet
+        self._unsettled: set[str] = set()  # files read to their end, not all acknowledged yet
         self.current: str | None = None  # the file being published (resolved path)
 
     # --- files --------------------------------------------------------------------------
 
-    def publish_file(self, path: Path, final: bool = True, first_visit: bool = True) -> None:
-        """Publish what `path` holds past its checkpoint, then move the checkpoint."""
+    def publish_file(
+        self,
+        path: Path,
+        final: bool = True,
+        first_visit: bool = True,
+        ahead: Sequence[Path] = (),
+    ) -> None:
+        """Send what `path` holds past its checkpoint; its checkpoint moves as it is acknowledged.
+
+        Returns without waiting for the acknowledgements, so the next file's records follow
+        this one's in the same requests; `drain` waits for them all. `ahead` are the files to
+        be published next, which may be marked unsure in the same checkpoint write as this one.
+        """
         name = str(path.resolve())
         self.current = name
+        self._ahead = ahead
+        if name in self._unsettled:
+            # Given twice in a pass: its checkpoint must cover what the first time sent.
+            self.drain()
+        try:
+            self._publish_file(name, path, final, first_visit)
+        except (FileKindError, FileNotFoundError):
+            # Not read at all (gone, or not a regular file): a mark made ahead for it goes.
+            if name in self._unsent:
+                self._unsent.discard(name)
+                self.checkpoints.unsure.pop(name, None)
+                self._dirty = True
+            raise
+
+    def _publish_file(self, name: str, path: Path, final: bool, first_visit: bool) -> None:
         start = self.checkpoints.positions.get(name, ReadPosition())
         if path.stat().st_size < start.offset:
             # The file shrank: pi rewrote it (a migration). Its lines are new; read from 0.
             log.warning("file shrank; republishing from the start", extra={"file": name})
             start = ReadPosition()
-        cached = self._ids.get(name)
-        known = cached[1] if cached is not None and cached[0] == start else None
-        reader = SessionFileReader(path, start, known_ids=known)
+        reader = self._readers.pop(name, None)
+        if reader is None or reader.position != start:
+            reader = SessionFileReader(path, start)
         if first_visit:
             self.counts.skipped += start.line
         resume = self._resume(name)
+        if resume is not None:
+            # What the topics hold of this session must be all there is before reading it back
+            # (another file may hold the same session, its records still on their way).
+            self.drain()
         sent = 0
         last_offset = start.offset
         try:
@@ -473,16 +546,22 @@ class Publisher:
                 self._world_due[name] = _WorldDue(session_id, reader.position.next_seq - 1)
             self._send_world(name, path)
         except _StopReading:
-            pass
-        if reader.known_ids is not None:
-            self._ids[name] = (reader.position, reader.known_ids)
-        self._settle_all(name)
-        self._check_stop()
+            # The file was not read to its end: it keeps its unsure mark (a re-run reads back
+            # what of it landed), and what was sent gets the stop's grace to be acknowledged.
+            self._stop()
+        self._readers[name] = reader
+        # Read to its end: once everything before this mark is acknowledged, the file's
+        # checkpoint covers all it sent, and its unsure mark goes.
+        self._inflight.append(_Sent(name, str(path), None, [], closes=True))
+        self._unsettled.add(name)
+        self._settle()
+        if self.should_stop():
+            self._stop()
 
     def _resume(self, name: str) -> _Resume | None:
         """The read-back state of a file an earlier run left unsure, or None."""
         floors = self.checkpoints.unsure.get(name)
-        if floors is None or self.topic_log is None:
+        if floors is None or self.topic_log is None or name in self._marked:
             return None
         return _Resume(floors)
 
@@ -509,7 +588,6 @@ class Publisher:
                 # Part of the line went out: wait for it, but its position is not reached,
                 # and the file stays unsure so a re-run finds what of it landed.
                 sent.position = None
-                self._keep_unsure = True
                 self._track(sent)
             raise
         self._track(sent)
@@ -537,11 +615,22 @@ class Publisher:
         assert self.topic_log is not None
         match = _letter_line(source) if source is not None else _entry_seq(key.decode())
         started = time.monotonic()
-        return self.topic_log.last(topic, key, floors, match, lambda: self._tick(started))
+        try:
+            return self.topic_log.last(topic, key, floors, match, lambda: self._tick(started))
+        finally:
+            self.stats.read_backs += 1
+            self.stats.read_back_seconds += time.monotonic() - started
 
     def _mark_unsure(self, name: str) -> None:
-        """Before a file's first record goes out: remember where its records may land."""
-        if self.topic_log is None or name in self.checkpoints.unsure:
+        """Before a file's first record goes out: remember where its records may land.
+
+        The files after it in the pass are marked in the same write (an earlier mark, lower
+        floors, is as true for them), unless an earlier run left them marked.
+        """
+        if self.topic_log is None:
+            return
+        self._unsent.discard(name)
+        if name in self.checkpoints.unsure:
             return
         if self._floors is None:
             started = time.monotonic()
@@ -550,7 +639,14 @@ class Publisher:
                 for topic in (self.topics.session_events, self.topics.dead_letters)
             }
         self.checkpoints.unsure[name] = copy.deepcopy(self._floors)
-        self.checkpoints.save()
+        self._marked.add(name)
+        for path in self._ahead[: MARK_AHEAD - 1]:
+            later = str(path.resolve())
+            if later not in self.checkpoints.unsure:
+                self.checkpoints.unsure[later] = copy.deepcopy(self._floors)
+                self._marked.add(later)
+                self._unsent.add(later)
+        self._write_checkpoints()
 
     # --- sending ------------------------------------------------------------------------
 
@@ -621,6 +717,11 @@ class Publisher:
         self.counts.world += head.world
         for future in head.futures:
             self._raise_floor(future.value)
+        if head.closes:
+            self._unsettled.discard(head.name)
+            self._unsent.discard(head.name)
+            if self.checkpoints.unsure.pop(head.name, None) is not None:
+                self._dirty = True
         if head.position is not None:
             self.checkpoints.positions[head.name] = head.position
             self._dirty = True
@@ -635,13 +736,16 @@ class Publisher:
         parts = self._floors.setdefault(metadata.topic, {})
         parts[metadata.partition] = max(parts.get(metadata.partition, 0), metadata.offset + 1)
 
-    def _settle_all(self, name: str) -> None:
-        """Wait until every record sent is acknowledged, then checkpoint the file as done."""
+    def drain(self) -> None:
+        """Wait until every record sent is acknowledged, then write the checkpoint.
+
+        Raises `PublishFailed` past the deadline, and `PublishStopped` once a stop's grace ran
+        out with records still unacknowledged.
+        """
         started = time.monotonic()
+        self.stats.drains += 1
         while self._inflight:
             self._wait_oldest(started, reading=False)
-        if not self._keep_unsure and self.checkpoints.unsure.pop(name, None) is not None:
-            self._dirty = True
         if self._dirty:
             self._save()
 
@@ -649,8 +753,11 @@ class Publisher:
         """Wait a slice for the oldest unacknowledged record, then settle."""
         pending = next((f for f in self._inflight[0].futures if not f.is_done), None)
         if pending is not None:
+            waited = time.monotonic()
             with contextlib.suppress(KafkaError):
                 pending.get(timeout=_SLICE_S)
+            self.stats.ack_waits += 1
+            self.stats.ack_wait_seconds += time.monotonic() - waited
         self._settle()
         if self._inflight:
             self._tick(started, reading=reading)
@@ -671,10 +778,13 @@ class Publisher:
 
     def _check_stop(self) -> None:
         if self.should_stop():
-            if self._inflight:
-                raise _StopReading
-            self._save()
-            raise PublishStopped(settled=True)
+            raise _StopReading
+
+    def _stop(self) -> NoReturn:
+        """Stop reading: wait for what was sent (within the stop's grace), checkpoint, raise."""
+        self.drain()
+        self._save()
+        raise PublishStopped(settled=True)
 
     def _fail(self, code: str) -> None:
         """Checkpoint what was acknowledged and give up."""
@@ -682,13 +792,24 @@ class Publisher:
         raise PublishFailed(code)
 
     def _save(self) -> None:
-        self.checkpoints.save()
+        self._write_checkpoints()
         self._since_checkpoint = 0
         self._dirty = False
 
+    def _write_checkpoints(self) -> None:
+        started = time.monotonic()
+        self.checkpoints.save()
+        self.stats.checkpoint_writes += 1
+        self.stats.checkpoint_seconds += time.monotonic() - started
+
     def pending(self) -> int:
         """How many lines were sent but not acknowledged (they are not checkpointed)."""
-        return len(self._inflight)
+        return sum(1 for sent in self._inflight if sent.futures)
+
+    def resumes_at(self) -> str | None:
+        """The file a re-run resumes in: that of the oldest unacknowledged line, if any."""
+        oldest = next((sent for sent in self._inflight if sent.futures), None)
+        return oldest.name if oldest is not None else self.current
 
     # --- world snapshots ----------------------------------------------------------------
 
@@ -729,9 +850,14 @@ class Publisher:
             self._cwds[name] = header_cwd(path, session_id)
         cwd = self._cwds[name]
         # Relative would mean relative to wherever publish runs: not the session's directory.
-        if cwd is None or not Path(cwd).is_absolute() or not Path(cwd).is_dir():
-            return None
-        return world_facts(Path(cwd))
+        started = time.monotonic()
+        try:
+            if cwd is None or not Path(cwd).is_absolute() or not Path(cwd).is_dir():
+                return None
+            return world_facts(Path(cwd))
+        finally:
+            self.stats.world_probes += 1
+            self.stats.world_seconds += time.monotonic() - started
 
 
 def _too_large_envelope(envelope: EntryEnvelope, source: str, size: int) -> DeadLetter:
@@ -764,18 +890,21 @@ def publish_paths(
     seen: set[Path] = set()
     try:
         while True:
-            for path in session_files(roots):
+            files = list(session_files(roots))
+            for index, path in enumerate(files):
                 first_visit = path not in seen
                 if first_visit:
                     seen.add(path)
                     publisher.counts.files += 1
+                ahead = files[index + 1 : index + MARK_AHEAD]
                 try:
-                    publisher.publish_file(path, final=not follow, first_visit=first_visit)
+                    publisher.publish_file(path, not follow, first_visit, ahead)
                 except (FileKindError, FileNotFoundError) as exc:
                     # Replaced by a FIFO or a device, or gone, since it was listed: never read it.
                     log.warning(
                         "file skipped", extra={"file": str(path), "error": type(exc).__name__}
                     )
+            publisher.drain()
             if not follow or publisher.should_stop():
                 return publisher.counts
             _sleep_unless_stopped(poll_seconds, publisher.should_stop)

@@ -5,7 +5,9 @@ resume: `ReadPosition` says how far it got (byte offset, line, next sequence num
 what `sessionfold publish` remembers per file and what `--follow` tails from. It also remembers
 the ids of the entries it has read (a few dozen bytes each), to dead-letter a second entry with
 an id already read ("duplicate id"); a reader resumed without them reads them back from the
-part of the file before its position, once.
+part of the file before its position, once. In the same pass a reader resumed inside a file of
+another format rebuilds its translator's state (events/formats/base.py), so it reads on as one
+reader of the whole file would.
 
 A dead-lettered line after the header keeps its place in the session: it is followed by a
 placeholder envelope (ids only, see `PlaceholderPayload`) that takes the sequence number the
@@ -29,7 +31,8 @@ import logging
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -42,7 +45,16 @@ from sessionfold.events.envelope import (
     PlaceholderPayload,
     encode,
 )
-from sessionfold.events.lines import split_line
+from sessionfold.events.formats import TRANSLATORS, detect, translator_for
+from sessionfold.events.formats.base import MappingError, Translator
+from sessionfold.events.lines import (
+    DEPTH_ERROR,
+    DEPTH_REASON,
+    MAX_DEPTH,
+    may_be_too_deep,
+    split_line,
+    too_deep,
+)
 from sessionfold.events.migration import file_version, migrate_entry
 from sessionfold.streams.kafka.limits import MAX_MESSAGE_BYTES
 
@@ -76,6 +88,15 @@ _CHAR_BYTES = 6
 #: What a record takes on a topic beyond its key and value: the record batch header (61 bytes),
 #: the record's own fields and length prefixes (under 40), with room to spare.
 RECORD_OVERHEAD_BYTES = 1024
+
+
+#: How many levels a translator may nest around what one line holds (a line kept whole as an
+#: entry's `raw` is one): an entry mapped from lines that all open fewer arrays and objects
+#: than MAX_DEPTH less this cannot be too deep, and is not walked to find out.
+TRANSLATOR_NESTING = 4
+
+#: The format a command's `--format` forces on every file it reads (None: detect each file's).
+FORCED_FORMAT: ContextVar[str | None] = ContextVar("sessionfold_forced_format", default=None)
 
 
 def record_fits(key_bytes: int, value_bytes: int) -> bool:
@@ -273,7 +294,14 @@ class DeadLetter:
 
 @dataclass(frozen=True, slots=True)
 class ReadPosition:
-    """How far a reader got in one file; everything it needs to resume there."""
+    """How far a reader got in one file; everything it needs to resume there.
+
+    In a file of another agent's format (`format`), a group of lines the translator still holds
+    (one API response written as several lines) has emitted nothing yet: the position then
+    stands at the group's first line, `held` lines before where reading got, so a reader
+    resumed there reads the group again (the held lines' dead letters and placeholders went
+    out already and are not sent twice).
+    """
 
     offset: int = 0
     line: int = 0
@@ -281,30 +309,60 @@ class ReadPosition:
     entries: int = 0  # JSON objects read so far, header included (v1 migration index)
     session_id: str | None = None
     version: int = 0  # 0 until the header is read
+    format: str = "pi"  # the file's format, known once its first object is read
+    held: int = 0  # lines past `line` read already, held in an open group
 
     # The reader moves its position several times per line: these build the next one directly,
     # about a third of what `dataclasses.replace` costs.
     def past_line(self, length: int, line: int) -> ReadPosition:
         """This position past one more line, `length` bytes long and numbered `line`."""
         return ReadPosition(
-            self.offset + length, line, self.next_seq, self.entries, self.session_id, self.version
+            self.offset + length,
+            line,
+            self.next_seq,
+            self.entries,
+            self.session_id,
+            self.version,
+            self.format,
         )
 
     def past_entry(self) -> ReadPosition:
         """This position past one more JSON object."""
         return ReadPosition(
-            self.offset, self.line, self.next_seq, self.entries + 1, self.session_id, self.version
+            self.offset,
+            self.line,
+            self.next_seq,
+            self.entries + 1,
+            self.session_id,
+            self.version,
+            self.format,
         )
 
     def past_seq(self) -> ReadPosition:
         """This position with its next sequence number taken."""
         return ReadPosition(
-            self.offset, self.line, self.next_seq + 1, self.entries, self.session_id, self.version
+            self.offset,
+            self.line,
+            self.next_seq + 1,
+            self.entries,
+            self.session_id,
+            self.version,
+            self.format,
         )
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form, for the publish checkpoint file."""
-        return asdict(self)
+        # Spelled out: `asdict` walks each field recursively, ten times slower for these scalars.
+        return {
+            "offset": self.offset,
+            "line": self.line,
+            "next_seq": self.next_seq,
+            "entries": self.entries,
+            "session_id": self.session_id,
+            "version": self.version,
+            "format": self.format,
+            "held": self.held,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ReadPosition:
@@ -316,10 +374,13 @@ Record = EntryEnvelope | PlaceholderEnvelope | DeadLetter
 
 
 class SessionFileReader:
-    """Streams one pi session file from a position, yielding envelopes and dead letters.
+    """Streams one session file from a position, yielding envelopes and dead letters.
 
     `known_ids` are the ids of the entries before `position` (as `ids` left them after an
     earlier read to there); without them they are read back from the file when first needed.
+    `format` forces the file's format ("pi", "claude-code", "codex"); None detects it from the
+    first JSON object (events/formats). A file of another format goes through its translator,
+    whose entries take the path a pi entry takes.
     """
 
     def __init__(
@@ -329,13 +390,42 @@ class SessionFileReader:
         producer: str = PRODUCER,
         max_line: int | None = None,
         known_ids: set[str] | None = None,
+        format: str | None = None,
     ) -> None:
         self.path = Path(path)
-        self.position = position or ReadPosition()
+        start = position or ReadPosition()
         self.producer = producer
         self.max_line = max_line_bytes() if max_line is None else max_line
-        self._ids = known_ids
+        # From the start of the file no entry comes before: nothing to read back.
+        self._ids = known_ids if known_ids is not None or start.offset else set()
         self._quiet = False  # a read-back of the ids: its dead letters were logged before
+        self.format = format if format is not None else FORCED_FORMAT.get()
+        self._translator: Translator | None = None
+        # Resumed inside a file of another format: its translator's state (the session, the
+        # chain's last id, calls waiting for their results, ...) is rebuilt from the lines
+        # before the position before the first line is read (`_catch_up`).
+        self._rebuild = start.format != "pi"
+        self._closed = start.held == 0  # no group was open at the position (see _catch_up)
+        # Where reading got (the position is where resuming must start: see ReadPosition).
+        self._cursor = replace(start, held=0)
+        self._replay_to = start.line + start.held  # held lines re-read: their records went out
+        self._mark: tuple[int, int] | None = None  # (offset, line) before the open group
+        self._deep = False  # a line since the translator last held nothing may nest deep
+        if start.held:
+            self._mark = (start.offset, start.line)
+
+    @property
+    def position(self) -> ReadPosition:
+        """Where a reader resumes to read on exactly once from here (see ReadPosition)."""
+        cursor = self._cursor
+        if self._mark is None:
+            return cursor
+        offset, line = self._mark
+        return replace(cursor, offset=offset, line=line, held=cursor.line - line)
+
+    @position.setter
+    def position(self, value: ReadPosition) -> None:
+        self._cursor = value
 
     @property
     def known_ids(self) -> set[str] | None:
@@ -346,21 +436,41 @@ class SessionFileReader:
     def ids(self) -> set[str]:
         """The ids of the entries read so far (placeholders included), header excluded."""
         if self._ids is None:
-            self._ids = self._ids_before(self.position.offset)
+            self._catch_up(self.position.offset)
+        assert self._ids is not None
         return self._ids
 
-    def _ids_before(self, offset: int) -> set[str]:
-        """The entry ids of the file's lines before byte `offset`, read again from the start."""
-        if offset == 0:
-            return set()
+    def _catch_up(self, offset: int) -> None:
+        """Rebuild what a resumed reader needs from the file's lines before byte `offset`, in
+        one pass read again from the start: the entry ids (unless handed over), and the
+        translator of a file of another format, fed every line before and its output dropped,
+        so it resumes exactly as one that read the whole file."""
+        rebuild, self._rebuild = self._rebuild, False
+        format = self.format if self.format is not None else self._cursor.format
         prefix = SessionFileReader(
-            self.path, producer=self.producer, max_line=self.max_line, known_ids=set()
+            self.path,
+            producer=self.producer,
+            max_line=self.max_line,
+            known_ids=set(),
+            format=format,
         )
         prefix._quiet = True
-        for _records in prefix.lines(final=True):
-            if prefix.position.offset >= offset:
+        # final: a last line without its newline was read (and counted in `offset`) by a final
+        # read; the group open at the end is not closed, as the loop stops before that.
+        for _records in prefix._read(final=True, close=False) if offset > 0 else ():
+            if prefix._cursor.offset >= offset:
                 break
-        return prefix.ids
+        if self._ids is None:
+            self._ids = prefix._ids or set()
+        if rebuild:
+            translator = prefix._translator
+            if translator is None:
+                translator = translator_for(format)
+            if translator is not None and self._closed and translator.open_since is not None:
+                # The position has no group open, yet these lines leave one: the reader that
+                # stood there closed it at the end of the file (a final read); so does this one.
+                translator.close()
+            self._translator = translator
 
     def records(self, final: bool = True) -> Iterator[Record]:
         """Yield what the file holds past the current position, record by record."""
@@ -370,13 +480,24 @@ class SessionFileReader:
     def lines(self, final: bool = True) -> Iterator[list[Record]]:
         """Yield the records of each line past the current position, a list per line.
 
-        When a list is yielded, `position` already stands after its line, so a checkpoint
-        taken then resumes cleanly. A last line without its newline is read only when `final`
-        is true; a tailing reader passes false and sees the line complete on a later call.
+        When a list is yielded, `position` already stands after its line (or at the first line
+        of a group still held), so a checkpoint taken then resumes cleanly. A last line without
+        its newline is read only when `final` is true; a tailing reader passes false and sees
+        the line complete on a later call. `final` also closes the group held at the end of a
+        file of another format (its entries come as one more list).
         """
+        yield from self._read(final, close=final)
+
+    def _read(self, final: bool, close: bool) -> Iterator[list[Record]]:
+        """`lines`, with the closing of the held group at the end apart (`close`)."""
+        if self._rebuild:
+            self._catch_up(self._cursor.offset)
         with open_session_file(self.path) as handle:
-            for line in raw_lines(handle, self.position.offset, self.max_line, final):
-                line_no = self.position.line + 1
+            for line in raw_lines(handle, self._cursor.offset, self.max_line, final):
+                start = self._cursor.offset
+                line_no = self._cursor.line + 1
+                replaying = line_no <= self._replay_to
+                seq, counted = self._cursor.next_seq, self._cursor.entries
                 if line.too_long:
                     letter = self._dead(
                         line_no, TOO_LONG_ERROR, TOO_LONG_REASON, line.data, size=line.size
@@ -386,44 +507,119 @@ class SessionFileReader:
                     letter = self._dead(line_no, ENTRY_TOO_LARGE_ERROR, ENTRY_TOO_LARGE, line.data)
                     records = [letter, *self._placeholder(None, letter)]
                 else:
-                    records = list(self._line_records(line.data, line_no))
-                self.position = self.position.past_line(line.length, line_no)
+                    held = start - self._mark[0] if self._mark is not None else 0
+                    if self._translator is not None or self._cursor.version == 0:
+                        limit = MAX_DEPTH - TRANSLATOR_NESTING
+                        self._deep = self._deep or may_be_too_deep(line.data, limit)
+                    records = list(self._line_records(line.data, line_no, held + line.length))
+                self._cursor = self._cursor.past_line(line.length, line_no)
+                self._note_group(start, line_no)
+                if replaying:
+                    # Read when this line was first read: the seqs its records took and the
+                    # objects it counted are in the position already.
+                    self._cursor = replace(self._cursor, next_seq=seq, entries=counted)
+                    continue
+                yield records
+        if close and self._translator is not None:
+            size = self._cursor.offset - (self._mark[0] if self._mark else self._cursor.offset)
+            entries = self._translator.close()
+            self._mark = None
+            records = []
+            for entry in entries:
+                records += self._entry_records(entry, b"", self._cursor.line, size)
+            if records:
                 yield records
 
-    def _line_records(self, line: bytes, line_no: int) -> Iterator[Record]:
+    def _note_group(self, start: int, line_no: int) -> None:
+        """Remember where the translator's open group starts (the position to resume at)."""
+        since = self._translator.open_since if self._translator is not None else None
+        if since is None:
+            self._mark = None
+            self._deep = False  # every line read so far has given its entries
+        elif since == line_no and (self._mark is None or self._mark[1] < line_no - 1):
+            self._mark = (start, line_no - 1)
+
+    def _line_records(self, line: bytes, line_no: int, size: int) -> Iterator[Record]:
         if not line.strip():
             return  # pi skips blank lines; they hold nothing to lose
         values, remainder = split_line(line)
         for value in values:
-            yield from self._value_records(value, line, line_no)
+            yield from self._value_records(value, line, line_no, size)
         if remainder is not None:
             raw = line[remainder.start : remainder.start + remainder.size]
             letter = self._dead(line_no, remainder.error, remainder.reason, raw)
             yield letter
             yield from self._placeholder(None, letter)
 
-    def _value_records(self, value: Any, line: bytes, line_no: int) -> Iterator[Record]:
+    def _value_records(self, value: Any, line: bytes, line_no: int, size: int) -> Iterator[Record]:
         if not isinstance(value, dict):
             letter = self._dead(line_no, "TypeError", f"JSON {type(value).__name__}", line)
             yield letter
             yield from self._placeholder(None, letter)
             return
-        position = self.position
+        position = self._cursor
+        if position.version == 0 and self._translator is None:
+            found = self.format or detect(value)
+            if found is not None and found != "pi":
+                if found not in TRANSLATORS:
+                    yield self._dead(line_no, "FormatError", f"{found} is not read", line)
+                    return
+                self._translator = translator_for(found)
+                self._cursor = replace(position, format=found)
+        if self._translator is not None:
+            self._cursor = self._cursor.past_entry()
+            try:
+                entries = self._translator.feed(value, line_no)
+            except MappingError as exc:
+                letter = self._dead(line_no, "MappingError", str(exc), line)
+                yield letter
+                named = {"id": exc.id, "parentId": exc.parent_id} if exc.id else None
+                yield from self._placeholder(named, letter)
+                return
+            for entry in entries:
+                yield from self._entry_records(entry, line, line_no, size)
+            return
         if position.version == 0:
             if value.get("type") != "session" or not isinstance(value.get("id"), str):
                 yield self._dead(line_no, "HeaderError", "no session header before it", line)
                 return
             position = replace(position, session_id=value["id"], version=file_version(value))
         index = position.entries
-        self.position = position.past_entry()
+        self._cursor = position.past_entry()
         assert position.session_id is not None
         entry = value
         if value.get("type") != "session":
             entry = migrate_entry(value, position.version, position.session_id, index)
+        yield from self._entry_records(entry, line, line_no, len(line))
+
+    def _entry_records(
+        self, entry: dict[str, Any], line: bytes, line_no: int, size: int
+    ) -> Iterator[Record]:
+        """A v3 entry's envelope, or its dead letter and placeholder; `size`: its source bytes."""
+        position = self._cursor
+        if self._translator is not None and entry.get("type") == "session":
+            if position.version != 0:
+                return  # a resumed translator's header: the session is known already
+            if not isinstance(entry.get("id"), str):
+                yield self._dead(line_no, "HeaderError", "no session header before it", line)
+                return
+            position = self._cursor = replace(
+                position, session_id=entry["id"], version=file_version(entry)
+            )
+        elif position.session_id is None:
+            yield self._dead(line_no, "HeaderError", "no session header before it", line)
+            return
         entry_id = entry.get("id") if entry.get("type") != "session" else None
         if isinstance(entry_id, str) and entry_id in self.ids:
             # pi never reuses an id: a second one would be folded by some folds and not others.
             yield self._dead(line_no, "DuplicateId", "duplicate id", line)
+            return
+        if self._deep and self._translator is not None and too_deep(entry, MAX_DEPTH):
+            # A translator nests what it maps (a line kept as `raw`, parsed arguments): an entry
+            # past the lines' limit would be refused by a Kafka worker and folded embedded.
+            letter = self._dead(line_no, DEPTH_ERROR, DEPTH_REASON, line)
+            yield letter
+            yield from self._placeholder(entry, letter)
             return
         try:
             parse_entry(entry)
@@ -433,14 +629,15 @@ class SessionFileReader:
             yield from self._placeholder(entry, letter)
             return
         timestamp = entry.get("timestamp")
+        assert position.session_id is not None
         envelope = EntryEnvelope(
             session_id=position.session_id,
-            seq=self.position.next_seq,  # taken below, once the envelope is known to fit
+            seq=position.next_seq,  # taken below, once the envelope is known to fit
             producer=self.producer,
             time=timestamp if isinstance(timestamp, str) else None,
             payload=EntryPayload(entry=entry, line=line_no),
         )
-        if not envelope_fits(envelope, len(line)):
+        if not envelope_fits(envelope, size):
             # Kafka could not carry it: dead here, so every runtime folds the placeholder instead.
             letter = self._dead(line_no, ENTRY_TOO_LARGE_ERROR, ENTRY_TOO_LARGE, line)
             yield letter
@@ -452,8 +649,8 @@ class SessionFileReader:
         yield envelope
 
     def _take_seq(self) -> int:
-        seq = self.position.next_seq
-        self.position = self.position.past_seq()
+        seq = self._cursor.next_seq
+        self._cursor = self._cursor.past_seq()
         return seq
 
     def _placeholder(
@@ -465,13 +662,13 @@ class SessionFileReader:
         the next v1 position (so later v1 ids stay those of the intact file) and, in a v1
         file, the id that position gives; elsewhere it is a gap with no id.
         """
-        position = self.position
+        position = self._cursor
         if position.session_id is None or (entry is not None and entry.get("type") == "session"):
             return
         if entry is None:
             # Nothing readable: in a v1 file the position still names the entry; else a gap.
             index = position.entries
-            self.position = replace(position, entries=index + 1)
+            self._cursor = replace(position, entries=index + 1)
             entry = {}
             if position.version <= 1:
                 entry = migrate_entry({}, 1, position.session_id, index)
@@ -504,17 +701,20 @@ class SessionFileReader:
             error=error,
             reason=reason,
             size=len(raw) if size is None else size,
-            session_id=self.position.session_id,
+            session_id=self._cursor.session_id,
             raw=raw[:DEAD_LETTER_RAW_BYTES],
         )
-        if not self._quiet:
+        if not self._quiet and self._cursor.line >= self._replay_to:
             log.warning("dead letter", extra={"dead_letter": letter.describe()})
         return letter
 
 
-def read_session_file(path: Path | str) -> Iterator[Record]:
-    """Yield every envelope and dead letter of a whole session file, in file order."""
-    yield from SessionFileReader(path).records(final=True)
+def read_session_file(path: Path | str, format: str | None = None) -> Iterator[Record]:
+    """Yield every envelope and dead letter of a whole session file, in file order.
+
+    `format` forces the file's format; None detects it (see SessionFileReader).
+    """
+    yield from SessionFileReader(path, format=format).records(final=True)
 
 
 def is_header(value: Any) -> bool:
@@ -532,15 +732,40 @@ def file_lines(path: Path | str, final: bool = True) -> Iterator[RawLine]:
         yield from raw_lines(handle, 0, max_line_bytes(), final)
 
 
-def header_of(path: Path | str) -> dict[str, Any] | None:
-    """The session header a file holds (its first), or None when it holds none."""
+def header_of(path: Path | str, format: str | None = None) -> dict[str, Any] | None:
+    """The session header a file holds (its first), or None when it holds none.
+
+    A file of another agent's format holds the header its translator makes of its first lines
+    (`format` forces the format; None detects it from the first JSON object).
+    """
+    translator: Translator | None = None
+    format = format if format is not None else FORCED_FORMAT.get()
+    number = 0
     for line in file_lines(path):
+        number += 1
         if line.too_long:
             continue
         values, _rest = split_line(line.data)
         for value in values:
-            if is_header(value):
-                return value  # type: ignore[no-any-return]
+            if translator is None and format in (None, "pi"):
+                found = detect(value) if format is None else "pi"
+                if found == "pi" or found is None:
+                    if is_header(value):
+                        return value  # type: ignore[no-any-return]
+                    continue
+                format = found
+            if format not in TRANSLATORS:
+                return None
+            if translator is None:
+                translator = translator_for(format or "pi")
+            if translator is None or not isinstance(value, dict):
+                continue
+            try:
+                entries = translator.feed(value, number)
+            except MappingError:
+                continue
+            if entries:
+                return entries[0] if is_header(entries[0]) else None
     return None
 
 

@@ -31,15 +31,12 @@ from typing import Any
 
 import orjson
 
-from sessionfold.events.envelope import (
-    CommandEnvelope,
-    Envelope,
-    PruningCompactionEnvelope,
-)
+from sessionfold.events.envelope import CommandEnvelope, Envelope
 from sessionfold.ports.ledger.model import DiffModel
 from sessionfold.ports.summarizer import ModelPort
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
+from sessionfold.projections.store import Store
 from sessionfold.projections.views.base import LogEntry, log_entry
 from sessionfold.projections.views.context import (
     ContextView,
@@ -68,8 +65,7 @@ class LiveSession:
     entries: list[LogEntry] = field(default_factory=list)
     ids: set[str] = field(default_factory=set)  # entry ids folded (the leaves a caller may name)
     compacts: list[tuple[int, str | None]] = field(default_factory=list)
-    epoch: int = 0  # flush answers folded: the rendered context changes only with it
-    folds: int = 0  # envelopes of the session folded: its state changes only with it
+    folds: int = 0  # records of the session published: its state changes only with them
     dead_letters: int = 0
     journal: AnswerJournal | None = None
     rendered: Rendered | None = None  # the last render, while `folds` has not moved
@@ -84,7 +80,7 @@ class Rendered:
     """One render of a session's context with what every answer built from it needs."""
 
     state: tuple[int, int, int]  # the session's `state()` it was rendered at
-    epoch: int
+    epoch: int  # the epoch (live_contract.epoch_of) read with the render
     view: ContextView
     tokens: dict[str, int]
     messages_json: bytes  # `view.messages` encoded (the context route's payload)
@@ -114,12 +110,14 @@ class LiveFolds:
     ) -> None:
         self.paths = list(paths)
         self.config = config
-        self.runtime = _LiveRuntime(self, config, summarizer, ledger, diff_model)
+        self.runtime = CountedEmbeddedRuntime(config, summarizer, ledger, diff_model)
         if journals:
             self.runtime.answerer = with_journals(self.runtime.answerer, self._journal)
         self.sessions: dict[str, LiveSession] = {}
         self.tails: dict[Path, _Tail] = {}
         self.lock = threading.RLock()
+        #: Set by a reader asking for a session no file holds yet: the tailer looks at once.
+        self.rescan = threading.Event()
         self._journals = journals
         #: Called (on the polling thread, outside `lock`) after a poll folded any line.
         self.on_lines: Callable[[], None] | None = None
@@ -173,7 +171,8 @@ class LiveFolds:
             if self._journals:
                 session.journal = AnswerJournal.open(tail.path, writable=True)
             self.sessions[record.session_id] = session
-        self.runtime.publish(record)
+        self.runtime.publish(record)  # folds the record and every answer it brings, at once
+        session.folds += 1
         item = log_entry(record)
         if item is not None:
             session.entries.append(item)
@@ -187,15 +186,6 @@ class LiveFolds:
         session = self.sessions.get(session_id)
         return None if session is None else session.journal
 
-    def folded(self, envelope: Envelope) -> None:
-        """Called by the runtime for every envelope it folds: answers move the epoch."""
-        session = self.sessions.get(envelope.session_id)
-        if session is None:
-            return
-        session.folds += 1
-        if isinstance(envelope, PruningCompactionEnvelope):
-            session.epoch += 1
-
     # --- reads (callers hold `lock`; `rendered` takes it itself) -----------------------------
 
     def view(self, session_id: str) -> ContextView:
@@ -205,9 +195,10 @@ class LiveFolds:
         compacts = [compact_point(seq, time, store, session_id) for seq, time in session.compacts]
         return context_at(session.entries, store, session_id, self.config, compacts)
 
-    def rendered(self, session_id: str) -> Rendered:
-        """The session's view now, with its tokens and encoded messages; rendered again only
-        once the session folded anything since the last call. Takes `lock` itself."""
+    def rendered(self, session_id: str, epoch_of: Callable[[Store, str], int]) -> Rendered:
+        """The session's view now, with its tokens, encoded messages and `epoch_of(store,
+        session_id)` read with it; rendered again only once the session folded anything since
+        the last call. Takes `lock` itself."""
         with self.lock:
             session = self.sessions[session_id]
             state = session.state()
@@ -215,7 +206,7 @@ class LiveFolds:
             if cached is not None and cached.state == state:
                 return cached
             view = self.view(session_id)
-            epoch = session.epoch
+            epoch = epoch_of(self.runtime.store, session_id)
         # The counts and the encoding read only the view's messages, which no fold changes:
         # the tailer need not wait for them.
         tokens = {
@@ -248,24 +239,3 @@ class LiveFolds:
         """The session's projections (`sessionfold fold --json`'s document)."""
         session = self.sessions[session_id]
         return self.runtime.session_state(session_id, session.dead_letters)
-
-
-class _LiveRuntime(CountedEmbeddedRuntime):
-    """The embedded runtime telling `LiveFolds` what it folds."""
-
-    def __init__(
-        self,
-        live: LiveFolds,
-        config: PruneConfig,
-        summarizer: ModelPort | None,
-        ledger: LedgerConfig | None,
-        diff_model: DiffModel | None,
-    ) -> None:
-        super().__init__(config, summarizer, ledger, diff_model)
-        self.live = live
-
-    def fold(self, envelope: Envelope) -> list[Envelope]:
-        """Fold as the embedded runtime does, then tell the live folds."""
-        outputs = super().fold(envelope)
-        self.live.folded(envelope)
-        return outputs

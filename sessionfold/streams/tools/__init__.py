@@ -3,4 +3,4 @@
 No module is private to it.
 """
 
-__all__ = ["broker", "compare", "replay", "synthetic"]
+__all__ = ["broker", "compare", "replay", "synthetic", "synthetic_claude", "synthetic_codex"]

@@ -4,7 +4,8 @@
   leaf entry is folded, then renders the context as `sessionfold context FILE --format json`
   does for the file as read so far; `changed` false means "keep pi's own array" (nothing pruned,
   or pi's array is not the one the file gives: `reason` says which). `stale` when the wait ran
-  out. `epoch` counts the flush answers folded: the answer only changes when it moves.
+  out. `epoch` counts the flush attempts folded: the answer only changes when it moves.
+  The checks and the answers' shapes are live_contract.py's, shared with the fold workers.
 - `POST /sessions/{id}/compact`: the rule ledger's compaction pass over the file as it is, as
   `sessionfold ledger compact FILE` runs it: `{"status": "summary", "summary", "details",
   "span_record"}`, or `{"status": "fallback", "reason"}` so pi's own compaction runs.
@@ -26,75 +27,37 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from sessionfold.ports.ledger.model import DiffModel
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
-from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.digest import message_of
 from sessionfold.projections.views.chains import resolve_ref
 from sessionfold.projections.views.recall import recall_text
-from sessionfold.projections.views.status import footer
 from sessionfold.streams.publishing.session_file import read_session_file
-from sessionfold.streams.runtime.ledger_loop import compaction_entries, fold_records
+from sessionfold.streams.runtime.ledger_loop import fold_records
 from sessionfold.streams.runtime.live import LiveFolds, Rendered
+from sessionfold.streams.web import live_contract as contract
 from sessionfold.streams.web.auth import token_middleware
+from sessionfold.streams.web.live_contract import (
+    DEFAULT_WAIT_S,
+    MAX_BODY_BYTES,
+    MAX_ID_CHARS,
+    MAX_RECALL_IDS,
+    UNKNOWN_GRACE_S,
+    WAIT_STEP_S,
+    BadRequest,
+    LiveMetrics,
+)
 
 log = logging.getLogger(__name__)
 
-#: How long a context call waits for its leaf by default, seconds.
-DEFAULT_WAIT_S = 30.0
-#: How often a waiting call looks again when no poll wakes it, seconds.
-WAIT_STEP_S = 0.01
-#: Largest request body: pi's whole context array comes with every context call (aiohttp's
-#: default of 1 MiB refused calls past ~850 messages with 413, so pi fell back to its own).
-MAX_BODY_BYTES = 128 * 1024 * 1024
-#: Longest session id, ref or leaf id accepted.
-MAX_ID_CHARS = 256
-#: Most refs one recall names.
-MAX_RECALL_IDS = 100
-LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0)
-
-
-@dataclass(frozen=True, slots=True)
-class LiveMetrics:
-    """The live calls, for Prometheus: by route and answer, never by session."""
-
-    registry: CollectorRegistry
-    calls: Counter
-    seconds: Histogram
-    fail_opens: Counter
-
-    @classmethod
-    def create(cls, registry: CollectorRegistry) -> LiveMetrics:
-        """The metrics over `registry`."""
-        return cls(
-            registry,
-            Counter(
-                "sessionfold_live_calls",
-                "Live API calls by route and answer (changed, unchanged, stale, ...).",
-                ["route", "outcome"],
-                registry=registry,
-            ),
-            Histogram(
-                "sessionfold_live_call_seconds",
-                "Time to answer a live API call, waiting included.",
-                ["route"],
-                buckets=LATENCY_BUCKETS,
-                registry=registry,
-            ),
-            Counter(
-                "sessionfold_live_fail_opens",
-                "Fail-opens the pi extension reported (it kept pi's own context).",
-                ["kind"],
-                registry=registry,
-            ),
-        )
+__all__ = ["DEFAULT_WAIT_S", "MAX_ID_CHARS", "MAX_RECALL_IDS", "LiveApi", "LiveMetrics"]
 
 
 @dataclass
@@ -121,17 +84,22 @@ class LiveApi:
         """The context the model should be sent (see the module docstring)."""
         session_id = _id(request)
         body = await _body(request)
-        leaf = body.get("leaf")
-        messages = body.get("messages")
-        wait_ms = body.get("wait_ms")
-        if (leaf is not None and not _is_id(leaf)) or not isinstance(messages, list):
-            raise _bad("want {leaf: string or null, messages: array}")
-        wait = self.wait_s if not isinstance(wait_ms, int | float) else max(0.0, wait_ms / 1000)
-        folded = await self._wait_for(session_id, leaf, time.monotonic() + wait)
-        kept = self._kept(session_id, leaf, messages) if folded else None
+        try:
+            leaf, messages, wait = contract.context_request(body, self.wait_s)
+        except BadRequest as exc:
+            raise _bad(str(exc)) from None
+        started = time.monotonic()
+        found = await self._wait_for(
+            session_id, leaf, started + wait, started + min(wait, UNKNOWN_GRACE_S)
+        )
+        if found == "unknown":
+            # pi writes a new session's file only once its first model call has answered:
+            # nothing of it is there to prune yet.
+            return _json(contract.unchanged(session_id, leaf, 0, "unknown-session", stale=False))
+        kept = self._kept(session_id, leaf, messages) if found == "folded" else None
         if kept is None:
             kept = await asyncio.to_thread(
-                self._context_now, session_id, leaf, messages, not folded
+                self._context_now, session_id, leaf, messages, found != "folded"
             )
         head, payload = kept
         return _json(head, messages_json=payload)
@@ -149,8 +117,11 @@ class LiveApi:
             return None
         return self._answer(session_id, leaf, messages, False, rendered)
 
-    async def _wait_for(self, session_id: str, leaf: str | None, deadline: float) -> bool:
-        """Whether the leaf (with none, the session) was folded before `deadline`.
+    async def _wait_for(
+        self, session_id: str, leaf: str | None, deadline: float, unknown_until: float
+    ) -> Literal["folded", "unknown", "stale"]:
+        """`folded` once the leaf (with none, the session) is folded; `unknown` when no file
+        holds the session by `unknown_until`; `stale` when the leaf is not folded by `deadline`.
 
         The look takes no lock and no thread (a dict and a set lookup): waiting calls cost the
         tailer nothing. A poll that folded lines wakes them (`_woken`); the step is the bound
@@ -159,10 +130,17 @@ class LiveApi:
             woken = self._woken  # taken before the look: a fold after it sets this one
             session = self.live.sessions.get(session_id)
             if session is not None and (leaf is None or leaf in session.ids):
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
+                return "folded"
+            now = time.monotonic()
+            if session is None:
+                if now >= unknown_until:
+                    return "unknown"
+                self.live.rescan.set()  # a file just written: the tailer looks for it now
+                left = unknown_until - now
+            else:
+                left = deadline - now
+                if left <= 0:
+                    return "stale"
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), min(left, WAIT_STEP_S))
 
@@ -175,9 +153,9 @@ class LiveApi:
         self, session_id: str, leaf: str | None, messages: list[Any], stale: bool
     ) -> tuple[dict[str, Any], bytes | None]:
         """The answer's fields, and the encoded messages when the answer carries them."""
-        if session_id not in self.live.sessions:
-            return _unchanged(session_id, leaf, 0, "unknown-session", stale=True), None
-        return self._answer(session_id, leaf, messages, stale, self.live.rendered(session_id))
+        return self._answer(
+            session_id, leaf, messages, stale, self.live.rendered(session_id, contract.epoch_of)
+        )
 
     def _answer(
         self,
@@ -189,21 +167,14 @@ class LiveApi:
     ) -> tuple[dict[str, Any], bytes | None]:
         """The answer's fields from one render, and its encoded messages when it carries them."""
         self.reclaim[session_id] = rendered.tokens
-        answer: dict[str, Any] = {
-            "session_id": session_id,
-            "leaf": leaf,
-            "changed": False,
-            "stale": stale,
-            "reason": None,
-            "epoch": rendered.epoch,
-            "tokens": rendered.tokens,
-        }
-        if not _same_messages(messages, rendered.view.unpruned):
-            answer["reason"] = "mismatch"  # pi holds messages the file does not (yet): keep its own
-        elif rendered.view.pruned:
-            answer["changed"] = True
-            return answer, rendered.messages_json
-        return answer, None
+        answer = contract.context_answer(
+            session_id, leaf, messages, rendered.view, rendered.epoch, stale, rendered.tokens
+        )
+        if "messages" not in answer:
+            return answer, None
+        # The render's messages go out as encoded once per render (`_json` splices them in).
+        del answer["messages"]
+        return answer, rendered.messages_json
 
     async def compact(self, request: web.Request) -> web.Response:
         """The ledger's compaction summary for the session as its file stands, or a fallback."""
@@ -213,50 +184,32 @@ class LiveApi:
             session = self.live.sessions.get(session_id)
             path = None if session is None else session.path
         if path is None:
-            return _json({"status": "fallback", "reason": "unknown-session"})
+            return _json(contract.fallback("unknown-session"))
         try:
             payload = await asyncio.to_thread(self._compaction, path)
         except Exception as exc:  # never an error pi cannot survive: its own compaction runs
             log.warning(
                 "live compact failed", extra={"session": session_id, "error": type(exc).__name__}
             )
-            return _json({"status": "fallback", "reason": f"error:{type(exc).__name__}"})
-        if payload is None:
-            return _json({"status": "fallback", "reason": "nothing-to-compact"})
-        if payload.get("fallback") is not None:
-            return _json({"status": "fallback", "reason": str(payload["fallback"])})
-        compaction, span_record = compaction_entries(payload)
-        return _json(
-            {
-                "status": "summary",
-                "summary": compaction["summary"],
-                "details": compaction["details"],
-                "span_record": span_record,
-            }
-        )
+            return _json(contract.fallback(f"error:{type(exc).__name__}"))
+        return _json(contract.compact_answer(payload))
 
     def _compaction(self, path: Any) -> dict[str, Any] | None:
-        """`sessionfold ledger compact FILE`'s pass: a compact request at the file's end."""
+        """`sessionfold ledger compact FILE`'s passes over the file: the last one's payload."""
         from sessionfold.ports.ledger.model import OfflineModel
 
         model = self.diff_model or OfflineModel()
         run = fold_records(read_session_file(path), model, config=self.ledger, compact=True)
-        last = run.payloads[-1] if run.payloads else None
-        if last is None or last.get("record") is None:
-            return None
-        if last["record"]["trigger"] != "compact-request":
-            return None
-        return last
+        return run.payloads[-1] if run.payloads else None
 
     async def recall(self, request: web.Request) -> web.Response:
         """The recall tool's text for the refs or tool call ids asked."""
         session_id = _id(request)
         body = await _body(request)
-        ids = body.get("ids")
-        if not isinstance(ids, list) or not ids or len(ids) > MAX_RECALL_IDS:
-            raise _bad(f"want {{ids: a non-empty array of at most {MAX_RECALL_IDS} strings}}")
-        if not all(_is_id(i) for i in ids):
-            raise _bad("every id is a string of at most 256 characters")
+        try:
+            ids = contract.recall_request(body)
+        except BadRequest as exc:
+            raise _bad(str(exc)) from None
         with self.live.lock:
             session = self.live.sessions.get(session_id)
             if session is None:
@@ -296,26 +249,13 @@ class LiveApi:
         """A small document to poll each turn."""
         session_id = _id(request)
         with self.live.lock:
-            session = self.live.sessions.get(session_id)
-            if session is None:
-                return _json({"session_id": session_id, "known": False, "footer": "prune: ON"})
+            if session_id not in self.live.sessions:
+                return _json(contract.unknown_status(session_id))
             document = self.live.document(session_id)
-            head = pruning.open_session(self.live.runtime.store, session_id, self.live.config).head
-            epoch = session.epoch
-        attempts = document["flush_attempts"]
-        pending = document["pending_batches"]
-        return _json(
-            {
-                "session_id": session_id,
-                "known": True,
-                "epoch": epoch,
-                "pending": pending,
-                "rearmed": bool(head["rearmed"]),
-                "metrics": document["metrics"],
-                "last_flush": attempts[-1] if attempts else None,
-                "footer": footer(pending, document["metrics"], self.reclaim.get(session_id)),
-            }
-        )
+            answer = contract.status_answer(
+                session_id, self.live.runtime.store, document, self.reclaim.get(session_id)
+            )
+        return _json(answer)
 
     async def document(self, request: web.Request) -> web.Response:
         """The session document (`sessionfold fold --json`'s)."""
@@ -328,10 +268,8 @@ class LiveApi:
     async def client_events(self, request: web.Request) -> web.Response:
         """Count what the extension reports (fail-opens by kind)."""
         body = await _body(request)
-        kind = body.get("kind")
-        kinds = ("unreachable", "timeout", "bad-answer", "http-error")
         assert self.metrics is not None
-        self.metrics.fail_opens.labels(kind if kind in kinds else "other").inc()
+        self.metrics.fail_open(body.get("kind"))
         return web.Response(status=204)
 
     async def health(self, _request: web.Request) -> web.Response:
@@ -406,32 +344,6 @@ def _outcome(response: web.StreamResponse) -> str:
     return outcome if isinstance(outcome, str) else str(response.status)
 
 
-def _same_messages(ours: list[Any], theirs: list[dict[str, Any]]) -> bool:
-    """Whether pi's array is the file's context: the same roles and tool call ids in order."""
-    if len(ours) != len(theirs):
-        return False
-    for mine, file in zip(ours, theirs, strict=True):
-        if not isinstance(mine, dict) or mine.get("role") != file.get("role"):
-            return False
-        if mine.get("toolCallId") != file.get("toolCallId"):
-            return False
-    return True
-
-
-def _unchanged(
-    session_id: str, leaf: str | None, epoch: int, reason: str, stale: bool
-) -> dict[str, Any]:
-    return {
-        "session_id": session_id,
-        "leaf": leaf,
-        "changed": False,
-        "stale": stale,
-        "reason": reason,
-        "epoch": epoch,
-        "tokens": None,
-    }
-
-
 def _id(request: web.Request) -> str:
     session_id = request.match_info["session_id"]
     if not _is_id(session_id):
@@ -440,7 +352,7 @@ def _id(request: web.Request) -> str:
 
 
 def _is_id(value: Any) -> bool:
-    return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
+    return contract.is_id(value)
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
@@ -467,6 +379,5 @@ def _json(body: Any, status: int = 200, messages_json: bytes | None = None) -> w
         encoded = encoded[:-1] + b',"messages":' + messages_json + b"}"
     response = web.Response(body=encoded, status=status, content_type="application/json")
     if isinstance(body, dict) and "changed" in body:
-        outcome = "stale" if body["stale"] else "changed" if body["changed"] else "unchanged"
-        response.sessionfold_outcome = outcome  # type: ignore[attr-defined]
+        response.sessionfold_outcome = contract.outcome(body)  # type: ignore[attr-defined]
     return response

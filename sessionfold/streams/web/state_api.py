@@ -7,6 +7,10 @@
   number of events the flush barrier holds.
 - `GET /sessions/{id}/refs/{ref}`: the original tool output a summary's ref `tN` stands for,
   read back from session-events at the offset the fold recorded for that toolResult entry.
+- `POST /sessions/{id}/context`, `/compact`, `/recall`, `GET /sessions/{id}/status`: the live
+  routes `sessionfold serve` has, with the same JSON (live_worker.py, docs/live.md), when
+  `register` is given a `WorkerLive`. A POST is proxied to the owner with its body.
+  `POST /sessions/{id}/client-events` (the extension's fail-opens) is counted where it arrives.
 
 Every view is routed by Faust's router on the session id (`faust_compat.route_request`), so any
 fold worker can be asked: the one that owns the session's partition answers (the request is
@@ -52,6 +56,9 @@ from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.kafka.table_store import Backend, dead_letter_key, offset_key, read_view
 from sessionfold.streams.kafka.topics import Topics, partition_of
 from sessionfold.streams.runtime import step
+from sessionfold.streams.web import live_contract
+from sessionfold.streams.web.live_contract import BadRequest
+from sessionfold.streams.web.live_worker import LogUnavailable, WorkerLive
 
 #: A state view as registered (view, request, the session id, the path's other parts).
 Handler = Callable[..., Awaitable[Response]]
@@ -223,8 +230,10 @@ def register(
     ledger: LedgerConfig | None = DEFAULT_LEDGER,
     security: KafkaSecurity = PLAINTEXT,
     not_ready: NotReadyLog | None = None,
+    live: WorkerLive | None = None,
 ) -> None:
-    """Add the state views to a fold worker's web server (`table` routes, `state` answers)."""
+    """Add the state views to a fold worker's web server (`table` routes, `state` answers);
+    with `live`, the live routes too (live_worker.py)."""
     not_ready = not_ready or NOT_READY
     routed = _routed(app, table, not_ready)
     unless_recovering = _unless_recovering(app, table, faust_compat.watch_recovery(app), not_ready)
@@ -285,8 +294,138 @@ def register(
             return await original(self, request, session_id, ref)
 
     app.page("/sessions/{session_id}", name="session")(Session)
+    if live is not None:
+        _register_live(app, live, routed, unless_recovering, not_ready)
     app.page("/sessions/{session_id}/flushes", name="session-flushes")(Flushes)
     app.page("/sessions/{session_id}/refs/{ref}", name="session-ref")(Ref)
+
+
+def _register_live(
+    app: Any,
+    live: WorkerLive,
+    routed: Callable[[Handler], Handler],
+    unless_recovering: Callable[[Handler], Handler],
+    not_ready: NotReadyLog,
+) -> None:
+    """The live routes (docs/live.md), routed and guarded as the state views are; the owner
+    counts each call it answers in `live.metrics` (`timed`)."""
+
+    def timed(route: str) -> Callable[[Handler], Handler]:
+        return _timed(live, route)
+
+    @routed
+    @unless_recovering
+    @timed("context")
+    async def context(view: View, request: Request, session_id: str) -> Response:
+        body = await _object_body(request)
+        if body is None:
+            return _bad_body(view, "the body is not a JSON object")
+        try:
+            answer = await live.context(session_id, body)
+        except BadRequest as exc:
+            return _bad_body(view, str(exc))
+        response = _json(view, answer)
+        response.sessionfold_outcome = live_contract.outcome(answer)  # type: ignore[attr-defined]
+        return response
+
+    @routed
+    @unless_recovering
+    @timed("compact")
+    async def compact(view: View, request: Request, session_id: str) -> Response:
+        if await _object_body(request) is None:
+            return _bad_body(view, "the body is not a JSON object")
+        return _json(view, await live.compact(session_id))
+
+    @routed
+    @unless_recovering
+    @timed("recall")
+    async def recall(view: View, request: Request, session_id: str) -> Response:
+        body = await _object_body(request)
+        if body is None:
+            return _bad_body(view, "the body is not a JSON object")
+        try:
+            answer = await live.recall(session_id, body)
+        except BadRequest as exc:
+            return _bad_body(view, str(exc))
+        except LogUnavailable:
+            busy = {"error": "not ready", "reason": "log", "session_id": session_id}
+            return _unavailable(view, busy, "log", not_ready)
+        if answer is None:
+            return _json(view, {"error": "unknown session", "session_id": session_id}, 404)
+        return _json(view, answer)
+
+    @routed
+    @unless_recovering
+    @timed("status")
+    async def status(view: View, request: Request, session_id: str) -> Response:
+        return _json(view, live.status(session_id))
+
+    app.page("/sessions/{session_id}/context", name="live-context")(_session_view(context, "post"))
+    app.page("/sessions/{session_id}/compact", name="live-compact")(_session_view(compact, "post"))
+    app.page("/sessions/{session_id}/recall", name="live-recall")(_session_view(recall, "post"))
+    app.page("/sessions/{session_id}/status", name="live-status")(_session_view(status, "get"))
+
+    app.page("/sessions/{session_id}/client-events", name="live-client-events")(
+        _client_events_view(live)
+    )
+
+
+def _session_view(handler: Handler, method: str) -> type[View]:
+    """A View answering `method` on a session's path with `handler` (ids checked first)."""
+
+    async def answer(self: View, request: Request, session_id: str) -> Response:
+        if too_long(session_id):
+            return _too_long(self)
+        return await handler(self, request, session_id)
+
+    return type(f"Live{method.title()}", (View,), {method: answer})
+
+
+def _client_events_view(live: WorkerLive) -> type[View]:
+    """The extension's fail-open reports: counted where they arrive (no session state)."""
+
+    class ClientEvents(View):
+        async def post(self, request: Request, session_id: str) -> Response:
+            body = await _object_body(request)
+            if body is None:
+                return _bad_body(self, "the body is not a JSON object")
+            if live.metrics is not None:
+                live.metrics.fail_open(body.get("kind"))
+            return self.bytes(b"", status=204)
+
+    return ClientEvents
+
+
+def _timed(live: WorkerLive, route: str) -> Callable[[Handler], Handler]:
+    """A live route's handler that counts each answer (outcome, time) in `live.metrics`."""
+
+    def wrap(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        async def measured(view: View, request: Request, session_id: str) -> Response:
+            started = time.monotonic()
+            response = await handler(view, request, session_id)
+            if live.metrics is not None:
+                outcome = getattr(response, "sessionfold_outcome", None)
+                outcome = outcome if isinstance(outcome, str) else str(response.status)
+                live.metrics.observe(route, outcome, time.monotonic() - started)
+            return response
+
+        return measured
+
+    return wrap
+
+
+async def _object_body(request: Request) -> dict[str, Any] | None:
+    """The request's JSON object body, or None when it is not one."""
+    try:
+        body = orjson.loads(await request.read())
+    except orjson.JSONDecodeError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _bad_body(view: View, why: str) -> Response:
+    return _json(view, {"error": why}, 400)
 
 
 class NotReadyLog:
@@ -361,9 +500,11 @@ def _routed(app: Any, table: Any, not_ready: NotReadyLog) -> Callable[[Handler],
     def wrap(handler: Handler) -> Handler:
         @functools.wraps(handler)
         async def routed(view: View, request: Request, session_id: str, *args: Any) -> Response:
+            # A POST's body goes along to the owner (Faust's own proxy would drop it).
+            sent = await request.read() if request.method == "POST" else None
             try:
                 answer = await faust_compat.route_request(
-                    app, table.name, session_id, view.web, request
+                    app, table.name, session_id, view.web, request, sent
                 )
             except faust_compat.NotRoutable as exc:
                 body = {"error": "not ready", "reason": exc.reason, "session_id": session_id}

