@@ -108,8 +108,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def short_fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """400 short generated sessions, about 3,500 entries: many files in flight at once."""
-    return generate_fleet(tmp_path_factory.mktemp("short-fleet"), 400, 3, seed=12)
+    """1,600 short generated sessions, about 14,000 entries: many files in flight at once, and
+    a run long enough to be killed on an idle machine (publish sends 400 of them in under the
+    0.6 s a kill may wait)."""
+    return generate_fleet(tmp_path_factory.mktemp("short-fleet"), 1600, 3, seed=12)
 
 
 def _expected(root: Path) -> dict[str, list[int]]:
