@@ -12,7 +12,7 @@ Pure: the input is the session's entries (with their sequence numbers) and the f
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +37,14 @@ class LogEntry:
     seq: int
     entry: dict[str, Any]
     placeholder: bool = False
+
+
+def entry_at(entries: Sequence[LogEntry], seqs: Sequence[int], seq: int) -> dict[str, Any] | None:
+    """The entry with sequence number `seq` among `entries` (whose ascending seqs are `seqs`)."""
+    position = bisect_right(seqs, seq) - 1
+    if position >= 0 and seqs[position] == seq:
+        return entries[position].entry
+    return None
 
 
 def log_entry(envelope: Envelope) -> LogEntry | None:

@@ -37,7 +37,7 @@ from sessionfold.ports.summarizer import ModelPort
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.projections.store import Store
-from sessionfold.projections.views.base import LogEntry, log_entry
+from sessionfold.projections.views.base import LogEntry, entry_at, log_entry
 from sessionfold.projections.views.context import (
     ContextView,
     compact_point,
@@ -63,12 +63,17 @@ class LiveSession:
     session_id: str
     path: Path
     entries: list[LogEntry] = field(default_factory=list)
+    seqs: list[int] = field(default_factory=list)  # the entries' seqs (ascending)
     ids: set[str] = field(default_factory=set)  # entry ids folded (the leaves a caller may name)
     compacts: list[tuple[int, str | None]] = field(default_factory=list)
     folds: int = 0  # records of the session published: its state changes only with them
     dead_letters: int = 0
     journal: AnswerJournal | None = None
     rendered: Rendered | None = None  # the last render, while `folds` has not moved
+
+    def entry_at(self, seq: int) -> dict[str, Any] | None:
+        """The entry with sequence number `seq`, or None (a bisection, not a scan)."""
+        return entry_at(self.entries, self.seqs, seq)
 
     def state(self) -> tuple[int, int, int]:
         """What the view depends on, as counters: equal counters, equal views."""
@@ -176,6 +181,7 @@ class LiveFolds:
         item = log_entry(record)
         if item is not None:
             session.entries.append(item)
+            session.seqs.append(item.seq)
             entry_id = item.entry.get("id")
             if isinstance(entry_id, str):
                 session.ids.add(entry_id)

@@ -73,8 +73,6 @@ class LiveApi:
     def __post_init__(self) -> None:
         if self.metrics is None:
             self.metrics = LiveMetrics.create(CollectorRegistry())
-        #: The last context render's tokens per session, for the footer's reclaim.
-        self.reclaim: dict[str, dict[str, int]] = {}
         #: Set (and replaced) when a poll folded lines: what waiting context calls wait on.
         self._woken = asyncio.Event()
 
@@ -166,7 +164,6 @@ class LiveApi:
         rendered: Rendered,
     ) -> tuple[dict[str, Any], bytes | None]:
         """The answer's fields from one render, and its encoded messages when it carries them."""
-        self.reclaim[session_id] = rendered.tokens
         answer = contract.context_answer(
             session_id, leaf, messages, rendered.view, rendered.epoch, stale, rendered.tokens
         )
@@ -214,8 +211,7 @@ class LiveApi:
             session = self.live.sessions.get(session_id)
             if session is None:
                 return _json({"error": "unknown session"}, 404)
-            entries = {item.seq: item.entry for item in session.entries}
-            text, found = recall_text(self.live.runtime.store, session_id, ids, entries.get)
+            text, found = recall_text(self.live.runtime.store, session_id, ids, session.entry_at)
         return _json({"text": text, "found": found})
 
     async def ref(self, request: web.Request) -> web.Response:
@@ -229,7 +225,7 @@ class LiveApi:
             if session is None:
                 return _json({"error": "unknown session"}, 404)
             seq = resolve_ref(self.live.runtime.store, session_id, ref)
-            entry = next((i.entry for i in session.entries if i.seq == seq), None)
+            entry = session.entry_at(seq) if seq is not None else None
         message = message_of(entry) if entry is not None else None
         if message is None or message.get("role") != "toolResult":
             return _json({"error": "unknown ref"}, 404)
@@ -252,9 +248,9 @@ class LiveApi:
             if session_id not in self.live.sessions:
                 return _json(contract.unknown_status(session_id))
             document = self.live.document(session_id)
-            answer = contract.status_answer(
-                session_id, self.live.runtime.store, document, self.reclaim.get(session_id)
-            )
+            kept = self.live.sessions[session_id].rendered  # the last render: the footer's reclaim
+            reclaim = None if kept is None else kept.tokens
+            answer = contract.status_answer(session_id, self.live.runtime.store, document, reclaim)
         return _json(answer)
 
     async def document(self, request: web.Request) -> web.Response:

@@ -41,7 +41,7 @@ from sessionfold.projections.pruning import digest
 from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.config import PruneConfig
 from sessionfold.projections.store import Store
-from sessionfold.projections.views.base import LogEntry, log_entry
+from sessionfold.projections.views.base import LogEntry, entry_at, log_entry
 from sessionfold.projections.views.context import ContextView, compact_point, context_at
 from sessionfold.projections.views.recall import recall_text
 from sessionfold.streams.kafka.key_reader import KeyReader
@@ -106,10 +106,7 @@ class SessionLog:
 
     def entry_at(self, seq: int) -> dict[str, Any] | None:
         """The entry with sequence number `seq`, or None."""
-        position = bisect_right(self.seqs, seq) - 1
-        if position >= 0 and self.seqs[position] == seq:
-            return self.entries[position].entry
-        return None
+        return entry_at(self.entries, self.seqs, seq)
 
 
 class SessionLogs:
