@@ -106,6 +106,23 @@ function isObject(value: unknown): value is Record<string, unknown> {
 	return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
+/**
+ * pi's array as the context route takes it: its `shape`, each message's [role, toolCallId or
+ * null], which is all the server checks it against (a few bytes per message, where the array
+ * itself is megabytes in a long session); the whole array only if some message has no string
+ * role or a tool call id that is not a string, so the server's check stays exact.
+ */
+export function arrayOf(messages: readonly unknown[]): { shape: [string, string | null][] } | { messages: readonly unknown[] } {
+	const shape: [string, string | null][] = [];
+	for (const message of messages) {
+		const role = isObject(message) ? message.role : undefined;
+		const id = isObject(message) ? (message.toolCallId ?? null) : null;
+		if (typeof role !== "string" || (id !== null && typeof id !== "string")) return { messages };
+		shape.push([role, id]);
+	}
+	return { shape };
+}
+
 /** A context answer's messages when they are usable, else undefined (pi keeps its array). */
 export function acceptedMessages(body: unknown): unknown[] | undefined | "bad" {
 	if (!isObject(body) || typeof body.changed !== "boolean") return "bad";
@@ -192,7 +209,7 @@ export default function sessionfold(pi: ExtensionAPI, cfg: Config = readConfig()
 		// new session's file only after its first model call: until then there is nothing to ask.
 		const file = ctx.sessionManager.getSessionFile();
 		if (observeOnly || !file || !existsSync(file)) return undefined;
-		const request = { leaf: ctx.sessionManager.getLeafId() ?? null, messages: event.messages, wait_ms: cfg.waitMs };
+		const request = { leaf: ctx.sessionManager.getLeafId() ?? null, ...arrayOf(event.messages), wait_ms: cfg.waitMs };
 		const answer = await call(cfg, "POST", sessionPath(ctx, "context"), request, cfg.timeoutMs, ctx.signal);
 		const body = expect200(ctx, answer, "context");
 		if (!body) return undefined;

@@ -105,15 +105,14 @@ def test_a_repeated_call_renders_once_and_answers_the_same_bytes(
         return view(session)
 
     monkeypatch.setattr(live, "view", counted)
-    threads = 0
-    to_thread = asyncio.to_thread
+    threads: list[str] = []  # the thread of each call that went past the kept render
+    rendered = live.rendered
 
-    async def counted_thread(*args: Any) -> Any:
-        nonlocal threads
-        threads += 1
-        return await to_thread(*args)
+    def counted_rendered(*args: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return rendered(*args)
 
-    monkeypatch.setattr(live_api.asyncio, "to_thread", counted_thread)
+    monkeypatch.setattr(live, "rendered", counted_rendered)
     collector = Collector(session_id)
     replayer = replay_files([target], DEFAULT_CONFIG, [session_id], on_folded=collector)
     cli = view_from_replay(replayer, collector, DEFAULT_CONFIG)
@@ -124,7 +123,9 @@ def test_a_repeated_call_renders_once_and_answers_the_same_bytes(
     async def test(client: TestClient[Any, Any]) -> None:
         first = await client.post(f"/sessions/{session_id}/context", json=body)
         again = await client.post(f"/sessions/{session_id}/context", json=body)
-        assert renders == 1 and threads == 1  # the kept answer is given on the loop, no queue
+        # the kept answer is given on the loop, no queue; the render ran on the render thread
+        assert renders == 1 and len(threads) == 1
+        assert threads[0].startswith("sessionfold-render")
         raw = await first.read()
         assert raw == await again.read()
         answer = orjson.loads(raw)
@@ -135,7 +136,7 @@ def test_a_repeated_call_renders_once_and_answers_the_same_bytes(
             handle.write(lines[-1].replace(leaf.encode(), b"feedbeef"))  # one more entry
         live.poll()
         await client.post(f"/sessions/{session_id}/context", json=body)
-        assert renders == 2 and threads == 2
+        assert renders == 2 and len(threads) == 2
 
     _served(live, test)
 

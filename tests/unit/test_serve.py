@@ -61,7 +61,12 @@ def test_context_answers_what_the_context_command_renders(
                 continue
             expected, pi_array = _cli_view(path, session_id)
             body = {"leaf": entry["id"], "messages": pi_array}
-            answer = client.post(f"/sessions/{session_id}/context", json=body).json()
+            sent = client.post(f"/sessions/{session_id}/context", json=body)
+            # what the extension sends: the array's identities, not its text; the same answer
+            shape = [[m["role"], m.get("toolCallId")] for m in pi_array]
+            slim = {"leaf": entry["id"], "shape": shape}
+            assert client.post(f"/sessions/{session_id}/context", json=slim).content == sent.content
+            answer = sent.json()
             assert answer["stale"] is False and answer["reason"] is None
             cli = orjson.loads(expected)
             assert answer["tokens"] == cli["tokens"]

@@ -5,11 +5,12 @@
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
+import { buildSessionContext, parseSessionEntries } from "@earendil-works/pi-coding-agent";
 import { startFakeServer, type FakeServer, type Seen } from "./fake-server.ts";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -35,8 +36,7 @@ const readJsonl = (path: string): any[] => {
 };
 
 /** One pi session through run-pi.mjs; env adds to the process env. */
-function runPi(args: string[], prompts: string[], env: Record<string, string> = {}): Promise<Run> {
-	const dir = mkdtempSync(join(tmpdir(), "sessionfold-pi-e2e-"));
+function runPi(args: string[], prompts: string[], env: Record<string, string> = {}, dir = scratch()): Promise<Run> {
 	const argv = [RUN_PI, "--session-dir", join(dir, "sessions"), "--workspace", join(dir, "ws"), "--record", join(dir, "record.jsonl"),
 		"--agent-dir", join(dir, "agent"), "--timeout-s", "60", ...args, "--", ...prompts];
 	const childEnv = { ...process.env, SESSIONFOLD_PROBE_RECORD: join(dir, "probe.jsonl"), ...env };
@@ -60,6 +60,17 @@ function runPi(args: string[], prompts: string[], env: Record<string, string> = 
 	});
 }
 
+const scratch = () => mkdtempSync(join(tmpdir(), "sessionfold-pi-e2e-"));
+
+/** pi's own context at `leaf` of the one session file under `sessions`, by pi's own code: what a
+ * server that folds the file holds (the request carries only the array's shape). */
+function piContext(sessions: string, leaf: string | null): any[] {
+	const files = (readdirSync(sessions, { recursive: true }) as string[]).filter((f) => f.endsWith(".jsonl"));
+	assert.equal(files.length, 1);
+	const entries = parseSessionEntries(readFileSync(join(sessions, files[0]), "utf8")).filter((e: any) => e.type !== "session");
+	return buildSessionContext(entries as any, leaf).messages;
+}
+
 const stub = (id: string) => `[Summarized by the fake server: ${id}]`;
 
 /** What the fake server renders: every tool result's content replaced by a stub naming its id. */
@@ -80,10 +91,14 @@ describe("real pi with the sessionfold extension", () => {
 
 	it("sends the model the server's array, and leaves the session file with the originals", async () => {
 		server.seen.length = 0;
+		const dir = scratch();
 		server.routes.context = (seen: Seen) => {
 			const body = seen.body as any;
-			const changed = body.messages.some((m: any) => m.role === "toolResult");
-			return { body: changed ? { changed: true, stale: false, epoch: 1, messages: render(body.messages) } : { changed: false, reason: "unknown-session" } };
+			const messages = piContext(join(dir, "sessions"), body.leaf);
+			// the shape pi's array was sent as is the file's context at the leaf
+			assert.deepEqual(body.shape, messages.map((m: any) => [m.role, m.toolCallId ?? null]));
+			const changed = messages.some((m: any) => m.role === "toolResult");
+			return { body: changed ? { changed: true, stale: false, epoch: 1, messages: render(messages) } : { changed: false, reason: "unknown-session" } };
 		};
 		server.routes.recall = () => ({ body: { text: "## toolRef: t1\nrecalled output", found: 1 } });
 		const script = join(tmpdir(), `sessionfold-faux-script-${process.pid}.json`);
@@ -91,7 +106,7 @@ describe("real pi with the sessionfold extension", () => {
 			[{ tool: "bash", args: { command: "seq 1 50" } }, { tool: "context_tree_query", args: { toolCallIds: ["t1"] } }, { text: "done" }],
 			[{ tool: "bash", args: { command: "false" } }, { text: "failed as expected" }],
 		]));
-		const run = await runPi(["--script", script, "--extension", PROBE], ["first", "second"], { SESSIONFOLD_URL: server.url, SESSIONFOLD_TIMEOUT_MS: "5000" });
+		const run = await runPi(["--script", script, "--extension", PROBE], ["first", "second"], { SESSIONFOLD_URL: server.url, SESSIONFOLD_TIMEOUT_MS: "5000" }, dir);
 		dirs.push(run.dir);
 		rmSync(script, { force: true });
 		assert.equal(run.exit, 0, run.stderr);
@@ -111,7 +126,7 @@ describe("real pi with the sessionfold extension", () => {
 			const got = turns[i + 1].messages;
 			const results = got.filter((m: any) => m.role === "toolResult");
 			for (const m of results) assert.deepEqual(m.content, [{ type: "text", text: stub(m.toolCallId) }]);
-			assert.equal(got.length, body.messages.length);
+			assert.equal(got.length, body.shape.length);
 		}
 		assert.ok(turns.some((t) => t.messages.some((m: any) => m.role === "toolResult")), "no turn saw a tool result");
 		assert.ok(turns[0].tools.includes("context_tree_query"));
@@ -157,7 +172,7 @@ describe("real pi with the sessionfold extension", () => {
 
 	it("only observes when pi-condense (here a stand-in loaded after it) owns context_tree_query", async () => {
 		server.seen.length = 0;
-		server.routes.context = (seen: Seen) => ({ body: { changed: true, messages: render((seen.body as any).messages) } });
+		server.routes.context = () => ({ body: { changed: true, messages: [] } }); // never asked
 		server.routes.compact = () => ({ body: { status: "summary", summary: "never used" } });
 		const run = await runPi(["--extension", join(HERE, "condense-standin.ts"), "--context-window", "4000", "--reserve-tokens", "1000",
 			"--keep-recent-tokens", "800"], ["one", "two", "three"], { SESSIONFOLD_URL: server.url });

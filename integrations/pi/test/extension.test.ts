@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { createServer } from "node:net";
 import { afterEach, beforeEach, describe, it } from "node:test";
-import sessionfold, { RECALL_TOOL, readConfig, type Config } from "../index.ts";
+import sessionfold, { arrayOf, RECALL_TOOL, readConfig, type Config } from "../index.ts";
 import { startFakeServer, type FakeServer } from "./fake-server.ts";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -111,7 +111,7 @@ describe("context hook", () => {
 		await server.close();
 	});
 
-	it("returns the server's array when it changed, and sends the leaf, messages and wait", async () => {
+	it("returns the server's array when it changed, and sends the leaf, the array's shape and wait", async () => {
 		const rendered = [MESSAGES[0], { role: "user", content: [{ type: "text", text: "stub" }], timestamp: 5 }];
 		server.routes.context = () => ({ body: { changed: true, stale: false, epoch: 2, messages: rendered } });
 		const pi = fakePi();
@@ -122,8 +122,21 @@ describe("context hook", () => {
 		assert.deepEqual(result, { messages: rendered });
 		const req = server.seen.find((s) => s.path === "/sessions/sess-1/context")!;
 		assert.equal(req.method, "POST");
-		assert.deepEqual(req.body, { leaf: "leaf-9", messages: MESSAGES, wait_ms: cfg.waitMs });
+		const shape = [
+			["user", null],
+			["assistant", null],
+			["toolResult", "c1"],
+		];
+		assert.deepEqual(req.body, { leaf: "leaf-9", shape, wait_ms: cfg.waitMs });
 		assert.equal(notes.length, 0);
+	});
+
+	it("sends the whole array when a message has no string role or tool call id", () => {
+		assert.deepEqual(arrayOf(MESSAGES), { shape: MESSAGES.map((m: any) => [m.role, m.toolCallId ?? null]) });
+		for (const odd of [{ content: "x" }, { role: 7 }, { role: "toolResult", toolCallId: 3 }, "user", null]) {
+			const messages = [...MESSAGES, odd];
+			assert.deepEqual(arrayOf(messages), { messages });
+		}
 	});
 
 	it("returns nothing when unchanged, so pi keeps its own array", async () => {

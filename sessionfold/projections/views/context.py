@@ -55,11 +55,13 @@ from sessionfold.projections.views.phases import (
 __all__ = [
     "ChainEntry",
     "ContextView",
+    "Identity",
     "LogEntry",
     "Removal",
     "compact_point",
     "compression_points",
     "context_at",
+    "message_identities",
     "message_tokens",
     "orphan_positions",
     "prune_messages",
@@ -91,6 +93,21 @@ class ContextView:
     def to_json(self) -> dict[str, Any]:
         """`sessionfold context --format json`: the messages and both token counts."""
         return {"messages": self.messages, "tokens": self.tokens}
+
+
+#: One message as pi's array and the log's are matched: (role, toolCallId), None where absent.
+Identity = tuple[Any, Any]
+#: An array item that is not a message object: equal to no message's identity.
+_NOT_A_MESSAGE: Identity = (object(), None)
+
+
+def message_identities(messages: Sequence[Any]) -> list[Identity]:
+    """Each message's identity (role, toolCallId): how a caller's array is checked against
+    the log's context without sending or comparing the messages' text."""
+    return [
+        (m.get("role"), m.get("toolCallId")) if isinstance(m, dict) else _NOT_A_MESSAGE
+        for m in messages
+    ]
 
 
 def message_tokens(message: Any) -> int:

@@ -40,8 +40,10 @@ from sessionfold.projections.store import Store
 from sessionfold.projections.views.base import LogEntry, entry_at, log_entry
 from sessionfold.projections.views.context import (
     ContextView,
+    Identity,
     compact_point,
     context_at,
+    message_identities,
     message_tokens,
 )
 from sessionfold.streams.publishing.session_file import (
@@ -89,6 +91,7 @@ class Rendered:
     view: ContextView
     tokens: dict[str, int]
     messages_json: bytes  # `view.messages` encoded (the context route's payload)
+    identities: list[Identity]  # `view.unpruned`'s (what a caller's array is checked against)
 
 
 @dataclass
@@ -219,7 +222,14 @@ class LiveFolds:
             "pruned": self._tokens(view.messages, view),
             "unpruned": self._tokens(view.unpruned, view),
         }
-        rendered = Rendered(state, epoch, view, tokens, orjson.dumps(view.messages))
+        rendered = Rendered(
+            state,
+            epoch,
+            view,
+            tokens,
+            orjson.dumps(view.messages),
+            message_identities(view.unpruned),
+        )
         with self.lock:
             if session.state() == state:
                 session.rendered = rendered

@@ -26,6 +26,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -38,6 +39,7 @@ from sessionfold.ports.ledger.model import DiffModel
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.pruning.digest import message_of
 from sessionfold.projections.views.chains import resolve_ref
+from sessionfold.projections.views.context import Identity
 from sessionfold.projections.views.recall import recall_text
 from sessionfold.streams.publishing.session_file import read_session_file
 from sessionfold.streams.runtime.ledger_loop import fold_records
@@ -75,6 +77,10 @@ class LiveApi:
             self.metrics = LiveMetrics.create(CollectorRegistry())
         #: Set (and replaced) when a poll folded lines: what waiting context calls wait on.
         self._woken = asyncio.Event()
+        #: Renders run on one thread while the app runs: more would only contend for the GIL
+        #: with the event loop (which answers kept renders) and the tailer, and lengthen every
+        #: call's wait for it.
+        self._renders: ThreadPoolExecutor | None = None
 
     # --- the routes -------------------------------------------------------------------------
 
@@ -83,7 +89,7 @@ class LiveApi:
         session_id = _id(request)
         body = await _body(request)
         try:
-            leaf, messages, wait = contract.context_request(body, self.wait_s)
+            leaf, shape, wait = contract.context_request(body, self.wait_s)
         except BadRequest as exc:
             raise _bad(str(exc)) from None
         started = time.monotonic()
@@ -94,16 +100,16 @@ class LiveApi:
             # pi writes a new session's file only once its first model call has answered:
             # nothing of it is there to prune yet.
             return _json(contract.unchanged(session_id, leaf, 0, "unknown-session", stale=False))
-        kept = self._kept(session_id, leaf, messages) if found == "folded" else None
+        kept = self._kept(session_id, leaf, shape) if found == "folded" else None
         if kept is None:
-            kept = await asyncio.to_thread(
-                self._context_now, session_id, leaf, messages, found != "folded"
+            kept = await asyncio.get_running_loop().run_in_executor(
+                self._renders, self._context_now, session_id, leaf, shape, found != "folded"
             )
         head, payload = kept
         return _json(head, messages_json=payload)
 
     def _kept(
-        self, session_id: str, leaf: str | None, messages: list[Any]
+        self, session_id: str, leaf: str | None, shape: list[Identity]
     ) -> tuple[dict[str, Any], bytes | None] | None:
         """The answer from the kept render, on the loop, when the session folded nothing since
         (else None: render in a thread). Without the lock: the counters move only after a
@@ -113,7 +119,7 @@ class LiveApi:
         rendered = None if session is None else session.rendered
         if session is None or rendered is None or rendered.state != session.state():
             return None
-        return self._answer(session_id, leaf, messages, False, rendered)
+        return self._answer(session_id, leaf, shape, False, rendered)
 
     async def _wait_for(
         self, session_id: str, leaf: str | None, deadline: float, unknown_until: float
@@ -148,24 +154,31 @@ class LiveApi:
         woken.set()
 
     def _context_now(
-        self, session_id: str, leaf: str | None, messages: list[Any], stale: bool
+        self, session_id: str, leaf: str | None, shape: list[Identity], stale: bool
     ) -> tuple[dict[str, Any], bytes | None]:
         """The answer's fields, and the encoded messages when the answer carries them."""
         return self._answer(
-            session_id, leaf, messages, stale, self.live.rendered(session_id, contract.epoch_of)
+            session_id, leaf, shape, stale, self.live.rendered(session_id, contract.epoch_of)
         )
 
     def _answer(
         self,
         session_id: str,
         leaf: str | None,
-        messages: list[Any],
+        shape: list[Identity],
         stale: bool,
         rendered: Rendered,
     ) -> tuple[dict[str, Any], bytes | None]:
         """The answer's fields from one render, and its encoded messages when it carries them."""
         answer = contract.context_answer(
-            session_id, leaf, messages, rendered.view, rendered.epoch, stale, rendered.tokens
+            session_id,
+            leaf,
+            shape,
+            rendered.view,
+            rendered.epoch,
+            stale,
+            rendered.tokens,
+            rendered.identities,
         )
         if "messages" not in answer:
             return answer, None
@@ -308,9 +321,13 @@ class LiveApi:
                 loop.call_soon_threadsafe(self._wake)
 
         self.live.on_lines = woken
+        self._renders = ThreadPoolExecutor(1, thread_name_prefix="sessionfold-render")
 
     async def _unhook(self, _app: web.Application) -> None:
         self.live.on_lines = None
+        renders, self._renders = self._renders, None
+        if renders is not None:
+            renders.shutdown(wait=False, cancel_futures=True)
 
     @web.middleware
     async def _timed(

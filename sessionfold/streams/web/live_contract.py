@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.store import Store
-from sessionfold.projections.views.context import ContextView
+from sessionfold.projections.views.context import ContextView, Identity, message_identities
 from sessionfold.projections.views.status import footer
 from sessionfold.streams.runtime.ledger_loop import compaction_entries
 
@@ -105,17 +105,53 @@ def is_id(value: Any) -> bool:
 
 def context_request(
     body: dict[str, Any], default_wait_s: float
-) -> tuple[str | None, list[Any], float]:
-    """(leaf, pi's messages, seconds to wait) of a context request; BadRequest otherwise."""
+) -> tuple[str | None, list[Identity], float]:
+    """(leaf, the identities of pi's messages, seconds to wait) of a context request;
+    BadRequest otherwise.
+
+    pi's array comes as `shape` (each message's `[role, toolCallId]`, what the check reads: a
+    few bytes per message) or whole as `messages` (megabytes in a long session, parsed only to
+    be checked)."""
     leaf = body.get("leaf")
+    shape = body.get("shape")
     messages = body.get("messages")
     wait_ms = body.get("wait_ms")
-    if (leaf is not None and not is_id(leaf)) or not isinstance(messages, list):
-        raise BadRequest("want {leaf: string or null, messages: array}")
+    if leaf is not None and not is_id(leaf):
+        raise BadRequest(_WANT)
+    if shape is not None:
+        identities = _identities(shape)
+    elif isinstance(messages, list):
+        identities = message_identities(messages)
+    else:
+        raise BadRequest(_WANT)
     wait = default_wait_s
     if isinstance(wait_ms, int | float) and not isinstance(wait_ms, bool):
         wait = max(0.0, wait_ms / 1000)
-    return leaf, messages, wait
+    return leaf, identities, wait
+
+
+_WANT = (
+    "want {leaf: string or null, shape: array of [role, toolCallId or null]}"
+    " (or messages: array instead of shape)"
+)
+
+
+def _identities(shape: Any) -> list[Identity]:
+    """A request's `shape` as identities; BadRequest unless every item is [string, string or
+    null]."""
+    if not isinstance(shape, list):
+        raise BadRequest(_WANT)
+    identities = []
+    for item in shape:
+        if (
+            not isinstance(item, list)
+            or len(item) != 2
+            or not isinstance(item[0], str)
+            or not (item[1] is None or isinstance(item[1], str))
+        ):
+            raise BadRequest(_WANT)
+        identities.append((item[0], item[1]))
+    return identities
 
 
 def recall_request(body: dict[str, Any]) -> list[str]:
@@ -136,29 +172,24 @@ def epoch_of(store: Store, session_id: str) -> int:
     return int(pruning.load_head(store, session_id)["attempts"])
 
 
-def same_messages(ours: list[Any], theirs: list[dict[str, Any]]) -> bool:
+def same_messages(ours: list[Identity], theirs: list[Identity]) -> bool:
     """Whether pi's array is the log's context: the same roles and tool call ids in order."""
-    if len(ours) != len(theirs):
-        return False
-    for mine, logged in zip(ours, theirs, strict=True):
-        if not isinstance(mine, dict) or mine.get("role") != logged.get("role"):
-            return False
-        if mine.get("toolCallId") != logged.get("toolCallId"):
-            return False
-    return True
+    return ours == theirs
 
 
 def context_answer(
     session_id: str,
     leaf: str | None,
-    messages: list[Any],
+    shape: list[Identity],
     view: ContextView,
     epoch: int,
     stale: bool,
     tokens: dict[str, int] | None = None,
+    unpruned_shape: list[Identity] | None = None,
 ) -> dict[str, Any]:
-    """The context route's answer for a rendered `view` (docs/live.md); `tokens` are the
-    view's `tokens` when the caller counted them already (serve keeps them with its render)."""
+    """The context route's answer for a rendered `view` (docs/live.md) and pi's array's
+    `shape`; `tokens` and `unpruned_shape` are the view's when the caller has them already
+    (serve keeps them with its render)."""
     answer: dict[str, Any] = {
         "session_id": session_id,
         "leaf": leaf,
@@ -168,7 +199,9 @@ def context_answer(
         "epoch": epoch,
         "tokens": view.tokens if tokens is None else tokens,
     }
-    if not same_messages(messages, view.unpruned):
+    if unpruned_shape is None:
+        unpruned_shape = message_identities(view.unpruned)
+    if not same_messages(shape, unpruned_shape):
         answer["reason"] = "mismatch"  # pi holds messages the log does not (yet): keep its own
     elif view.messages != view.unpruned:
         # Not only what the render phases pruned: the per-batch summaries pi-condense would

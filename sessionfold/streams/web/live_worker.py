@@ -42,7 +42,12 @@ from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.config import PruneConfig
 from sessionfold.projections.store import Store
 from sessionfold.projections.views.base import LogEntry, entry_at, log_entry
-from sessionfold.projections.views.context import ContextView, compact_point, context_at
+from sessionfold.projections.views.context import (
+    ContextView,
+    Identity,
+    compact_point,
+    context_at,
+)
 from sessionfold.projections.views.recall import recall_text
 from sessionfold.streams.kafka.key_reader import KeyReader
 from sessionfold.streams.kafka.table_store import Backend, read_view, start_key
@@ -193,14 +198,14 @@ class WorkerLive:
 
     async def context(self, session_id: str, body: dict[str, Any]) -> dict[str, Any]:
         """The context route's answer (BadRequest for a body the contract refuses)."""
-        leaf, messages, wait = contract.context_request(body, self.wait_s)
+        leaf, shape, wait = contract.context_request(body, self.wait_s)
         started = time.monotonic()
         deadline = started + wait
         unknown_until = started + min(wait, contract.UNKNOWN_GRACE_S)
         while True:
             now = time.monotonic()
             stale, give_up = now >= deadline, now >= unknown_until
-            answer = await self._context_now(session_id, leaf, messages, stale, give_up)
+            answer = await self._context_now(session_id, leaf, shape, stale, give_up)
             if answer is not None:
                 return answer
             await asyncio.sleep(contract.WAIT_STEP_S)
@@ -209,7 +214,7 @@ class WorkerLive:
         self,
         session_id: str,
         leaf: str | None,
-        messages: list[Any],
+        shape: list[Identity],
         stale: bool,
         give_up_unknown: bool,
     ) -> dict[str, Any] | None:
@@ -243,7 +248,7 @@ class WorkerLive:
         view = self._view(session_log, store, session_id)
         session_log.reclaim = view.tokens
         epoch = contract.epoch_of(store, session_id)
-        return contract.context_answer(session_id, leaf, messages, view, epoch, stale)
+        return contract.context_answer(session_id, leaf, shape, view, epoch, stale)
 
     def _view(self, session_log: SessionLog, store: Store, session_id: str) -> ContextView:
         """The context at the state's sequence number (no await: the fold cannot move)."""
