@@ -59,6 +59,7 @@ import orjson
 from cpu_use import cpu_seconds
 from fold_profile import top
 
+from sessionfold.streams.kafka.topics import Topics, ensure_topics
 from sessionfold.streams.runtime.live import LiveFolds
 from sessionfold.streams.tools.broker import free_port_pair
 from sessionfold.streams.tools.synthetic import (
@@ -93,9 +94,22 @@ class Template:
     entries: list[Entry]
     lines: list[bytes]  # the file's lines after the header (the header is rewritten per copy)
     parts: list[bytes]  # pi's final array, message by message, encoded
+    shape_parts: list[bytes]  # the same messages' [role, toolCallId] (what the extension sends)
     calls: list[Call]
     fold_us: list[float]  # the embedded fold's time of each leaf event, per call
     render_us: list[float]  # the embedded render (view and its encoding) at each leaf, per call
+
+
+@dataclass(frozen=True)
+class Load:
+    """How the clients drive serve: its poll, the pause between lines, the request's form of
+    pi's array, and how many messages of each session are written before serve starts."""
+
+    poll_ms: int
+    gap_s: float
+    send: str  # "shape" (what the extension sends) or "messages" (the whole array)
+    start: int  # messages already in each file when serve starts (caught up on, no calls)
+    partitions: int = 4  # the worker's topics' partitions (`--worker`)
 
 
 @dataclass
@@ -104,6 +118,7 @@ class Sample:
 
     length: int  # messages in pi's array
     sent: int  # request body bytes
+    array: int  # pi's array's bytes (what the call would carry whole)
     received: int  # answer body bytes
     live_ms: float
     caught_ms: float
@@ -160,7 +175,8 @@ def template(seed: int, turns: int, every: bool, scratch: Path) -> Template:
         calls.append(Call(number, str(entry["id"]), length))
         fold_us.append(fold_s[number] * 1e6)
     parts = [orjson.dumps(message) for message in view.unpruned]
-    return Template(entries, lines[1:], parts, calls, fold_us, render_us)
+    shape = [orjson.dumps([m["role"], m.get("toolCallId")]) for m in view.unpruned]
+    return Template(entries, lines[1:], parts, shape, calls, fold_us, render_us)
 
 
 def _is_call(entry: Entry, every: bool) -> bool:
@@ -171,10 +187,12 @@ def _is_call(entry: Entry, every: bool) -> bool:
     return every or message.get("role") == "user"
 
 
-def body(tmpl: Template, call: Call) -> bytes:
-    """The context call's request body (built outside the timed part)."""
-    messages = b",".join(tmpl.parts[: call.length])
-    return b'{"leaf":' + orjson.dumps(call.leaf) + b',"messages":[' + messages + b"]}"
+def body(tmpl: Template, call: Call, send: str) -> bytes:
+    """The context call's request body (built outside the timed part): pi's array as its
+    `shape` (what the extension sends) or whole (`messages`, what it sent before)."""
+    parts = tmpl.shape_parts if send == "shape" else tmpl.parts
+    array = b",".join(parts[: call.length])
+    return b'{"leaf":' + orjson.dumps(call.leaf) + b',"' + send.encode() + b'":[' + array + b"]}"
 
 
 @contextmanager
@@ -206,28 +224,91 @@ def serving(watched: Path, poll_ms: int, tree: Path | None) -> Iterator[tuple[st
         process.communicate(timeout=60)
 
 
+def first_line(tmpl: Template, start: int) -> int:
+    """The number of the first line written live: the lines before hold `start` messages."""
+    if start <= 0:
+        return 1
+    return next((c.line for c in tmpl.calls if c.length >= start), len(tmpl.lines) + 1)
+
+
+@contextmanager
+def worker_serving(
+    watched: Path, bootstrap: str, partitions: int, sessions: int
+) -> Iterator[tuple[str, int]]:
+    """One `--role all` Kafka fold worker on fresh topics, fed by `publish --follow` of
+    `watched` (the way a fleet feeds it): its URL and pid."""
+    prefix = f"bench-live-{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, Topics(prefix), partitions)
+    port = free_port_pair()
+    env = {**os.environ, "SESSIONFOLD_LEDGER_LOG": "off"}
+    env.pop("SESSIONFOLD_API_TOKEN", None)
+    kafka = ["--bootstrap", bootstrap, "--topic-prefix", prefix]
+    worker = [*CLI, "worker", "--role", "all", *kafka, "--partitions", str(partitions)]
+    worker += ["--web-port", str(port), "--data-dir", str(watched.parent / f"{prefix}-data")]
+    worker += ["--live-sessions", str(max(sessions, 64))]
+    publish = [*CLI, "publish", str(watched), "--follow", *kafka]
+    publish += ["--state-file", str(watched.parent / f"{prefix}-publish.json")]
+    logs = (watched.parent / f"{prefix}-worker.log").open("wb")
+    fold = subprocess.Popen(worker, env=env, stdout=logs, stderr=subprocess.STDOUT)
+    follow = subprocess.Popen(
+        publish, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, fold, 240)
+        # The state API answers 503 until the worker holds its partitions.
+        deadline = time.monotonic() + 240
+        while httpx.get(f"{url}/sessions/nobody/status", timeout=10).status_code == 503:
+            if fold.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the worker never got its partitions")
+            time.sleep(0.5)
+        yield url, fold.pid
+    finally:
+        for process in (follow, fold):
+            process.terminate()
+        for process in (follow, fold):
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        logs.close()
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Return once `url`/health answers; exit if the process dies or the time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            httpx.get(f"{url}/health", timeout=1)
+            return
+        except httpx.TransportError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the server at {url} did not start") from None
+            time.sleep(0.1)
+
+
 async def grow(
     client: httpx.AsyncClient,
     tmpl: Template,
-    header: bytes,
     session_id: str,
     path: Path,
-    gap_s: float,
+    load: Load,
     out: list[Sample],
 ) -> None:
-    """Write one session's file line by line, calling the context route at each call point."""
-    path.write_bytes(header)
+    """Write one session's file on from `load.start` messages line by line, calling the
+    context route at each call point."""
     calls = {call.line: call for call in tmpl.calls}
     route = f"/sessions/{session_id}/context"
     first_call = True
-    for number, line in enumerate(tmpl.lines, 1):
+    begin = first_line(tmpl, load.start)
+    for number, line in enumerate(tmpl.lines[begin - 1 :], begin):
         with path.open("ab") as handle:
             handle.write(line)
         call = calls.get(number)
         if call is None:
-            await asyncio.sleep(gap_s)
+            await asyncio.sleep(load.gap_s)
             continue
-        request = body(tmpl, call)
+        request = body(tmpl, call, load.send)
         started = time.perf_counter()
         first = await client.post(route, content=request)
         live_ms = (time.perf_counter() - started) * 1e3
@@ -248,6 +329,7 @@ async def grow(
             Sample(
                 call.length,
                 len(request),
+                sum(len(part) + 1 for part in tmpl.parts[: call.length]) + 1,
                 len(first.content),
                 live_ms,
                 caught_ms,
@@ -266,19 +348,54 @@ def copy_header(tmpl: Template, number: int) -> tuple[str, bytes]:
     return session_id, orjson.dumps(header) + b"\n"
 
 
+def session_files_at_start(
+    watched: Path, templates: Sequence[Template], sessions: int, load: Load
+) -> list[tuple[Template, str, Path]]:
+    """Write each session's header and its lines before `load.start` messages (before serve
+    starts); (template, session id, file) per session (session i a copy of template i mod
+    len)."""
+    files = []
+    for number in range(sessions):
+        tmpl = templates[number % len(templates)]
+        session_id, header = copy_header(tmpl, number)
+        path = watched / session_file_name({**tmpl.entries[0], "id": session_id})
+        path.write_bytes(header + b"".join(tmpl.lines[: first_line(tmpl, load.start) - 1]))
+        files.append((tmpl, session_id, path))
+    return files
+
+
+async def caught_up(
+    client: httpx.AsyncClient, files: Sequence[tuple[Template, str, Path]], load: Load
+) -> None:
+    """Return once serve has folded every file as written before it started (a context call
+    at each one's last leaf, waiting as long as it takes; not timed)."""
+    for tmpl, session_id, _path in files:
+        line = first_line(tmpl, load.start) - 1
+        if line < 1:
+            continue
+        leaf = orjson.loads(tmpl.lines[line - 1])["id"]
+        body = {"leaf": leaf, "shape": [], "wait_ms": 600_000}
+        # A file serve has not found yet answers `unknown-session` at once (a worker's, 503
+        # until it holds its partitions): ask again until the leaf's answer comes.
+        for _ in range(2400):
+            answer = await client.post(f"/sessions/{session_id}/context", json=body, timeout=900)
+            if answer.status_code == 200 and answer.json()["reason"] != "unknown-session":
+                break
+            await asyncio.sleep(0.25)
+
+
 async def clients(
-    url: str, watched: Path, templates: Sequence[Template], sessions: int, gap_s: float
+    url: str, files: Sequence[tuple[Template, str, Path]], load: Load
 ) -> list[Sample]:
-    """Grow `sessions` files concurrently (session i a copy of template i mod len)."""
+    """Grow the files concurrently, once serve has caught up on what they held."""
     samples: list[Sample] = []
+    sessions = len(files)
     limits = httpx.Limits(max_connections=sessions + 4, max_keepalive_connections=sessions + 4)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
-        tasks = []
-        for number in range(sessions):
-            tmpl = templates[number % len(templates)]
-            session_id, header = copy_header(tmpl, number)
-            path = watched / session_file_name({**tmpl.entries[0], "id": session_id})
-            tasks.append(grow(client, tmpl, header, session_id, path, gap_s, samples))
+        await caught_up(client, files, load)
+        tasks = [
+            grow(client, tmpl, session_id, path, load, samples) for tmpl, session_id, path in files
+        ]
         await asyncio.gather(*tasks)
     return samples
 
@@ -286,18 +403,26 @@ async def clients(
 def run_level(
     templates: Sequence[Template],
     sessions: int,
-    poll_ms: int,
-    gap_s: float,
+    load: Load,
     work: Path,
     tree: Path | None = None,
+    bootstrap: str | None = None,
 ) -> Run:
-    """One level: a fresh serve (of `tree`'s code if given) over a fresh dir, `sessions`
-    clients."""
-    watched = Path(tempfile.mkdtemp(prefix=f"n{sessions}-", dir=work))
-    with serving(watched, poll_ms, tree) as (url, pid):
+    """One level: a fresh serve (of `tree`'s code if given; a Kafka fold worker on `bootstrap`
+    if given) over a fresh dir, `sessions` clients (the server's CPU and the wall time count
+    from when it has caught up)."""
+    watched = Path(tempfile.mkdtemp(prefix=f"n{sessions}-", dir=work)) / "sessions"
+    watched.mkdir()
+    files = session_files_at_start(watched, templates, sessions, load)
+    server = (
+        serving(watched, load.poll_ms, tree)
+        if bootstrap is None
+        else worker_serving(watched, bootstrap, load.partitions, sessions)
+    )
+    with server as (url, pid):
         cpu_before = cpu_seconds(pid)
         started = time.perf_counter()
-        samples = asyncio.run(clients(url, watched, templates, sessions, gap_s))
+        samples = asyncio.run(clients(url, files, load))
         wall = time.perf_counter() - started
         cpu_after = cpu_seconds(pid)
     cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
@@ -358,7 +483,7 @@ def report_lengths(samples: Sequence[Sample], templates: Sequence[Template]) -> 
     ]
     print("\ncalls by pi's array length (every level and repeat; render: embedded, per leaf)")
     print(
-        f"{'messages':>11} {'calls':>6} {'KB sent':>8} {'render':>7} {'live':>7} {'caught':>7} "
+        f"{'messages':>11} {'calls':>6} {'array KB':>8} {'render':>7} {'live':>7} {'caught':>7} "
         f"{'caught':>7} {'render':>7} {'live':>7}"
     )
     print(
@@ -371,7 +496,7 @@ def report_lengths(samples: Sequence[Sample], templates: Sequence[Template]) -> 
         render = [ms for length, ms in renders if low <= length < high]
         if not bucket or not render:
             continue
-        kb = statistics.median(s.sent for s in bucket) / 1e3
+        kb = statistics.median(s.array for s in bucket) / 1e3
         live = quantile([s.live_ms for s in bucket], 0.5)
         render_p50 = quantile(render, 0.5)
         label = f"{low}-{high - 1}" if high < 10**9 else f"{low}+"
@@ -413,6 +538,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--poll-ms", type=int, default=20, help="serve's --poll-ms")
     parser.add_argument("--gap-ms", type=float, default=0.0, help="pause between a file's lines")
     parser.add_argument("--repeat", type=int, default=1, help="runs per level (medians kept)")
+    parser.add_argument(
+        "--send",
+        choices=("shape", "messages"),
+        default="shape",
+        help="pi's array as the extension sends it (its shape) or whole (a baseline tree from "
+        "before the shape contract needs `messages`)",
+    )
+    parser.add_argument(
+        "--start-at",
+        type=int,
+        default=0,
+        help="messages each file holds when serve starts (caught up on before any timed "
+        "call): the calls are then those of long sessions only",
+    )
+    parser.add_argument(
+        "--worker",
+        metavar="BOOTSTRAP",
+        help="also run each level against one `--role all` Kafka fold worker on this broker, "
+        "fed by `publish --follow` (rows marked `worker`)",
+    )
+    parser.add_argument("--partitions", type=int, default=4, help="the worker's partitions")
     parser.add_argument("--seed", type=int, default=23)
     parser.add_argument("--profile", type=int, default=0, help="top N functions of a render")
     parser.add_argument(
@@ -423,12 +569,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     levels = [int(level) for level in args.levels.split(",") if level]
+    load = Load(args.poll_ms, args.gap_ms / 1e3, args.send, args.start_at, args.partitions)
     turns = max(1, round(args.messages / MESSAGES_PER_TURN))
-    load = os.getloadavg()
+    average = os.getloadavg()
     print(
-        f"{os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; "
+        f"{os.cpu_count()} CPUs, load average {average[0]:.1f} {average[1]:.1f} {average[2]:.1f}; "
         f"sessions of {turns} assistant messages, calls at {args.calls} messages, "
-        f"serve --poll-ms {args.poll_ms}, gap {args.gap_ms} ms, {args.repeat} run(s) per level"
+        f"serve --poll-ms {args.poll_ms}, gap {args.gap_ms} ms, {args.repeat} run(s) per level, "
+        f"pi's array sent as {args.send}, files start at {args.start_at} messages"
     )
     with tempfile.TemporaryDirectory(prefix="live-context-") as tmp:
         work = Path(tmp)
@@ -448,29 +596,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"p99 {quantile(render_us, 0.99) / 1e3:.1f} ms"
         )
         print(f"\n{HEADER}")
-        every: list[Sample] = []
+        every: list[Sample] = []  # serve's
+        worker_bad: list[str] = []
         for sessions in levels:
             runs = []
             base = []
+            workers = []
             for _ in range(args.repeat):
-                runs.append(run_level(templates, sessions, args.poll_ms, args.gap_ms / 1e3, work))
+                runs.append(run_level(templates, sessions, load, work))
                 if args.baseline_tree is not None:
-                    base.append(
-                        run_level(
-                            templates,
-                            sessions,
-                            args.poll_ms,
-                            args.gap_ms / 1e3,
-                            work,
-                            args.baseline_tree,
-                        )
+                    base.append(run_level(templates, sessions, load, work, args.baseline_tree))
+                if args.worker is not None:
+                    workers.append(
+                        run_level(templates, sessions, load, work, bootstrap=args.worker)
                     )
             every.extend(s for run in runs for s in run.samples)
             print(report_level(runs, fold_us, render_us, "     "), flush=True)
             if base:
                 print(report_level(base, fold_us, render_us, "base "), flush=True)
+            if workers:
+                worker_bad.extend(s.bad for run in workers for s in run.samples if s.bad)
+                print(report_level(workers, fold_us, render_us, "wrkr "), flush=True)
         report_lengths(every, templates)
-        bad = [s.bad for s in every if s.bad is not None]
+        bad = [s.bad for s in every if s.bad is not None] + worker_bad
         if bad:
             print(
                 f"\n{len(bad)} calls answered {sorted(set(bad))}: their figures are not the "

@@ -35,8 +35,10 @@ def test_pi_arrays_are_the_files_context_at_each_leaf(tmp_path: Path) -> None:
         collector = Collector(session_id)
         replayer = replay_files([path], DEFAULT_CONFIG, [session_id], on_folded=collector)
         unpruned = view_from_replay(replayer, collector, DEFAULT_CONFIG).unpruned
-        sent = orjson.loads(body(tmpl, call))
+        sent = orjson.loads(body(tmpl, call, "messages"))
         assert sent == {"leaf": call.leaf, "messages": unpruned}
+        shape = [[m["role"], m.get("toolCallId")] for m in unpruned]
+        assert orjson.loads(body(tmpl, call, "shape")) == {"leaf": call.leaf, "shape": shape}
 
 
 def test_the_bench_runs_on_tiny_settings(capsys: pytest.CaptureFixture[str]) -> None:
@@ -51,3 +53,17 @@ def test_the_bench_runs_on_tiny_settings(capsys: pytest.CaptureFixture[str]) -> 
     assert [row[0] for row in rows] == ["1", "2"]
     assert all(int(row[1]) > 0 and row[-1] == "0" for row in rows)  # no stale or bad call
     assert "calls by pi's array length" in out
+
+
+def test_files_written_before_serve_starts_are_caught_up_on_first(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """With `--start-at`, serve folds what the files hold before the timed calls, which are only
+    those past that length: none of them stale or a mismatch."""
+    code = main(["--levels", "2", "--messages", "60", "--distinct", "2", "--start-at", "30"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = out.splitlines()
+    header = next(n for n, line in enumerate(lines) if line.split()[:2] == ["N", "calls"])
+    row = lines[header + 2].split()
+    assert row[0] == "2" and int(row[1]) > 0 and row[-1] == "0"

@@ -147,3 +147,28 @@ def test_a_context_array_over_a_mebibyte_is_read(served: tuple[str, Path, list[b
     answer = httpx.post(f"{url}/sessions/{session_id}/context", json=body, headers=AUTH, timeout=60)
     assert answer.status_code == 200, answer.status_code
     assert answer.json()["reason"] == "mismatch" and answer.json()["stale"] is False
+
+
+def test_a_call_for_a_leaf_just_written_polls_at_once(tmp_path: Path) -> None:
+    """pi writes the leaf entry, then asks: the call has the tailer read it now, not at its next
+    poll (here 8 s away), so a live call costs the fold and the render, not the poll interval."""
+    lines = write_session(tmp_path, generate_session(6, 20)).path.read_bytes().splitlines(True)
+    watched = tmp_path / "sessions"
+    watched.mkdir()
+    path = watched / "session.jsonl"
+    path.write_bytes(b"".join(lines[:-1]))
+    session_id = orjson.loads(lines[0])["id"]
+    with serving(watched, TOKEN, poll_ms=8000) as serve:
+        with httpx.Client(base_url=serve.url, headers=AUTH, timeout=30) as client:
+            before = orjson.loads(lines[-2])["id"]
+            client.post(f"/sessions/{session_id}/context", json={"leaf": before, "shape": []})
+            time.sleep(0.5)  # the tailer's 8 s wait has begun
+            leaf = orjson.loads(lines[-1])["id"]
+            with path.open("ab") as handle:
+                handle.write(lines[-1])
+            started = time.monotonic()
+            body = {"leaf": leaf, "shape": [], "wait_ms": 20_000}
+            answer = client.post(f"/sessions/{session_id}/context", json=body).json()
+            assert time.monotonic() - started < 2.5
+            assert answer["stale"] is False and answer["reason"] == "mismatch"
+        serve.stop()

@@ -140,6 +140,7 @@ async def _serve(
         await done.wait()
     finally:
         stop.set()
+        live.wanted.set()  # wakes the tailer to see `stop`
         await runner.cleanup()
         tailer.join(timeout=10)
         err.print("stopped", highlight=False)
@@ -158,4 +159,6 @@ def _tail(live: LiveFolds, poll_s: float, stop: threading.Event) -> None:
             live.poll()
         except Exception as exc:  # one bad poll never ends serving; the next one tries again
             log.warning("live: a poll failed", extra={"error": type(exc).__name__})
-        stop.wait(poll_s)
+        # Every `poll_s`, or at once when a call waits for a line (`wanted`).
+        live.wanted.wait(poll_s)
+        live.wanted.clear()

@@ -124,8 +124,12 @@ class LiveFolds:
         self.sessions: dict[str, LiveSession] = {}
         self.tails: dict[Path, _Tail] = {}
         self.lock = threading.RLock()
-        #: Set by a reader asking for a session no file holds yet: the tailer looks at once.
+        #: Set by a reader asking for a session no file holds yet: the tailer looks for new
+        #: files at its next poll.
         self.rescan = threading.Event()
+        #: Set by a reader waiting for a line: the tailer polls now instead of at its interval
+        #: (pi writes the leaf entry before it asks, so the poll finds it).
+        self.wanted = threading.Event()
         self._journals = journals
         #: Called (on the polling thread, outside `lock`) after a poll folded any line.
         self.on_lines: Callable[[], None] | None = None

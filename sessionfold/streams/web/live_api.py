@@ -130,6 +130,7 @@ class LiveApi:
         The look takes no lock and no thread (a dict and a set lookup): waiting calls cost the
         tailer nothing. A poll that folded lines wakes them (`_woken`); the step is the bound
         when nothing wakes them (a `LiveFolds` polled by some other loop)."""
+        poked = False
         while True:
             woken = self._woken  # taken before the look: a fold after it sets this one
             session = self.live.sessions.get(session_id)
@@ -145,6 +146,11 @@ class LiveApi:
                 left = deadline - now
                 if left <= 0:
                     return "stale"
+            if not poked:
+                # pi writes the leaf entry before it asks: one poll now most likely folds it
+                # (once a call: a leaf that never comes must not keep the tailer polling).
+                self.live.wanted.set()
+                poked = True
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), min(left, WAIT_STEP_S))
 
