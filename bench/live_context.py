@@ -189,10 +189,14 @@ def _is_call(entry: Entry, every: bool) -> bool:
 
 def body(tmpl: Template, call: Call, send: str) -> bytes:
     """The context call's request body (built outside the timed part): pi's array as its
-    `shape` (what the extension sends) or whole (`messages`, what it sent before)."""
+    `shape`, the answer as a patch (what the extension sends), or the array whole and the
+    answer whole (`messages`, what it sent before)."""
     parts = tmpl.shape_parts if send == "shape" else tmpl.parts
     array = b",".join(parts[: call.length])
-    return b'{"leaf":' + orjson.dumps(call.leaf) + b',"' + send.encode() + b'":[' + array + b"]}"
+    leaf = b'{"leaf":' + orjson.dumps(call.leaf)
+    if send == "shape":  # the extension also asks for the answer as a patch to its array
+        leaf += b',"answer":"patch"'
+    return leaf + b',"' + send.encode() + b'":[' + array + b"]}"
 
 
 @contextmanager

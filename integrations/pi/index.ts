@@ -123,13 +123,29 @@ export function arrayOf(messages: readonly unknown[]): { shape: [string, string 
 	return { shape };
 }
 
-/** A context answer's messages when they are usable, else undefined (pi keeps its array). */
-export function acceptedMessages(body: unknown): unknown[] | undefined | "bad" {
+/**
+ * A context answer's messages when they are usable, else undefined (pi keeps its array). The
+ * server sends the changed array as a patch to pi's `array` (runs `[start, end)` of pi's own
+ * messages, and the messages it made, in order), or whole as `messages`.
+ */
+export function acceptedMessages(body: unknown, array: readonly unknown[] = []): unknown[] | undefined | "bad" {
 	if (!isObject(body) || typeof body.changed !== "boolean") return "bad";
 	if (!body.changed) return undefined;
-	const messages = body.messages;
+	const messages = Array.isArray(body.patch) ? applyPatch(body.patch, array) : body.messages;
 	if (!Array.isArray(messages) || messages.some((m) => !isObject(m) || typeof m.role !== "string")) return "bad";
 	return messages;
+}
+
+/** The array a patch yields from pi's `array`, or undefined when the patch is not one. */
+export function applyPatch(patch: readonly unknown[], array: readonly unknown[]): unknown[] | undefined {
+	const out: unknown[] = [];
+	for (const item of patch) {
+		if (isObject(item)) out.push(item);
+		else if (Array.isArray(item) && item.length === 2 && item.every(Number.isInteger) && 0 <= item[0] && item[0] < item[1] && item[1] <= array.length)
+			out.push(...array.slice(item[0], item[1]));
+		else return undefined;
+	}
+	return out;
 }
 
 export default function sessionfold(pi: ExtensionAPI, cfg: Config = readConfig()) {
@@ -209,11 +225,11 @@ export default function sessionfold(pi: ExtensionAPI, cfg: Config = readConfig()
 		// new session's file only after its first model call: until then there is nothing to ask.
 		const file = ctx.sessionManager.getSessionFile();
 		if (observeOnly || !file || !existsSync(file)) return undefined;
-		const request = { leaf: ctx.sessionManager.getLeafId() ?? null, ...arrayOf(event.messages), wait_ms: cfg.waitMs };
+		const request = { leaf: ctx.sessionManager.getLeafId() ?? null, ...arrayOf(event.messages), answer: "patch", wait_ms: cfg.waitMs };
 		const answer = await call(cfg, "POST", sessionPath(ctx, "context"), request, cfg.timeoutMs, ctx.signal);
 		const body = expect200(ctx, answer, "context");
 		if (!body) return undefined;
-		const messages = acceptedMessages(body);
+		const messages = acceptedMessages(body, event.messages);
 		if (messages === "bad") {
 			failOpen(ctx, "bad-answer", "context");
 			return undefined;

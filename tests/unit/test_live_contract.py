@@ -3,13 +3,15 @@ check against the log's context, as properties over arbitrary bodies."""
 
 from __future__ import annotations
 
+import copy
+import itertools
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionfold.projections.views.context import message_identities
+from sessionfold.projections.views.context import apply_patch, message_identities, patch_of
 from sessionfold.streams.web import live_contract as contract
 
 _scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
@@ -36,8 +38,8 @@ def test_the_shape_checks_exactly_as_the_whole_array_does(
 ) -> None:
     """Sent whole or as its shape, pi's array matches the log's context in the same cases: same
     length, roles and tool call ids in order."""
-    _, whole, _ = contract.context_request({"leaf": None, "messages": pi_array}, 1.0)
-    _, slim, _ = contract.context_request({"leaf": None, "shape": _shape(pi_array)}, 1.0)
+    whole = contract.context_request({"leaf": None, "messages": pi_array}, 1.0).shape
+    slim = contract.context_request({"leaf": None, "shape": _shape(pi_array)}, 1.0).shape
     assert whole == slim
     expected = len(pi_array) == len(logged) and all(
         a["role"] == b["role"] and a.get("toolCallId") == b.get("toolCallId")
@@ -48,16 +50,23 @@ def test_the_shape_checks_exactly_as_the_whole_array_does(
     assert contract.same_messages(slim, ours) is expected
 
 
-@given(st.dictionaries(st.sampled_from(["leaf", "shape", "messages", "wait_ms"]), _json))
+@given(
+    st.dictionaries(
+        st.sampled_from(["leaf", "shape", "messages", "wait_ms", "answer"]),
+        _json | st.sampled_from(["messages", "patch"]),
+    )
+)
 def test_any_body_is_a_request_or_a_bad_request(body: dict[str, Any]) -> None:
     """Whatever a client sends, the check answers a request or BadRequest (a 400), never
     another exception; an item of an array that is not a message matches no logged one."""
     try:
-        leaf, shape, wait = contract.context_request(body, 2.0)
+        request = contract.context_request(body, 2.0)
     except contract.BadRequest:
         return
+    leaf, shape, wait = request.leaf, request.shape, request.wait_s
     assert leaf is None or isinstance(leaf, str)
     assert wait >= 0
+    assert request.patch is (body.get("answer") == "patch")
     logged = [{"role": "user"}] * len(shape)
     if any(not isinstance(m, dict) for m in body.get("messages") or []) and "shape" not in body:
         assert not contract.same_messages(shape, message_identities(logged))
@@ -78,3 +87,25 @@ def test_a_malformed_shape_is_refused(shape: Any) -> None:
     """A shape is an array of [string, string or null]; anything else is a 400, not a guess."""
     with pytest.raises(contract.BadRequest):
         contract.context_request({"leaf": "a", "shape": shape}, 1.0)
+
+
+_made = st.fixed_dictionaries({"role": st.sampled_from(["user", "toolResult", "custom"])})
+
+
+@given(st.lists(_message, max_size=15), st.data())
+def test_a_patch_yields_the_render_from_pi_s_array(
+    unpruned: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    """Any render (pi's messages kept, dropped, moved or repeated, new ones put anywhere) as a
+    patch, applied to a copy of pi's array (equal messages, not the same objects), gives the
+    render, equal item by item; runs of kept messages come as one [start, end) each."""
+    picks = st.one_of(st.integers(0, max(0, len(unpruned) - 1)), _made)
+    chosen = data.draw(st.lists(picks if unpruned else _made, max_size=20))
+    messages = [unpruned[c] if isinstance(c, int) else c for c in chosen]
+    patch = patch_of(messages, unpruned)
+    assert apply_patch(patch, copy.deepcopy(unpruned)) == messages
+    runs = [item for item in patch if isinstance(item, list)]
+    assert all(0 <= start < end <= len(unpruned) for start, end in runs)
+    for before, after in itertools.pairwise(patch):
+        if isinstance(before, list) and isinstance(after, list):
+            assert after[0] != before[1]  # adjacent runs are merged

@@ -36,6 +36,7 @@ from sessionfold.ports.ledger.model import OfflineModel
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.projections.store import DictStore
+from sessionfold.projections.views.context import apply_patch
 from sessionfold.streams.cli.context import view_from_replay
 from sessionfold.streams.kafka.key_reader import KeyRecords
 from sessionfold.streams.kafka.table_store import MemoryBackend, start_key
@@ -205,6 +206,12 @@ def test_the_context_at_each_user_message_is_the_context_commands(tmp_path: Path
         assert answer["stale"] is False and answer["reason"] is None
         assert orjson.dumps(answer["tokens"]) == orjson.dumps(cli["tokens"])
         assert orjson.dumps(answer.get("messages", pi_array)) == orjson.dumps(cli["messages"])
+        shape = [[m["role"], m.get("toolCallId")] for m in pi_array]
+        slim = {"leaf": leaf, "shape": shape, "answer": "patch"}
+        patched = asyncio.run(live.context(session_id, slim))
+        got = apply_patch(patched.pop("patch"), pi_array) if patched["changed"] else pi_array
+        assert orjson.dumps(got) == orjson.dumps(cli["messages"])
+        assert patched == {k: v for k, v in answer.items() if k != "messages"}
         changed += answer["changed"]
     assert changed > 0
     unfolded = {"leaf": "not-folded", "messages": [], "wait_ms": 50}

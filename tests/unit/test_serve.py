@@ -16,6 +16,7 @@ import pytest
 from serve_process import CLI, serving
 
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
+from sessionfold.projections.views.context import apply_patch
 from sessionfold.streams.cli.context import view_from_replay
 from sessionfold.streams.tools.replay import Collector, replay_files
 from sessionfold.streams.tools.synthetic import generate_session, write_session
@@ -66,7 +67,14 @@ def test_context_answers_what_the_context_command_renders(
             shape = [[m["role"], m.get("toolCallId")] for m in pi_array]
             slim = {"leaf": entry["id"], "shape": shape}
             assert client.post(f"/sessions/{session_id}/context", json=slim).content == sent.content
+            slim["answer"] = "patch"
+            patched = client.post(f"/sessions/{session_id}/context", json=slim).json()
             answer = sent.json()
+            if answer["changed"]:
+                # the patch applied to pi's array yields the same array, byte for byte
+                got = apply_patch(patched.pop("patch"), pi_array)
+                assert orjson.dumps(got) == orjson.dumps(answer["messages"])
+            assert patched == {k: v for k, v in answer.items() if k != "messages"}
             assert answer["stale"] is False and answer["reason"] is None
             cli = orjson.loads(expected)
             assert answer["tokens"] == cli["tokens"]

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { createServer } from "node:net";
 import { afterEach, beforeEach, describe, it } from "node:test";
-import sessionfold, { arrayOf, RECALL_TOOL, readConfig, type Config } from "../index.ts";
+import sessionfold, { applyPatch, arrayOf, RECALL_TOOL, readConfig, type Config } from "../index.ts";
 import { startFakeServer, type FakeServer } from "./fake-server.ts";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -127,7 +127,20 @@ describe("context hook", () => {
 			["assistant", null],
 			["toolResult", "c1"],
 		];
-		assert.deepEqual(req.body, { leaf: "leaf-9", shape, wait_ms: cfg.waitMs });
+		assert.deepEqual(req.body, { leaf: "leaf-9", shape, answer: "patch", wait_ms: cfg.waitMs });
+		assert.equal(notes.length, 0);
+	});
+
+	it("applies a patch answer to pi's own array", async () => {
+		const stubbed = { ...MESSAGES[2], content: [{ type: "text", text: "stub" }] };
+		const summary = { role: "custom", customType: "s", content: "sum", display: false, timestamp: 4 };
+		server.routes.context = () => ({ body: { changed: true, stale: false, epoch: 1, patch: [[0, 2], stubbed, summary] } });
+		const pi = fakePi();
+		sessionfold(pi.api as any, config(server.url));
+		const { ctx, notes } = fakeCtx();
+		const result = (await pi.emit("context", { messages: MESSAGES }, ctx)) as any;
+		assert.deepEqual(result, { messages: [MESSAGES[0], MESSAGES[1], stubbed, summary] });
+		assert.equal(result.messages[0], MESSAGES[0]); // pi's own objects, not copies
 		assert.equal(notes.length, 0);
 	});
 
@@ -224,6 +237,11 @@ describe("context hook", () => {
 		["messages as an object", { body: { changed: true, messages: { role: "user" } } }],
 		["a message without role", { body: { changed: true, messages: [{ content: "x" }] } }],
 		["a message as a string", { body: { changed: true, messages: ["user"] } }],
+		["a patch run past pi's array", { body: { changed: true, patch: [[0, 4]] } }],
+		["an empty patch run", { body: { changed: true, patch: [[1, 1]] } }],
+		["a patch run of fractions", { body: { changed: true, patch: [[0.5, 2]] } }],
+		["a patch item as a string", { body: { changed: true, patch: ["user"] } }],
+		["a patched message without role", { body: { changed: true, patch: [[0, 1], { content: "x" }] } }],
 		["a 500", { status: 500, body: { error: "boom" } }],
 		["a 401", { status: 401, body: { error: "token" } }],
 		["an empty body", { body: "" }],
@@ -255,7 +273,7 @@ describe("context hook", () => {
 			if (pick === 3) return ["user", "assistant", "toolResult", "", "x"][Math.floor(rnd() * 5)];
 			if (pick === 4) return undefined;
 			if (pick === 5) return Array.from({ length: Math.floor(rnd() * 4) }, () => value(depth + 1));
-			const keys = ["changed", "messages", "role", "content", "stale", "epoch"];
+			const keys = ["changed", "messages", "patch", "role", "content", "stale", "epoch"];
 			return Object.fromEntries(keys.filter(() => rnd() < 0.5).map((k) => [k, value(depth + 1)]));
 		};
 		let current: unknown;
@@ -265,13 +283,14 @@ describe("context hook", () => {
 		const { ctx } = fakeCtx();
 		let replaced = 0;
 		for (let i = 0; i < 300; i++) {
-			current = rnd() < 0.3 ? { changed: true, messages: value(1) } : value(0);
+			const draw = rnd();
+			current = draw < 0.3 ? { changed: true, messages: value(1) } : draw < 0.5 ? { changed: true, patch: value(1) } : value(0);
 			const result = (await pi.emit("context", { messages: MESSAGES }, ctx)) as any;
 			if (result === undefined) continue;
 			replaced++;
 			const body = current as any;
 			assert.equal(body.changed, true);
-			assert.deepEqual(result.messages, body.messages);
+			assert.deepEqual(result.messages, Array.isArray(body.patch) ? applyPatch(body.patch, MESSAGES) : body.messages);
 			for (const m of result.messages) assert.equal(typeof m.role, "string");
 		}
 		assert.ok(replaced > 0, "the generator produced no valid changed answer");

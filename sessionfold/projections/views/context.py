@@ -57,13 +57,16 @@ __all__ = [
     "ContextView",
     "Identity",
     "LogEntry",
+    "PatchItem",
     "Removal",
+    "apply_patch",
     "compact_point",
     "compression_points",
     "context_at",
     "message_identities",
     "message_tokens",
     "orphan_positions",
+    "patch_of",
     "prune_messages",
     "resolve_ref",
     "split_occurrence",
@@ -108,6 +111,38 @@ def message_identities(messages: Sequence[Any]) -> list[Identity]:
         (m.get("role"), m.get("toolCallId")) if isinstance(m, dict) else _NOT_A_MESSAGE
         for m in messages
     ]
+
+
+#: One item of a patch: a run [start, end) of the caller's own messages, or a message to put.
+PatchItem = list[int] | dict[str, Any]
+
+
+def patch_of(messages: Sequence[Any], unpruned: Sequence[Any]) -> list[PatchItem]:
+    """`messages` as a patch to `unpruned` (the caller's array): runs of its own messages kept
+    in place, by position, and the messages the render made (stubs, summaries, synthetics)
+    whole. A render keeps the log's own message objects, so identity says which are kept."""
+    at = {id(message): position for position, message in enumerate(unpruned)}
+    patch: list[PatchItem] = []
+    for message in messages:
+        position = at.get(id(message))
+        if position is None:
+            patch.append(message)
+        elif patch and isinstance(patch[-1], list) and patch[-1][1] == position:
+            patch[-1][1] = position + 1
+        else:
+            patch.append([position, position + 1])
+    return patch
+
+
+def apply_patch(patch: Sequence[PatchItem], array: Sequence[Any]) -> list[Any]:
+    """The array a patch yields from the caller's `array` (what the pi extension does)."""
+    out: list[Any] = []
+    for item in patch:
+        if isinstance(item, dict):
+            out.append(item)
+        else:
+            out.extend(array[item[0] : item[1]])
+    return out
 
 
 def message_tokens(message: Any) -> int:

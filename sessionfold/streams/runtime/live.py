@@ -26,6 +26,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from sessionfold.projections.views.context import (
     context_at,
     message_identities,
     message_tokens,
+    patch_of,
 )
 from sessionfold.streams.publishing.session_file import (
     DeadLetter,
@@ -90,8 +92,17 @@ class Rendered:
     epoch: int  # the epoch (live_contract.epoch_of) read with the render
     view: ContextView
     tokens: dict[str, int]
-    messages_json: bytes  # `view.messages` encoded (the context route's payload)
     identities: list[Identity]  # `view.unpruned`'s (what a caller's array is checked against)
+
+    @cached_property
+    def messages_json(self) -> bytes:
+        """`view.messages` encoded (a context answer's payload), once per render."""
+        return orjson.dumps(self.view.messages)
+
+    @cached_property
+    def patch_json(self) -> bytes:
+        """`view.messages` as a patch to pi's array (`patch_of`), encoded once per render."""
+        return orjson.dumps(patch_of(self.view.messages, self.view.unpruned))
 
 
 @dataclass
@@ -220,20 +231,13 @@ class LiveFolds:
                 return cached
             view = self.view(session_id)
             epoch = epoch_of(self.runtime.store, session_id)
-        # The counts and the encoding read only the view's messages, which no fold changes:
-        # the tailer need not wait for them.
+        # The counts (and the encodings, when an answer asks for one) read only the view's
+        # messages, which no fold changes: the tailer need not wait for them.
         tokens = {
             "pruned": self._tokens(view.messages, view),
             "unpruned": self._tokens(view.unpruned, view),
         }
-        rendered = Rendered(
-            state,
-            epoch,
-            view,
-            tokens,
-            orjson.dumps(view.messages),
-            message_identities(view.unpruned),
-        )
+        rendered = Rendered(state, epoch, view, tokens, message_identities(view.unpruned))
         with self.lock:
             if session.state() == state:
                 session.rendered = rendered

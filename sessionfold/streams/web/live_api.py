@@ -39,7 +39,6 @@ from sessionfold.ports.ledger.model import DiffModel
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.pruning.digest import message_of
 from sessionfold.projections.views.chains import resolve_ref
-from sessionfold.projections.views.context import Identity
 from sessionfold.projections.views.recall import recall_text
 from sessionfold.streams.publishing.session_file import read_session_file
 from sessionfold.streams.runtime.ledger_loop import fold_records
@@ -54,6 +53,7 @@ from sessionfold.streams.web.live_contract import (
     UNKNOWN_GRACE_S,
     WAIT_STEP_S,
     BadRequest,
+    ContextRequest,
     LiveMetrics,
 )
 
@@ -89,9 +89,10 @@ class LiveApi:
         session_id = _id(request)
         body = await _body(request)
         try:
-            leaf, shape, wait = contract.context_request(body, self.wait_s)
+            asked = contract.context_request(body, self.wait_s)
         except BadRequest as exc:
             raise _bad(str(exc)) from None
+        leaf, wait = asked.leaf, asked.wait_s
         started = time.monotonic()
         found = await self._wait_for(
             session_id, leaf, started + wait, started + min(wait, UNKNOWN_GRACE_S)
@@ -100,17 +101,17 @@ class LiveApi:
             # pi writes a new session's file only once its first model call has answered:
             # nothing of it is there to prune yet.
             return _json(contract.unchanged(session_id, leaf, 0, "unknown-session", stale=False))
-        kept = self._kept(session_id, leaf, shape) if found == "folded" else None
+        kept = self._kept(session_id, asked) if found == "folded" else None
         if kept is None:
             kept = await asyncio.get_running_loop().run_in_executor(
-                self._renders, self._context_now, session_id, leaf, shape, found != "folded"
+                self._renders, self._context_now, session_id, asked, found != "folded"
             )
-        head, payload = kept
-        return _json(head, messages_json=payload)
+        head, field, payload = kept
+        return _json(head, spliced=None if payload is None else (field, payload))
 
     def _kept(
-        self, session_id: str, leaf: str | None, shape: list[Identity]
-    ) -> tuple[dict[str, Any], bytes | None] | None:
+        self, session_id: str, request: ContextRequest
+    ) -> tuple[dict[str, Any], str, bytes | None] | None:
         """The answer from the kept render, on the loop, when the session folded nothing since
         (else None: render in a thread). Without the lock: the counters move only after a
         fold, so equal counters mean the kept render is of the state as it stands (or was a
@@ -119,7 +120,7 @@ class LiveApi:
         rendered = None if session is None else session.rendered
         if session is None or rendered is None or rendered.state != session.state():
             return None
-        return self._answer(session_id, leaf, shape, False, rendered)
+        return self._answer(session_id, request, False, rendered)
 
     async def _wait_for(
         self, session_id: str, leaf: str | None, deadline: float, unknown_until: float
@@ -160,37 +161,38 @@ class LiveApi:
         woken.set()
 
     def _context_now(
-        self, session_id: str, leaf: str | None, shape: list[Identity], stale: bool
-    ) -> tuple[dict[str, Any], bytes | None]:
-        """The answer's fields, and the encoded messages when the answer carries them."""
+        self, session_id: str, request: ContextRequest, stale: bool
+    ) -> tuple[dict[str, Any], str, bytes | None]:
+        """The answer's fields, and its encoded array (or patch) when it carries one."""
         return self._answer(
-            session_id, leaf, shape, stale, self.live.rendered(session_id, contract.epoch_of)
+            session_id, request, stale, self.live.rendered(session_id, contract.epoch_of)
         )
 
     def _answer(
         self,
         session_id: str,
-        leaf: str | None,
-        shape: list[Identity],
+        request: ContextRequest,
         stale: bool,
         rendered: Rendered,
-    ) -> tuple[dict[str, Any], bytes | None]:
-        """The answer's fields from one render, and its encoded messages when it carries them."""
+    ) -> tuple[dict[str, Any], str, bytes | None]:
+        """The answer's fields from one render, and the field its encoded array (or patch)
+        goes in, with the encoding, when it carries one."""
         answer = contract.context_answer(
             session_id,
-            leaf,
-            shape,
+            request,
             rendered.view,
             rendered.epoch,
             stale,
             rendered.tokens,
             rendered.identities,
         )
-        if "messages" not in answer:
-            return answer, None
-        # The render's messages go out as encoded once per render (`_json` splices them in).
-        del answer["messages"]
-        return answer, rendered.messages_json
+        # The render's array (or patch) goes out as encoded once per render (`_json` splices
+        # it in), not encoded again per call.
+        if answer.pop("messages", None) is not None:
+            return answer, "messages", rendered.messages_json
+        if answer.pop("patch", None) is not None:
+            return answer, "patch", rendered.patch_json
+        return answer, "", None
 
     async def compact(self, request: web.Request) -> web.Response:
         """The ledger's compaction summary for the session as its file stands, or a fallback."""
@@ -390,12 +392,13 @@ def _bad(why: str) -> web.HTTPBadRequest:
     )
 
 
-def _json(body: Any, status: int = 200, messages_json: bytes | None = None) -> web.Response:
+def _json(body: Any, status: int = 200, spliced: tuple[str, bytes] | None = None) -> web.Response:
     encoded = orjson.dumps(body)
-    if messages_json is not None:
-        # The render's messages, encoded once per render: spliced in as the last field, the
-        # bytes orjson.dumps of the whole answer gives.
-        encoded = encoded[:-1] + b',"messages":' + messages_json + b"}"
+    if spliced is not None:
+        # The render's array or patch, encoded once per render: spliced in as the last field,
+        # the bytes orjson.dumps of the whole answer gives.
+        field, payload = spliced
+        encoded = encoded[:-1] + b',"' + field.encode() + b'":' + payload + b"}"
     response = web.Response(body=encoded, status=status, content_type="application/json")
     if isinstance(body, dict) and "changed" in body:
         response.sessionfold_outcome = contract.outcome(body)  # type: ignore[attr-defined]

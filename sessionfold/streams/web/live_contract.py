@@ -15,7 +15,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.store import Store
-from sessionfold.projections.views.context import ContextView, Identity, message_identities
+from sessionfold.projections.views.context import (
+    ContextView,
+    Identity,
+    message_identities,
+    patch_of,
+)
 from sessionfold.projections.views.status import footer
 from sessionfold.streams.runtime.ledger_loop import compaction_entries
 
@@ -103,20 +108,29 @@ def is_id(value: Any) -> bool:
     return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
 
 
-def context_request(
-    body: dict[str, Any], default_wait_s: float
-) -> tuple[str | None, list[Identity], float]:
-    """(leaf, the identities of pi's messages, seconds to wait) of a context request;
-    BadRequest otherwise.
+@dataclass(frozen=True, slots=True)
+class ContextRequest:
+    """A context call: the leaf, pi's array as identities, how long to wait, and whether the
+    answer is wanted as a patch to pi's array rather than the whole array."""
+
+    leaf: str | None
+    shape: list[Identity]
+    wait_s: float
+    patch: bool = False
+
+
+def context_request(body: dict[str, Any], default_wait_s: float) -> ContextRequest:
+    """A context request's fields; BadRequest when the body is not one.
 
     pi's array comes as `shape` (each message's `[role, toolCallId]`, what the check reads: a
     few bytes per message) or whole as `messages` (megabytes in a long session, parsed only to
-    be checked)."""
+    be checked). `"answer": "patch"` asks for the changed array as a patch (`patch_of`)."""
     leaf = body.get("leaf")
     shape = body.get("shape")
     messages = body.get("messages")
     wait_ms = body.get("wait_ms")
-    if leaf is not None and not is_id(leaf):
+    form = body.get("answer", "messages")
+    if (leaf is not None and not is_id(leaf)) or form not in ("messages", "patch"):
         raise BadRequest(_WANT)
     if shape is not None:
         identities = _identities(shape)
@@ -127,12 +141,12 @@ def context_request(
     wait = default_wait_s
     if isinstance(wait_ms, int | float) and not isinstance(wait_ms, bool):
         wait = max(0.0, wait_ms / 1000)
-    return leaf, identities, wait
+    return ContextRequest(leaf, identities, wait, form == "patch")
 
 
 _WANT = (
     "want {leaf: string or null, shape: array of [role, toolCallId or null]}"
-    " (or messages: array instead of shape)"
+    " (or messages: array instead of shape; answer: messages or patch)"
 )
 
 
@@ -179,20 +193,19 @@ def same_messages(ours: list[Identity], theirs: list[Identity]) -> bool:
 
 def context_answer(
     session_id: str,
-    leaf: str | None,
-    shape: list[Identity],
+    request: ContextRequest,
     view: ContextView,
     epoch: int,
     stale: bool,
     tokens: dict[str, int] | None = None,
     unpruned_shape: list[Identity] | None = None,
 ) -> dict[str, Any]:
-    """The context route's answer for a rendered `view` (docs/live.md) and pi's array's
-    `shape`; `tokens` and `unpruned_shape` are the view's when the caller has them already
-    (serve keeps them with its render)."""
+    """The context route's answer for a rendered `view` (docs/live.md); `tokens` and
+    `unpruned_shape` are the view's when the caller has them already (serve keeps them with
+    its render). A changed array comes as `messages`, or as `patch` when the request asks."""
     answer: dict[str, Any] = {
         "session_id": session_id,
-        "leaf": leaf,
+        "leaf": request.leaf,
         "changed": False,
         "stale": stale,
         "reason": None,
@@ -201,13 +214,16 @@ def context_answer(
     }
     if unpruned_shape is None:
         unpruned_shape = message_identities(view.unpruned)
-    if not same_messages(shape, unpruned_shape):
+    if not same_messages(request.shape, unpruned_shape):
         answer["reason"] = "mismatch"  # pi holds messages the log does not (yet): keep its own
     elif view.messages != view.unpruned:
         # Not only what the render phases pruned: the per-batch summaries pi-condense would
         # have logged are in no log, so a context with them differs from pi's own array.
         answer["changed"] = True
-        answer["messages"] = view.messages
+        if request.patch:
+            answer["patch"] = patch_of(view.messages, view.unpruned)
+        else:
+            answer["messages"] = view.messages
     return answer
 
 

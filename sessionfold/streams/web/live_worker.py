@@ -44,7 +44,6 @@ from sessionfold.projections.store import Store
 from sessionfold.projections.views.base import LogEntry, entry_at, log_entry
 from sessionfold.projections.views.context import (
     ContextView,
-    Identity,
     compact_point,
     context_at,
 )
@@ -198,14 +197,14 @@ class WorkerLive:
 
     async def context(self, session_id: str, body: dict[str, Any]) -> dict[str, Any]:
         """The context route's answer (BadRequest for a body the contract refuses)."""
-        leaf, shape, wait = contract.context_request(body, self.wait_s)
+        request = contract.context_request(body, self.wait_s)
         started = time.monotonic()
-        deadline = started + wait
-        unknown_until = started + min(wait, contract.UNKNOWN_GRACE_S)
+        deadline = started + request.wait_s
+        unknown_until = started + min(request.wait_s, contract.UNKNOWN_GRACE_S)
         while True:
             now = time.monotonic()
             stale, give_up = now >= deadline, now >= unknown_until
-            answer = await self._context_now(session_id, leaf, shape, stale, give_up)
+            answer = await self._context_now(session_id, request, stale, give_up)
             if answer is not None:
                 return answer
             await asyncio.sleep(contract.WAIT_STEP_S)
@@ -213,12 +212,12 @@ class WorkerLive:
     async def _context_now(
         self,
         session_id: str,
-        leaf: str | None,
-        shape: list[Identity],
+        request: contract.ContextRequest,
         stale: bool,
         give_up_unknown: bool,
     ) -> dict[str, Any] | None:
         """The answer if the state is settled at the leaf (or `stale`), else None."""
+        leaf = request.leaf
         store = read_view(self.state, session_id)
         if not known(store, session_id):
             if not give_up_unknown:
@@ -248,7 +247,7 @@ class WorkerLive:
         view = self._view(session_log, store, session_id)
         session_log.reclaim = view.tokens
         epoch = contract.epoch_of(store, session_id)
-        return contract.context_answer(session_id, leaf, shape, view, epoch, stale)
+        return contract.context_answer(session_id, request, view, epoch, stale)
 
     def _view(self, session_log: SessionLog, store: Store, session_id: str) -> ContextView:
         """The context at the state's sequence number (no await: the fold cannot move)."""
