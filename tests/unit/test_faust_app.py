@@ -475,6 +475,34 @@ class TestFaustBackend:
         cut = changelog.Reader()  # the last part never came: nothing is applied
         assert all(cut.writes(k.decode(), v, 0) == [] for k, v in records[:-1])
 
+    def test_exactly_once_sends_a_journal_record_per_group_through_the_table(self) -> None:
+        """Under exactly_once a group is one journal record through `send_changelog` (Faust's
+        transaction), and the store has its rows at once."""
+
+        async def run() -> tuple[FakeTable, list[Any]]:
+            table = FakeTable()
+            calls: list[Any] = []
+
+            def send_changelog(partition: int, key: str, value: bytes) -> asyncio.Future[None]:
+                calls.append((partition, key, value))
+                done = asyncio.get_running_loop().create_future()
+                done.set_result(None)
+                return done
+
+            table.send_changelog = send_changelog  # type: ignore[attr-defined]
+            table.app.producer.buffer = type("Buffer", (), {"max_messages": 100})()
+            backend = FaustBackend(table)  # type: ignore[arg-type]
+            groups = [[("s/rt/j", b"[]"), ("s/pr/h", b"1")], [("t/pr/h", b"2")]]
+            await (await backend.write_groups(groups, 1))
+            return table, calls
+
+        table, calls = asyncio.run(run())
+        assert [(p, k, _journal(v)) for p, k, v in calls] == [
+            (1, "s/rt/c/1/0", [("s/rt/j", b"[]"), ("s/pr/h", b"1")]),
+            (1, "t/rt/c/1/0", [("t/pr/h", b"2")]),
+        ]
+        assert _rows(table.data) == {"s/rt/j": b"[]", "s/pr/h": b"1", "t/pr/h": b"2"}
+
     def test_a_batch_read_before_a_rejoin_writes_the_changelog_only(self) -> None:
         """Emptied at generation 6, the store takes no write of a batch read at generation 3 (a
         commit still handing its writes over), while the changelog still gets it; writes of
