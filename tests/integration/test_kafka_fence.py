@@ -51,15 +51,17 @@ def changelog(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | None
 
 
 def write_late(bootstrap: str, topic: str) -> None:
-    """Write the oldest value of the changelog's most written key behind its newest, as a stalled
-    worker's queued write lands: of an epoch below every one there."""
+    """Write the oldest record of the changelog's most written session behind its newest, as a
+    stalled worker's queued write lands: of an epoch below every one there. A record is a
+    session's journal of a batch (kafka/changelog.py): the oldest holds the first values of rows
+    written since, its session's head among them."""
     records = changelog(bootstrap, topic)
     assert records and all(epoch is not None for *_, epoch in records), "records with no epoch"
-    key, _count = Counter((p, k) for p, k, v, _s in records if v is not None).most_common(1)[0]
-    partition, name = key
-    oldest = next(v for p, k, v, _s in records if (p, k) == key and v is not None)
-    newest = [v for p, k, v, _s in records if (p, k) == key][-1]
-    assert oldest != newest, "the most written key never changed"
+    session = Counter((p, k.split(b"/")[0]) for p, k, v, _s in records if v is not None)
+    (partition, owner), _count = session.most_common(1)[0]
+    written = [(k, v) for p, k, v, _s in records if p == partition and k.split(b"/")[0] == owner]
+    name, oldest = written[0]
+    assert oldest != written[-1][1], "the most written session never changed"
     late = min(epoch for *_, epoch in records if epoch is not None) - 1
     producer = clients.producer(bootstrap, "sessionfold-test")
     try:

@@ -46,6 +46,7 @@ from sessionfold.events.envelope import (
 from sessionfold.events.flush import read_compaction
 from sessionfold.projections.pruning import index
 from sessionfold.streams.cli import app
+from sessionfold.streams.kafka import changelog
 from sessionfold.streams.kafka.topic_reader import read_topic
 from sessionfold.streams.kafka.topics import Topics
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file, session_files
@@ -58,7 +59,7 @@ from sessionfold.streams.runtime.embedded import (
     fold_files,
 )
 from sessionfold.streams.worker.app import Stopwatch
-from sessionfold.streams.worker.fault_injection import ENV_TEST_DELAY
+from sessionfold.streams.worker.fault_injection import ENV_TEST_CHANGELOG, ENV_TEST_DELAY
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -311,6 +312,50 @@ def test_fold_and_summarize_workers_survive_fold_crashes(
     finally:
         for worker in workers:
             worker.stop()
+
+
+def test_fold_workers_killed_between_journal_parts_and_in_snapshots_recover(
+    kafka_bootstrap: str, fleet: Path, embedded: Embedded, tmp_path: Path
+) -> None:
+    """The same with changelog records cut at 2 KiB and a snapshot every 3 records
+    (kafka/changelog.py): a kill lands between the parts of a journal or in a snapshot, and the
+    restarted worker, recovering from those records, still folds to `fold_files`'s state."""
+    prefix = unique_topic_prefix()
+    topics = Topics(prefix)
+    published = publish_tree(kafka_bootstrap, prefix, 3, [fleet], tmp_path / "publish.json")
+    small = {ENV_TEST_CHANGELOG: "2048:3:4096"}
+    workers = [
+        WorkerProcess(kafka_bootstrap, prefix, "fold", 3, tmp_path, name="fold-a", env=small),
+        WorkerProcess(kafka_bootstrap, prefix, "summarize", 3, tmp_path, name="summarize"),
+    ]
+    victim = workers[0]
+    try:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.wait_web()
+        kills = []
+        for fraction in (0.3, 0.6):
+            kills.append(
+                wait_progress(kafka_bootstrap, f"{prefix}worker", topics, published, fraction)
+            )
+            victim.kill()
+            victim.start()
+            _wait_working(victim)
+        assert min(kills) < published, "the fold finished before the first kill"
+        wait_converged(workers, victim.url, embedded.states, timeout=420)
+        _check_exactly_once(kafka_bootstrap, topics, embedded)
+    finally:
+        for worker in workers:
+            worker.stop()
+    kinds: Counter[str] = Counter()
+    for record in read_topic(kafka_bootstrap, f"{prefix}worker-state-changelog"):
+        read = changelog.decode_record(record.value)
+        assert read is not None, "a changelog record not in the journal format"
+        kinds["snapshot" if read.kind == changelog.SNAPSHOT else "journal"] += 1
+        kinds["in parts"] += read.parts > 1
+    print(f"\nchangelog records with kills at {kills}: {dict(kinds)}")
+    assert kinds["snapshot"] > 0 and kinds["in parts"] > 0
 
 
 def _wait_working(worker: WorkerProcess) -> None:

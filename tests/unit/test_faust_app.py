@@ -13,6 +13,7 @@ from faust_fakes import Acked, FakeTable, unstarted_app
 from prometheus_client import CollectorRegistry, generate_latest
 from pydantic import ValidationError
 
+from sessionfold.streams.kafka import changelog
 from sessionfold.streams.kafka.fence import FENCE_HEADER, Fence
 from sessionfold.streams.kafka.table_store import Write
 from sessionfold.streams.worker import app as faust_app
@@ -31,6 +32,24 @@ from sessionfold.streams.worker.app import (
 from sessionfold.streams.worker.prometheus import FleetCollector, FleetSnapshot, create
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+
+
+def _is_position(key: Any) -> bool:
+    """Whether a table key is a session's changelog position row (kafka/changelog.py)."""
+    text = key.decode() if isinstance(key, bytes) else str(key)
+    return "/rt/c/" in text
+
+
+def _rows(data: Any) -> dict[Any, Any]:
+    """A store's rows but the changelog position rows."""
+    return {k: v for k, v in dict(data).items() if not _is_position(k)}
+
+
+def _journal(value: bytes) -> list[Write]:
+    """A journal record's writes but its position row."""
+    record = changelog.decode_record(value)
+    assert record is not None
+    return [(k, v) for k, v in record.writes if not _is_position(k)]
 
 
 class FakeConsumer:
@@ -293,8 +312,9 @@ class TestMetrics:
 
 class TestFaustBackend:
     def test_direct_writes_go_to_the_changelog_and_persist_their_offset(self) -> None:
-        """A write sets the store, sends key (UTF-8) and value to the changelog partition, and
-        once acknowledged its offset is the store's persisted offset; None deletes."""
+        """A write sets the store and sends one journal record to the changelog partition, keyed
+        by the session's next slot in its ring; once acknowledged its offset is the store's
+        persisted offset; None deletes."""
 
         async def run() -> tuple[FakeTable, list[Any]]:
             table = FakeTable()
@@ -308,11 +328,11 @@ class TestFaustBackend:
             return table, producer.sent
 
         table, sent = asyncio.run(run())
-        assert sent == [
-            ("app-state-cl", b"s/pr/h", b"1", 2),
-            ("app-state-cl", b"s/pr/h", None, 2),
+        assert [(t, k, _journal(v), p) for t, k, v, p in sent] == [
+            ("app-state-cl", b"s/rt/c/2/0", [("s/pr/h", b"1")], 2),
+            ("app-state-cl", b"s/rt/c/2/1", [("s/pr/h", None)], 2),
         ]
-        assert dict(table.data) == {}
+        assert _rows(table.data) == {}
         assert table.data.persisted == {TP("app-state-cl", 2): 8}
 
     def test_every_write_carries_its_fence_epoch(self) -> None:
@@ -325,7 +345,7 @@ class TestFaustBackend:
             await backend.write("s/pr/h", b"1", 2, generation=4)
             fence.admits(3, 0, 57)  # partition 3's changelog was recovered up to epoch 57
             await backend.write("t/pr/h", b"1", 3, generation=5)
-            groups = [[("u/rt/j", b"[]"), ("u/pr/h", b"1")]]
+            groups = [[("u/rt/j", b"[]"), ("u/pr/h", b"1")], [("v/pr/h", b"1")]]
             await backend.write_groups(groups, 3, generation=60)
             producer = table.app.producer
             return [*producer.headers, *producer._producer.headers]
@@ -338,15 +358,15 @@ class TestFaustBackend:
         ]
 
     def test_groups_go_to_the_changelog_as_one_record_batch(self) -> None:
-        """A partition's groups of writes are one record batch (the broker appends it whole),
-        in order; the store has them at once, and once the batch is acknowledged its last
+        """A partition's groups are one journal record each, sent in one record batch, in
+        order; the store has them at once, and once the batch is acknowledged its last
         record's offset is the persisted offset."""
 
         async def run() -> tuple[FakeTable, Any, bool]:
             table = FakeTable()
-            table.data["s/gone"] = b"0"
+            table.data["t/gone"] = b"0"
             backend = FaustBackend(table, direct=True)  # type: ignore[arg-type]
-            groups = [[("s/rt/j", b"[]"), ("s/pr/h", b"1")], [("s/gone", None)]]
+            groups = [[("s/rt/j", b"[]"), ("s/pr/h", b"1")], [("t/gone", None)]]
             ack = await backend.write_groups(groups, 2)
             waited = ack.done()
             table.app.producer.pending[0].set_result(Acked("app-state-cl", 2, 7))
@@ -354,12 +374,19 @@ class TestFaustBackend:
             return table, table.app.producer._producer.batches, waited
 
         table, batches, waited = asyncio.run(run())
-        assert batches == [
-            ("app-state-cl", 2, [(b"s/rt/j", b"[]"), (b"s/pr/h", b"1"), (b"s/gone", None)])
+        assert [(t, p, [(k, _journal(v)) for k, v in records]) for t, p, records in batches] == [
+            (
+                "app-state-cl",
+                2,
+                [
+                    (b"s/rt/c/2/0", [("s/rt/j", b"[]"), ("s/pr/h", b"1")]),
+                    (b"t/rt/c/2/0", [("t/gone", None)]),
+                ],
+            )
         ]
         assert not waited
-        assert dict(table.data) == {"s/rt/j": b"[]", "s/pr/h": b"1"}
-        assert table.data.persisted == {TP("app-state-cl", 2): 9}
+        assert _rows(table.data) == {"s/rt/j": b"[]", "s/pr/h": b"1"}
+        assert table.data.persisted == {TP("app-state-cl", 2): 8}
         assert table.app.producer.sent == []  # no record went one at a time
 
     @pytest.mark.parametrize("local", [False, True])
@@ -398,9 +425,9 @@ class TestFaustBackend:
     def test_groups_too_large_for_one_record_batch_are_split_between_groups(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """Packed in order, a group never split: each lands whole."""
-        monkeypatch.setattr(faust_app, "BATCH_RECORD_BYTES", 300)
-        groups = [[(f"s{n}/pr/h", b"x" * 100), (f"s{n}/h", b"y" * 50)] for n in range(3)]
+        """Packed in order, one record never split: each group's journal lands whole."""
+        monkeypatch.setattr(faust_app, "BATCH_RECORD_BYTES", 700)
+        groups = [[(f"s{n}/pr/h", b"x" * 200), (f"s{n}/h", b"y" * 50)] for n in range(3)]
 
         async def run() -> Any:
             table = FakeTable()
@@ -409,12 +436,72 @@ class TestFaustBackend:
             for n, future in enumerate(table.app.producer.pending):
                 future.set_result(Acked("app-state-cl", 0, 10 * n))
             await ack
-            return table.app.producer._producer.batches
+            producer = table.app.producer
+            alone = [[(key, value)] for _t, key, value, _p in producer.sent]
+            return alone + [records for _t, _p, records in producer._producer.batches]
 
         batches = asyncio.run(run())
-        assert [records for _topic, _partition, records in batches] == [
-            [(k.encode(), v) for k, v in group] for group in groups
+        sent = [[_journal(value) for _key, value in records] for records in batches]
+        assert sorted(journal for batch in sent for journal in batch) == groups
+        assert len(sent) > 1
+
+    def test_a_group_larger_than_a_record_goes_in_parts_under_the_limit(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A session's group over the record limit is several journal records, each under the
+        limit; recovery applies them only once it has read every part."""
+        monkeypatch.setattr(faust_app, "BATCH_RECORD_BYTES", 1_000)
+        group = [(f"s/pr/m/{n}", bytes([65 + n]) * 300) for n in range(10)]
+
+        async def run() -> list[tuple[bytes, bytes]]:
+            table = FakeTable()
+            backend = FaustBackend(table, direct=True)  # type: ignore[arg-type]
+            ack = await backend.write_groups([group], 0)
+            for n, future in enumerate(table.app.producer.pending):
+                future.set_result(Acked("app-state-cl", 0, 10 * n))
+            await ack
+            assert _rows(table.data) == dict(group)
+            sent = [(r[1], r[2]) for r in table.app.producer.sent]
+            sent += [r for _t, _p, records in table.app.producer._producer.batches for r in records]
+            return sent
+
+        records = asyncio.run(run())
+        assert len(records) > 1
+        assert all(len(key) + len(value) <= 1_000 for key, value in records)
+        reader = changelog.Reader()
+        applied = [reader.writes(k.decode(), v, 0) for k, v in records]
+        assert all(writes == [] for writes in applied[:-1])  # nothing before the last part
+        assert [w for w in applied[-1] or [] if not _is_position(w[0])] == group
+        cut = changelog.Reader()  # the last part never came: nothing is applied
+        assert all(cut.writes(k.decode(), v, 0) == [] for k, v in records[:-1])
+
+    def test_exactly_once_sends_a_journal_record_per_group_through_the_table(self) -> None:
+        """Under exactly_once a group is one journal record through `send_changelog` (Faust's
+        transaction), and the store has its rows at once."""
+
+        async def run() -> tuple[FakeTable, list[Any]]:
+            table = FakeTable()
+            calls: list[Any] = []
+
+            def send_changelog(partition: int, key: str, value: bytes) -> asyncio.Future[None]:
+                calls.append((partition, key, value))
+                done = asyncio.get_running_loop().create_future()
+                done.set_result(None)
+                return done
+
+            table.send_changelog = send_changelog  # type: ignore[attr-defined]
+            table.app.producer.buffer = type("Buffer", (), {"max_messages": 100})()
+            backend = FaustBackend(table)  # type: ignore[arg-type]
+            groups = [[("s/rt/j", b"[]"), ("s/pr/h", b"1")], [("t/pr/h", b"2")]]
+            await (await backend.write_groups(groups, 1))
+            return table, calls
+
+        table, calls = asyncio.run(run())
+        assert [(p, k, _journal(v)) for p, k, v in calls] == [
+            (1, "s/rt/c/1/0", [("s/rt/j", b"[]"), ("s/pr/h", b"1")]),
+            (1, "t/rt/c/1/0", [("t/pr/h", b"2")]),
         ]
+        assert _rows(table.data) == {"s/rt/j": b"[]", "s/pr/h": b"1", "t/pr/h": b"2"}
 
     def test_a_batch_read_before_a_rejoin_writes_the_changelog_only(self) -> None:
         """Emptied at generation 6, the store takes no write of a batch read at generation 3 (a
@@ -428,10 +515,10 @@ class TestFaustBackend:
             await backend.write("old/pr/h", b"3", 0, generation=3)
             await backend.write("s/pr/h", b"6", 0, generation=6)
             await backend.write("t/pr/h", b"0", 0)
-            return [sent[1] for sent in table.app.producer.sent], dict(table.data)
+            return [_journal(sent[2]) for sent in table.app.producer.sent], _rows(table.data)
 
         sent, held = asyncio.run(run())
-        assert sent == [b"old/pr/h", b"s/pr/h", b"t/pr/h"]
+        assert sent == [[("old/pr/h", b"3")], [("s/pr/h", b"6")], [("t/pr/h", b"0")]]
         assert held == {"s/pr/h": b"6", "t/pr/h": b"0"}
 
 
@@ -871,7 +958,7 @@ class TestLocalBackend:
 
         read, keys, db = asyncio.run(run())
         assert read == b"2"
-        assert keys == {"s/pr/h", "s/pr/m/1"}
+        assert set(_rows(dict.fromkeys(keys))) == {"s/pr/h", "s/pr/m/1"}
         assert db[b"s/pr/h"] == b"1"
         assert db.get(b"s/pr/m/1") is None
         assert db[FakeRocksStore.offset_key] == b"7"
@@ -902,11 +989,11 @@ class TestLocalBackend:
             return seen, before, _rocks(tmp_path / "state-2.db")
 
         seen, before, db = asyncio.run(run())
-        assert seen == [b"1", None, 3, 0]
+        assert seen == [b"1", None, 4, 0]  # and the session's position row
         assert before == {b"s/gone": b"0"}
         assert db.get(b"s/pr/h") == b"1" and db.get(b"s/rt/j") == b"[]"
         assert db.get(b"s/gone") is None
-        assert db[FakeRocksStore.offset_key] == b"9"
+        assert db[FakeRocksStore.offset_key] == b"8"  # two journal records
         db.close()
 
     def test_reads_find_the_key_in_its_partition_and_deletes_wait_for_acks(
@@ -931,11 +1018,13 @@ class TestLocalBackend:
             pending[1].set_result(Acked("app-state-cl", 1, 5))
             await second
             await asyncio.sleep(0)
-            seen += [store._dbs[1].get(b"a/pr/h"), backend.unconfirmed, backend.keys()]
+            keys = _rows(dict.fromkeys(backend.keys()))
+            seen += [store._dbs[1].get(b"a/pr/h"), backend.unconfirmed, keys]
             store.close()
             return seen
 
-        assert asyncio.run(run()) == [b"old", None, None, b"x", 1, None, 0, set()]
+        # Unconfirmed: the second write's row and the session's position row.
+        assert asyncio.run(run()) == [b"old", None, None, b"x", 2, None, 0, {}]
 
     def test_the_store_keeps_its_fence_epoch_for_the_next_process(self, tmp_path: Path) -> None:
         """A confirmed write's epoch, and the highest a recovered batch read, with the persisted
@@ -957,7 +1046,7 @@ class TestLocalBackend:
             restarted = faust_app.LocalBackend(FakeLocalTable(store))  # type: ignore[arg-type]
             late = restarted.fence.admits(1, 5, 8)
             epoch = restarted.fence.epoch(1, 1)
-            keys = restarted.keys()
+            keys = set(_rows(dict.fromkeys(restarted.keys())))
             store.close()
             return confirmed, recovered + b"@" + offset, late, epoch, keys
 
@@ -1014,7 +1103,7 @@ class TestLocalBackend:
             store.close()
             return *seen, kept, len(table.app.producer.sent)
 
-        assert asyncio.run(run()) == (None, 1, {b"s/pr/h"}, 2)
+        assert asyncio.run(run()) == (None, 2, {b"s/pr/h", b"s/rt/c/0"}, 2)
 
     def test_an_ack_after_revocation_leaves_the_store_alone(self, tmp_path: Path) -> None:
         """The partition's database is closed: the next assignment recovers the write."""

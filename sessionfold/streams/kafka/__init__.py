@@ -1,11 +1,12 @@
 """Kafka adapters: topic names and the partitioner, security settings, plain clients, topic
-readers (a whole topic, one key of a partition), the table-backed store and its changelog's
-fence, and the Faust internals the workers rely on.
+readers (a whole topic, one key of a partition), the table-backed store, its changelog's format
+(one journal record per session per batch) and fence, and the Faust internals the workers rely on.
 
 No module is private to it.
 """
 
 __all__ = [
+    "changelog",
     "clients",
     "faust_compat",
     "fence",

@@ -1,12 +1,11 @@
 """The fold's state table, and the journal that keeps a batch's outputs until the broker has them.
 
 The table maps string keys (`key(session_id, ...)`, e.g. `sid/pr/h`) to the orjson bytes of a
-JSON-ready value. Every write is one record on the table's changelog, so an event that writes five
-keys is five records. A worker killed between two of them would leave a state that is neither
-before nor after the event, so the runtime hands a session's writes over a batch to the Backend as
-one group (`write_groups`), and a group lands in the changelog whole or not at all: a Kafka record
-batch is appended to a partition's log as a unit, and `FaustBackend` sends every group (and as
-many groups of the same partition as fit) as one record batch.
+JSON-ready value. A worker killed between two writes of an event would leave a state that is
+neither before nor after the event, so the runtime hands a session's writes over a batch to the
+Backend as one group (`write_groups`), and a group lands in the changelog whole or not at all:
+`FaustBackend` sends each group as one journal record (kafka/changelog.py), and as many records
+of the same partition as fit as one record batch, which the broker appends as a unit.
 
 The fold writes into a `WriteSet` (reads fall through to the table, or to the writes of the
 records before it in the same batch: `Pending`), and the runtime commits a batch per session:

@@ -43,7 +43,8 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -57,11 +58,11 @@ from sessionfold.ports.ledger.model import DiffModel, OfflineModel
 from sessionfold.ports.summarizer import ModelPort, OfflineSummarizer
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
-from sessionfold.streams.kafka import faust_compat
+from sessionfold.streams.kafka import changelog, faust_compat
 from sessionfold.streams.kafka.fence import FENCE_HEADER, Fence, decode_epoch, encode_epoch
 from sessionfold.streams.kafka.key_reader import KeyReader
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity, faust_credentials
-from sessionfold.streams.kafka.table_store import Output, Write, record_batches, right_sized
+from sessionfold.streams.kafka.table_store import RECORD_OVERHEAD, Output, Write, right_sized
 from sessionfold.streams.kafka.topics import (
     DEFAULT_PARTITIONS,
     DEFAULT_PREFIX,
@@ -74,6 +75,7 @@ from sessionfold.streams.web import auth as web_auth
 from sessionfold.streams.web import live_worker, state_api
 from sessionfold.streams.web.live_contract import DEFAULT_WAIT_S, MAX_BODY_BYTES, LiveMetrics
 from sessionfold.streams.web.live_worker import WorkerLive
+from sessionfold.streams.worker import fault_injection
 from sessionfold.streams.worker.agents import (
     FoldRuntime,
     Sender,
@@ -342,6 +344,8 @@ class StateTable(faust_compat.RawKeyTable):
     on_rejoined: Callable[[int], None] | None = None
     #: The consumer generation of the last rebalance (None before the first).
     last_generation: int | None = None
+    #: Called with the rows each recovered batch applied (key, value or None, partition).
+    on_rows: Callable[[list[tuple[str, bytes | None, int]]], None] | None = None
 
     async def on_rebalance(
         self, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0
@@ -367,10 +371,27 @@ class StateTable(faust_compat.RawKeyTable):
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
 
     def apply_changelog_batch(self, batch: Any) -> None:
-        """Apply the recovered changelog records the fence takes to the store, counting them."""
+        """Apply the recovered changelog records the fence takes to the store, counting them:
+        a journal record (kafka/changelog.py) as the rows it writes, in offset order."""
         records = batch if isinstance(batch, list) else list(batch)
         taken = records if self.fence is None else self.fence.admitted(records)
-        super().apply_changelog_batch(taken)
+        reader = self.__dict__.setdefault("_journals", changelog.Reader())
+        rows: list[Any] = []
+        applied: list[tuple[str, bytes | None, int]] = []
+        for event in taken:
+            message = event.message
+            key = message.key.decode() if isinstance(message.key, bytes) else str(message.key)
+            writes = reader.writes(key, message.value, message.partition)
+            if writes is None:  # a row, as the earlier format wrote one per record
+                rows.append(event)
+                applied.append((key, message.value, message.partition))
+                continue
+            for row_key, value in writes:
+                rows.append(_RowEvent(row_key, value, _RowMessage.of(message, row_key, value)))
+                applied.append((row_key, value, message.partition))
+        super().apply_changelog_batch(rows)
+        if self.on_rows is not None:
+            self.on_rows(applied)
         if self.on_recovered_records is not None:
             self.on_recovered_records(len(records))
         if len(taken) < len(records):
@@ -384,18 +405,54 @@ class StateTable(faust_compat.RawKeyTable):
             self.on_applied({r.message.partition: r.message.offset for r in records})
 
 
+@dataclass(frozen=True, slots=True)
+class _RowMessage:
+    """The parts of a changelog message a Faust store applies, for one row of a journal record
+    (the record's partition and offset: a local store's persisted offset is the record's)."""
+
+    topic: str
+    partition: int
+    offset: int
+    tp: Any
+    key: bytes
+    value: bytes | None
+    headers: Any = None
+
+    @classmethod
+    def of(cls, message: Any, key: str, value: bytes | None) -> _RowMessage:
+        """Row `key` of the journal record `message`."""
+        return cls(
+            message.topic, message.partition, message.offset, message.tp, key.encode(), value
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _RowEvent:
+    """One row of a journal record, as a Faust store applies a changelog event."""
+
+    key: str
+    value: bytes | None
+    message: _RowMessage
+
+
 class RecordBatchFull(RuntimeError):
     """Writes that must land together do not fit in one changelog record batch."""
 
 
 class FaustBackend:
-    """The state table as a Backend: reads from its store, every write sent to its changelog.
+    """The state table as a Backend: reads from its store, every group of writes sent to its
+    changelog as one journal record (kafka/changelog.py).
 
     Writes go around `Table.__setitem__` to get the changelog send's future: Faust commits
     offsets after flushing its producer buffer, but that flush gives up after 0.1 s without a
     send, so only an acknowledged write is known to be in the changelog.
 
-    Under at-least-once (`direct`) a write goes straight to the producer (`app.producer.send`,
+    Each group (one session's writes of a fold batch; `write` is a group of one) becomes one
+    changelog record, a few when a snapshot is due or the group outgrows a record
+    (`changelog.Writer`), and the store takes the group's rows, kept by session so a snapshot
+    finds them.
+
+    Under at-least-once (`direct`) records go straight to the producer (`app.producer.send`,
     Faust's public Producer API) rather than through `Table.send_changelog`: that path queues
     every record in Faust's producer buffer, which Faust drains one record at a time and flushes
     one record at a time on every offset commit, and it cost more than the fold itself. What
@@ -406,11 +463,9 @@ class FaustBackend:
     Under exactly_once writes keep `send_changelog`, which Faust ties to its transactions (and
     whose transactional producer fences a stalled worker: no epoch).
 
-    A batch's groups of writes (`write_groups`) go the same way but as whole record batches
-    (aiokafka's `send_batch`), as many groups of the partition in one as fit in a record: the
-    broker appends a record batch to the log as one unit, so a group is in the changelog whole
-    or not at all, and the producer's per-record work (a future, a callback, a metadata check
-    per record) is paid once per batch.
+    A partition's records go as whole record batches (aiokafka's `send_batch`), as many as fit
+    in one: the producer's per-record work (a future, a callback, a metadata check per record)
+    is paid once per batch.
     """
 
     #: Changelog records Faust may queue before it pauses the streams to drain them (its default,
@@ -423,10 +478,13 @@ class FaustBackend:
         self.table = table
         self.direct = direct
         self.fence = Fence() if fence is None else fence
+        self.writer = changelog.Writer(self.get, self._rows, BATCH_RECORD_BYTES)
         self._buffer_sized = False
         self._topic: str | None = None
         #: Writes of batches read before this generation stay out of the store (`forget`).
         self._stale_below = 0
+        #: Per session and partition, the keys the store holds (a snapshot's rows).
+        self._keys: dict[tuple[str, int], set[str]] = {}
 
     def get(self, key: str) -> bytes | None:
         """The value at `key`, or None."""
@@ -444,8 +502,18 @@ class FaustBackend:
         into the store, where a key only they created would outlive the recovery.
         """
         self.table.data.clear()
+        self._keys.clear()
+        self.writer.forget()
         self.fence.forget()
         self._stale_below = generation
+
+    def recovered(self, rows: list[tuple[str, bytes | None, int]]) -> None:
+        """Rows a recovery applied to the store (StateTable.on_rows): kept by session, and each
+        session whose position it read is asked the table for it again."""
+        self._index(rows)
+        for key, _value, partition in rows:
+            if key.endswith(f"/rt/c/{partition}"):
+                self.writer.forget(changelog.owner_of(key), partition)
 
     def _stale(self, generation: int) -> bool:
         """Whether a write of a batch read in `generation` is from before the last `forget`."""
@@ -455,39 +523,48 @@ class FaustBackend:
         self, key: str, value: bytes | None, partition: int, generation: int = 0
     ) -> Any:
         """Set (or with None delete) `key` in the store and send it to the changelog."""
-        if self.direct:
-            return await self._send([(key, value)], partition, generation)
-        if value is not None:
-            value = right_sized(value)
-        if not self._stale(generation):  # a stale write goes to the changelog only (`forget`)
-            if value is None:
-                self.table.data.pop(key, None)
-            else:
-                self.table.data[key] = value
-        if not self._buffer_sized:
-            faust_compat.set_buffer_limit(self.table.app.producer, self.BUFFER_RECORDS)
-            self._buffer_sized = True
-        if value is None:
-            return self.table.send_changelog(partition, key, None, value_serializer="raw")
-        return self.table.send_changelog(partition, key, value)
+        return await self.write_groups([[(key, value)]], partition, generation)
 
     async def write_groups(
         self, groups: Sequence[Sequence[Write]], partition: int, generation: int = 0
     ) -> Any:
-        """Set (or delete) every key of `groups` in the store; one acknowledgement for all."""
+        """Set (or delete) every key of `groups` in the store, each group one journal record
+        in the changelog; one acknowledgement for all."""
+        entries = [self.writer.records(group, partition) for group in groups if group]
         if not self.direct:
             # Faust's transaction, not a record batch, makes them atomic (exactly_once).
-            sent = [await self.write(k, v, partition) for group in groups for k, v in group]
+            if not self._buffer_sized:
+                faust_compat.set_buffer_limit(self.table.app.producer, self.BUFFER_RECORDS)
+                self._buffer_sized = True
+            sent = []
+            for records, writes in entries:
+                if not self._stale(generation):  # a stale write goes to the changelog only
+                    self._store(writes, partition)
+                sent += [self.table.send_changelog(partition, k, v) for k, v in records]
             return asyncio.gather(*sent)
-        batches = record_batches(groups, BATCH_RECORD_BYTES)
-        sends = [await self._send(writes, partition, generation) for writes in batches]
+        sends = []
+        batches = _record_batches(entries, BATCH_RECORD_BYTES)
+        try:
+            for records, writes in batches:
+                sends.append(await self._send(records, writes, partition, generation))
+        except BaseException:
+            # The records not handed over never were: their sessions' positions are read again
+            # from the store, which has only what was (no hole in a session's ring).
+            for _records, writes in batches[len(sends) :]:
+                for key, _value in writes:
+                    self.writer.forget(changelog.owner_of(key), partition)
+            raise
         return asyncio.gather(*sends)
 
     async def _send(
-        self, writes: Sequence[Write], partition: int, generation: int
+        self,
+        records: Sequence[changelog.Out],
+        writes: Sequence[Write],
+        partition: int,
+        generation: int,
     ) -> asyncio.Future[Any]:
-        """Send `writes` to the changelog (one record alone, more as one record batch) and put
-        them in the store once the producer holds them; resolves once they are written.
+        """Send `records` to the changelog (one alone, more as one record batch) and put
+        `writes` in the store once the producer holds them; resolves once they are written.
 
         Sending may wait (aiokafka queues one batch per partition at a time), and a commit
         cancelled or failing there must leave the store as it was: a store ahead of the
@@ -498,51 +575,113 @@ class FaustBackend:
             self._topic = self.table.changelog_topic.get_topic_name()
         epoch = self.fence.epoch(partition, generation)
         headers = [(FENCE_HEADER, encode_epoch(epoch))]
-        if len(writes) == 1:
-            key, value = writes[0]
+        if len(records) == 1:
+            key, value = records[0]
             send = self.table.app.producer.send(
                 self._topic, key.encode(), value, partition, None, headers
             )
         else:
-            send = self._send_batch(writes, partition, headers)
+            send = self._send_batch(records, partition, headers)
         sent = asyncio.ensure_future(await send)
-        self._queued(writes, sent, epoch, self._stale(generation))
+        self._queued(writes, len(records), sent, epoch, self._stale(generation), partition)
         return sent
 
     def _send_batch(
-        self, writes: Sequence[Write], partition: int, headers: list[tuple[str, bytes]]
+        self,
+        records: Sequence[changelog.Out],
+        partition: int,
+        headers: list[tuple[str, bytes]],
     ) -> Awaitable[Any]:
-        """aiokafka's send of `writes` as one record batch (the broker appends it whole)."""
+        """aiokafka's send of `records` as one record batch (the broker appends it whole)."""
         producer = faust_compat.aiokafka_producer(self.table.app)
         batch = faust_compat.record_batch(producer, MAX_RECORD_BYTES)
-        for key, value in writes:
+        for key, value in records:
             appended = batch.append(timestamp=None, key=key.encode(), value=value, headers=headers)
             if appended is None:
-                # A group outgrew a record (one session's batch of writes): the agent stops.
-                msg = f"{len(writes)} writes do not fit in one changelog record batch"
+                # A record outgrew a record batch (one row larger than a record): the agent stops.
+                msg = f"{len(records)} changelog records do not fit in one record batch"
                 raise RecordBatchFull(msg)
         batch.close()
         return producer.send_batch(batch, self._topic, partition=partition)
 
     def _queued(
-        self, writes: Sequence[Write], sent: asyncio.Future[Any], epoch: int, stale: bool
+        self,
+        writes: Sequence[Write],
+        records: int,
+        sent: asyncio.Future[Any],
+        epoch: int,
+        stale: bool,
+        partition: int,
     ) -> None:
-        """`writes` are in the producer's queue: into the store now (each value right-sized:
-        table_store.py), unless `stale` (`forget`), and once acknowledged their last offset is
-        the store's persisted offset."""
+        """`writes` are in the producer's queue (in `records` records): into the store now
+        (each value right-sized: table_store.py), unless `stale` (`forget`), and once
+        acknowledged their last record's offset is the store's persisted offset."""
+        if not stale:
+            self._store(writes, partition)
+        sent.add_done_callback(lambda done: self._persisted(records, done))
+
+    def _store(self, writes: Sequence[Write], partition: int) -> None:
         data = self.table.data
-        for key, value in [] if stale else writes:
+        for key, value in writes:
             if value is None:
                 data.pop(key, None)
             else:
                 data[key] = right_sized(value)
-        sent.add_done_callback(lambda done: self._persisted(writes, done))
+        self._index([(key, value, partition) for key, value in writes])
 
-    def _persisted(self, writes: Sequence[Write], sent: asyncio.Future[Any]) -> None:
+    def _index(self, rows: Iterable[tuple[str, bytes | None, int]]) -> None:
+        keys = self._keys
+        for key, value, partition in rows:
+            owner = (key.split("/", 1)[0], partition)
+            held = keys.get(owner)
+            if value is not None:
+                if held is None:
+                    held = keys[owner] = set()
+                held.add(key)
+            elif held is not None:
+                held.discard(key)
+
+    def _rows(self, owner: str, partition: int) -> list[tuple[str, bytes]]:
+        """A session's rows in the store (those of its partition), for a snapshot."""
+        held = self._keys.get((owner, partition), set())
+        rows = []
+        for key in list(held):
+            value = self.get(key)
+            if value is None:
+                held.discard(key)  # gone with its partition (Faust drops what it no longer owns)
+            else:
+                rows.append((key, value))
+        return rows
+
+    def _persisted(self, records: int, sent: asyncio.Future[Any]) -> None:
         if not sent.cancelled() and sent.exception() is None:
             metadata = sent.result()  # a record batch's: its first offset
-            last = metadata.offset + len(writes) - 1
+            last = metadata.offset + records - 1
             self.table.data.set_persisted_offset(metadata.topic_partition, last)
+
+
+def _record_batches(
+    entries: Sequence[tuple[list[changelog.Out], list[Write]]], limit: int
+) -> list[tuple[list[changelog.Out], list[Write]]]:
+    """Each group's records packed in order into record batches of at most `limit` bytes, with
+    the group's writes on the batch holding its last record (the store takes them only once
+    all of them are handed over)."""
+    batches: list[tuple[list[changelog.Out], list[Write]]] = []
+    records: list[changelog.Out] = []
+    writes: list[Write] = []
+    size = 0
+    for group_records, group_writes in entries:
+        for key, value in group_records:
+            cost = len(key) + len(value) + RECORD_OVERHEAD
+            if records and size + cost > limit:
+                batches.append((records, writes))
+                records, writes, size = [], [], 0
+            records.append((key, value))
+            size += cost
+        writes += group_writes
+    if records:
+        batches.append((records, writes))
+    return batches
 
 
 class LocalBackend(FaustBackend):
@@ -618,14 +757,28 @@ class LocalBackend(FaustBackend):
             db.write(batch)
         self._unconfirmed.clear()
         self._forgotten = self._serial
+        self.writer.forget()
         self.fence.forget()
         self._stale_below = generation
 
+    def recovered(self, rows: list[tuple[str, bytes | None, int]]) -> None:
+        """Rows a recovery applied: each session whose position it read is asked again."""
+        for key, _value, partition in rows:
+            if key.endswith(f"/rt/c/{partition}"):
+                self.writer.forget(changelog.owner_of(key), partition)
+
     def _queued(
-        self, writes: Sequence[Write], sent: asyncio.Future[Any], epoch: int, stale: bool
+        self,
+        writes: Sequence[Write],
+        records: int,
+        sent: asyncio.Future[Any],
+        epoch: int,
+        stale: bool,
+        partition: int,
     ) -> None:
-        """`writes` are in the producer's queue: read from `_unconfirmed` until acknowledged,
-        then into the store (`_confirmed`); `stale` ones (`forget`) never."""
+        """`writes` are in the producer's queue (in `records` records): read from
+        `_unconfirmed` until acknowledged, then into the store (`_confirmed`); `stale` ones
+        (`forget`) never."""
         if stale:
             return
         serials = []
@@ -633,18 +786,39 @@ class LocalBackend(FaustBackend):
             self._serial += 1
             self._unconfirmed[key] = (self._serial, value)
             serials.append(self._serial)
-        sent.add_done_callback(lambda done: self._confirmed(writes, serials, epoch, done))
+        sent.add_done_callback(lambda done: self._confirmed(writes, serials, records, epoch, done))
+
+    def _rows(self, owner: str, partition: int) -> list[tuple[str, bytes]]:
+        """A session's rows: its partition's store read from the session's prefix on, with the
+        unacknowledged writes over them."""
+        prefix = f"{owner}/"
+        rows: dict[str, bytes | None] = {}
+        db = faust_compat.partition_dbs(self.table.data).get(partition)
+        if db is not None:
+            raw = prefix.encode()
+            for key, value in db.items(from_key=raw):
+                if not bytes(key).startswith(raw):
+                    break
+                rows[bytes(key).decode()] = bytes(value)
+        for key, (_serial, value) in self._unconfirmed.items():
+            if key.startswith(prefix):
+                rows[key] = value
+        return [(k, v) for k, v in rows.items() if v is not None]
 
     def _confirmed(
         self,
         writes: Sequence[Write],
         serials: Sequence[int],
+        records: int,
         epoch: int,
         sent: asyncio.Future[Any],
     ) -> None:
-        """`writes` (one record, or one record batch from its first offset) are in: into the
-        store, with their last offset as the persisted offset, in one RocksDB write."""
-        if sent.cancelled() or sent.exception() is not None or serials[-1] <= self._forgotten:
+        """`writes` (one record, or one record batch of `records` from its first offset) are
+        in: into the store, with their last offset as the persisted offset, in one RocksDB
+        write."""
+        if not serials or serials[-1] <= self._forgotten:
+            return
+        if sent.cancelled() or sent.exception() is not None:
             return
         metadata = sent.result()
         store = self.table.data
@@ -658,7 +832,7 @@ class LocalBackend(FaustBackend):
                     batch.put(key.encode(), value)
             partition = metadata.topic_partition.partition
             self.fence.kept(partition, epoch)
-            self._put_position(batch, partition, metadata.offset + len(writes) - 1)
+            self._put_position(batch, partition, metadata.offset + records - 1)
             db.write(batch)
         for (key, _value), serial in zip(writes, serials, strict=True):
             held = self._unconfirmed.get(key)
@@ -1175,6 +1349,8 @@ def _add_fold(
         at_least_once = settings.processing_guarantee == "at_least_once"
         backend = FaustBackend(table, direct=at_least_once, fence=table.fence)
     table.on_rejoined = backend.forget
+    table.on_rows = backend.recovered
+    fault_injection.tune_changelog(backend.writer)  # tests only: off unless its variable is set
     tracker = SessionTracker(backend, settings.prune, settings.partitions)
     runtime = FoldRuntime(
         backend,

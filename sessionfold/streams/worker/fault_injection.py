@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from sessionfold.ports.summarizer import ModelPort
+from sessionfold.streams.kafka.changelog import Writer
 from sessionfold.streams.worker.agents import SourceRecord
 
 #: Seconds the summarizer sleeps before each answer, so a test can kill it mid-call.
@@ -23,6 +24,10 @@ ENV_TEST_DELAY = "SESSIONFOLD_TEST_SUMMARIZER_DELAY"
 #: `freeze:SESSION:SEQ` (the worker SIGSTOPs itself in the middle of folding that session event,
 #: the first time) or `sleep:SESSION:SEQ:SECONDS` (that step takes that long).
 ENV_TEST_FOLD_HOOK = "SESSIONFOLD_TEST_FOLD_HOOK"
+#: `RECORD_BYTES:SNAPSHOT_RECORDS:SNAPSHOT_MIN_BYTES`: the fold's changelog records are cut at
+#: that size and snapshots come that often, so a kill lands between a journal's parts or in a
+#: snapshot (kafka/changelog.py).
+ENV_TEST_CHANGELOG = "SESSIONFOLD_TEST_CHANGELOG"
 
 
 class DelayedPort:
@@ -60,3 +65,14 @@ def fold_hook_for(spec: str | None) -> Callable[[SourceRecord], None] | None:
             time.sleep(float(rest[0]))
 
     return hook
+
+
+def tune_changelog(writer: Writer) -> None:
+    """Set the changelog writer's record size and snapshot thresholds from ENV_TEST_CHANGELOG,
+    when set."""
+    spec = os.environ.get(ENV_TEST_CHANGELOG)
+    if spec:
+        limit, records, min_bytes = (int(n) for n in spec.split(":"))
+        writer.limit = limit
+        writer.snapshot_records = records
+        writer.snapshot_min_bytes = min_bytes
