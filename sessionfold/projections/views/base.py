@@ -15,6 +15,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from sessionfold.events.envelope import EntryEnvelope, Envelope, PlaceholderEnvelope
@@ -84,6 +85,17 @@ class BaseContext:
     origin: dict[int, int] = field(default_factory=dict)
     branch: list[LogEntry] = field(default_factory=list)
     notes: list[SummaryNote] = field(default_factory=list)
+
+
+# --- times -----------------------------------------------------------------------------------
+
+_iso_ms_of = lru_cache(maxsize=16_384)(digest.iso_to_ms)
+
+
+def iso_ms(value: Any) -> int | None:
+    """`digest.iso_to_ms`, remembered for strings: a render reads the same flush and entry
+    times at every call, and parsing them was a tenth of a render."""
+    return _iso_ms_of(value) if isinstance(value, str) else digest.iso_to_ms(value)
 
 
 # --- occurrence keys -------------------------------------------------------------------------
@@ -178,7 +190,7 @@ def summary_notes(
         after = record["trigger"] == "message-end" or (
             here is not None and _role(here.entry) == "toolResult"
         )
-        at_ms = digest.iso_to_ms(record.get("time"))
+        at_ms = iso_ms(record.get("time"))
         if at_ms is None and here is not None:
             stamp = (digest.message_of(here.entry) or {}).get("timestamp")
             at_ms = stamp if isinstance(stamp, int) else None
@@ -273,7 +285,7 @@ def _context_message(entry: dict[str, Any]) -> dict[str, Any] | None:
             "role": "branchSummary",
             "summary": entry["summary"],
             "fromId": entry.get("fromId"),
-            "timestamp": digest.iso_to_ms(entry.get("timestamp")),
+            "timestamp": iso_ms(entry.get("timestamp")),
         }
     return None
 
@@ -283,7 +295,7 @@ def _compaction_message(entry: dict[str, Any]) -> dict[str, Any]:
         "role": "compactionSummary",
         "summary": entry.get("summary"),
         "tokensBefore": entry.get("tokensBefore"),
-        "timestamp": digest.iso_to_ms(entry.get("timestamp")),
+        "timestamp": iso_ms(entry.get("timestamp")),
     }
 
 

@@ -375,7 +375,7 @@ def derive_entries(
     diagnostics: list[Diagnostic] = []
     recoveries = _Grace(messages)
     for point in points:
-        length = _prefix_length(seqs, point.seq, point.closing)
+        length = prefix_length(seqs, point.seq, point.closing)
         candidates = [
             c
             for c in chains
@@ -398,7 +398,7 @@ def derive_entries(
     return list(registry.values()), diagnostics
 
 
-def _prefix_length(seqs: Sequence[int], seq: int, closing: bool) -> int:
+def prefix_length(seqs: Sequence[int], seq: int, closing: bool) -> int:
     """How many branch messages existed when a compression at `seq` ran."""
     count = 0
     for value in seqs:

@@ -27,13 +27,13 @@ from typing import Any
 from sessionfold.projections.jsjson import js_json_length
 from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
-from sessionfold.projections.pruning.digest import iso_to_ms
 from sessionfold.projections.store import Store
 from sessionfold.projections.views.base import (
     BaseContext,
     LogEntry,
     SummaryNote,
     base_context,
+    iso_ms,
     split_occurrence,
 )
 from sessionfold.projections.views.chains import (
@@ -41,6 +41,7 @@ from sessionfold.projections.views.chains import (
     CompressionPoint,
     Diagnostic,
     derive_entries,
+    prefix_length,
     ref_for,
     resolve_ref,
 )
@@ -54,6 +55,7 @@ from sessionfold.projections.views.phases import (
 
 __all__ = [
     "ChainEntry",
+    "ChainMemo",
     "ContextView",
     "Identity",
     "LogEntry",
@@ -159,7 +161,7 @@ def compact_point(seq: int, time: str | None, store: Store, session_id: str) -> 
     """A `/pruner compact` command at `seq`: compress every closed chain (window 0)."""
     records = pruning.flush_records(store, session_id)
     done = sum(1 for r in records if int(r["seq"]) < seq)
-    return CompressionPoint(seq, False, iso_to_ms(time), 0, done)
+    return CompressionPoint(seq, False, iso_ms(time), 0, done)
 
 
 def compression_points(
@@ -176,7 +178,7 @@ def compression_points(
                 CompressionPoint(
                     seq=int(record["seq"]),
                     closing=record["trigger"] == "message-end",
-                    time_ms=iso_to_ms(record.get("time")),
+                    time_ms=iso_ms(record.get("time")),
                     window=config.chainCompression.rollingWindow,
                     attempt=attempt,
                 )
@@ -194,17 +196,66 @@ def _coverage(notes: Sequence[SummaryNote]) -> Callable[[Sequence[str], int], bo
     return covered
 
 
+Derived = tuple[list[ChainEntry], list[Diagnostic]]
+
+
+@dataclass(slots=True)
+class ChainMemo:
+    """One session's last chain derivation, for a caller that renders the same session again
+    and again (`sessionfold serve`: at every leaf). Chains come only from messages before the
+    last compression point, so while the points, the summaries, the index and those messages
+    stay the same, so do the chains, however many messages came after."""
+
+    key: tuple[Any, ...] | None = None
+    read: list[dict[str, Any]] = field(default_factory=list)  # the messages it read
+    derived: Derived | None = None
+
+    def get(
+        self,
+        key: tuple[Any, ...],
+        messages: Sequence[dict[str, Any]],
+        derive: Callable[[], Derived],
+    ) -> Derived:
+        """The derivation for `key` over `messages` (the log's own objects, by identity)."""
+        if (
+            self.derived is not None
+            and self.key == key
+            and len(self.read) == len(messages)
+            and all(a is b for a, b in zip(self.read, messages, strict=True))
+        ):
+            return self.derived
+        self.derived = derive()
+        self.key, self.read = key, list(messages)
+        return self.derived
+
+
+def _memo_key(
+    store: Store, session_id: str, points: Sequence[CompressionPoint], notes: Sequence[SummaryNote]
+) -> tuple[Any, ...]:
+    """What a chain derivation reads besides the messages: the compression points, what the
+    summaries cover, and the index's writes (every one moves one of these counters)."""
+    head = pruning.load_head(store, session_id)
+    stats = head["stats"]
+    return (
+        tuple(points),
+        tuple((note.attempt, note.keys) for note in notes),
+        (head["summaries"], stats["deduped_calls"], stats["spilled_calls"]),
+    )
+
+
 def context_at(
     entries: Sequence[LogEntry],
     store: Store,
     session_id: str,
     config: PruneConfig = DEFAULT_CONFIG,
     compacts: Sequence[CompressionPoint] = (),
+    memo: ChainMemo | None = None,
 ) -> ContextView:
     """The context the model is given at the point `entries` and `store` stand at.
 
     `entries` are the session's entries in sequence order (every branch; the fold's leaf picks
-    the branch); `compacts` are `/pruner compact` commands seen so far (see `compact_point`).
+    the branch); `compacts` are `/pruner compact` commands seen so far (see `compact_point`);
+    `memo` keeps the chains between renders of one session under one config.
     """
     base: BaseContext = base_context(entries, store, session_id)
     if not config.enabled:
@@ -215,15 +266,30 @@ def context_at(
         for item in base.branch
         if item.entry.get("type") == "message" and isinstance(item.entry.get("message"), dict)
     ]
-    chains, problems = derive_entries(
-        [m for _, m in detect],
-        [s for s, _ in detect],
-        compression_points(store, session_id, config, compacts),
-        _coverage(notes),
-        lambda key, seq: ref_for(store, session_id, key, seq),
-        PruneInputs(store, session_id, config).protection,
-        config.recoveryGraceTurns,
-    )
+    points = compression_points(store, session_id, config, compacts)
+    messages = [m for _, m in detect]
+    seqs = [s for s, _ in detect]
+
+    def derive(read: int) -> Derived:
+        return derive_entries(
+            messages[:read],
+            seqs[:read],
+            points,
+            _coverage(notes),
+            lambda key, seq: ref_for(store, session_id, key, seq),
+            PruneInputs(store, session_id, config).protection,
+            config.recoveryGraceTurns,
+        )
+
+    if memo is None:
+        chains, problems = derive(len(messages))
+    else:
+        # The messages before the last point (the longest prefix any point reads).
+        last = max((p.seq for p in points), default=None)
+        ends = (prefix_length(seqs, p.seq, p.closing) for p in points if p.seq == last)
+        read = max(ends, default=0)
+        key = _memo_key(store, session_id, points, notes)
+        chains, problems = memo.get(key, messages[:read], lambda: derive(read))
     summaries = [(n.keys, str(n.message["content"])) for n in notes]
     inputs = PruneInputs(store, session_id, config, chains, summaries, base.origin)
     result: PruneResult = prune_messages(base.messages, inputs)

@@ -403,6 +403,7 @@ def _chain_phase(
         return chain_body(found, inputs.summaries) or None if found is not None else None
 
     drop: set[int] = set()
+    protected_at: dict[int, set[str]] = {}  # a dropped position -> its range's protected ids
     strip: set[int] = set()
     insert: dict[int, tuple[str, dict[str, Any]]] = {}
     dropped_keys: set[str] = set()
@@ -413,6 +414,7 @@ def _chain_phase(
         in_range: list[str | None] = []
         for position in range(start + 1, end):
             drop.add(position)
+            protected_at.setdefault(position, protected_ids)  # accepted ranges never overlap
             message = messages[position]
             role = message.get("role")
             if role == "toolResult":
@@ -443,13 +445,7 @@ def _chain_phase(
         role = message.get("role")
         if position in drop and (role in ("assistant", "toolResult") or summary):
             if role == "toolResult":
-                _report_drop(
-                    message,
-                    inputs,
-                    render,
-                    "chain",
-                    kept_ids=_protected_at(accepted, position),
-                )
+                _report_drop(message, inputs, render, "chain", kept_ids=protected_at[position])
             continue
         if summary and _summary_overlaps(message, dropped_keys, dropped_bare):
             continue
@@ -461,13 +457,6 @@ def _chain_phase(
         if added is not None and added[0] not in existing:
             out.append(added[1])
     return out
-
-
-def _protected_at(accepted: Sequence[tuple[ChainEntry, int, int]], position: int) -> set[str]:
-    for entry, start, end in accepted:
-        if start < position < end:
-            return set(entry.protected_tool_call_ids)
-    return set()
 
 
 def _first_text(message: Mapping[str, Any]) -> str:

@@ -40,6 +40,7 @@ from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.projections.store import Store
 from sessionfold.projections.views.base import LogEntry, entry_at, log_entry
 from sessionfold.projections.views.context import (
+    ChainMemo,
     ContextView,
     Identity,
     compact_point,
@@ -74,6 +75,7 @@ class LiveSession:
     dead_letters: int = 0
     journal: AnswerJournal | None = None
     rendered: Rendered | None = None  # the last render, while `folds` has not moved
+    chains: ChainMemo = field(default_factory=ChainMemo)  # kept between its renders
 
     def entry_at(self, seq: int) -> dict[str, Any] | None:
         """The entry with sequence number `seq`, or None (a bisection, not a scan)."""
@@ -217,7 +219,7 @@ class LiveFolds:
         session = self.sessions[session_id]
         store = self.runtime.store
         compacts = [compact_point(seq, time, store, session_id) for seq, time in session.compacts]
-        return context_at(session.entries, store, session_id, self.config, compacts)
+        return context_at(session.entries, store, session_id, self.config, compacts, session.chains)
 
     def rendered(self, session_id: str, epoch_of: Callable[[Store, str], int]) -> Rendered:
         """The session's view now, with its tokens, encoded messages and `epoch_of(store,
