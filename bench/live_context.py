@@ -122,6 +122,7 @@ class Sample:
     received: int  # answer body bytes
     live_ms: float
     caught_ms: float
+    caught_server_ms: float | None  # the caught-up call's time in serve (its Server-Timing)
     changed: bool
     first: bool  # the session's first call: it also waits for serve to find the file
     bad: str | None  # "stale", "mismatch", an HTTP status, or None
@@ -226,6 +227,17 @@ def serving(watched: Path, poll_ms: int, tree: Path | None) -> Iterator[tuple[st
     finally:
         process.terminate()
         process.communicate(timeout=60)
+
+
+def server_ms(response: httpx.Response) -> float | None:
+    """The server's own time of a call (its `Server-Timing: total;dur=MS`), None without one:
+    the client's time less its own delays (a loaded client's event loop adds to every call)."""
+    timing = response.headers.get("server-timing", "")
+    _, found, duration = timing.partition("dur=")
+    try:
+        return float(duration.split(";")[0]) if found else None
+    except ValueError:
+        return None
 
 
 def first_line(tmpl: Template, start: int) -> int:
@@ -337,6 +349,7 @@ async def grow(
                 len(first.content),
                 live_ms,
                 caught_ms,
+                server_ms(again),
                 changed,
                 first_call,
                 bad,
@@ -447,6 +460,8 @@ def report_level(
     live = [s.live_ms for s in samples if not s.first] or [s.live_ms for s in samples]
     caught = [s.caught_ms for s in samples]
     run_p99 = statistics.median(quantile([s.caught_ms for s in r.samples], 0.99) for r in runs)
+    served = [s.caught_server_ms for s in samples if s.caught_server_ms is not None]
+    no_figure = float("nan")
     bad = sum(1 for s in samples if s.bad is not None)
     fold_p50 = quantile(fold_us, 0.5) / 1e3
     cpu = [r.serve_cpu_s / r.wall_s for r in runs if r.serve_cpu_s is not None and r.wall_s]
@@ -458,6 +473,8 @@ def report_level(
         f"{quantile(caught, 0.5):7.1f}",
         f"{quantile(caught, 0.99):7.1f}",
         f"{run_p99:7.1f}",
+        f"{quantile(served, 0.5) if served else no_figure:7.1f}",
+        f"{quantile(served, 0.99) if served else no_figure:7.1f}",
         f"{statistics.mean(s.sent for s in samples) / 1e3:8.0f}",
         f"{statistics.mean(s.received for s in samples) / 1e3:8.0f}",
         f"{statistics.median(cpu) if cpu else float('nan'):5.2f}",
@@ -471,10 +488,11 @@ def report_level(
 
 HEADER = (
     f"{'':>5}{'N':>5} {'calls':>6} {'live':>7} {'live':>7} {'caught':>7} {'caught':>7} "
-    f"{'run p99':>7} {'KB sent':>8} {'KB recv':>8} {'serve':>5} {'fold':>6} {'render':>6} "
-    f"{'live/':>7} {'bad':>4}\n"
+    f"{'run p99':>7} {'in srv':>7} {'in srv':>7} {'KB sent':>8} {'KB recv':>8} {'serve':>5} "
+    f"{'fold':>6} {'render':>6} {'live/':>7} {'bad':>4}\n"
     f"{'':>10} {'':>6} {'p50 ms':>7} {'p99 ms':>7} {'p50 ms':>7} {'p99 ms':>7} {'median':>7} "
-    f"{'mean':>8} {'mean':>8} {'CPUs':>5} {'p50 ms':>6} {'p50 ms':>6} {'fold':>7} {'':>4}"
+    f"{'p50 ms':>7} {'p99 ms':>7} {'mean':>8} {'mean':>8} {'CPUs':>5} {'p50 ms':>6} "
+    f"{'p50 ms':>6} {'fold':>7} {'':>4}"
 )
 
 

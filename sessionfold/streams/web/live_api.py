@@ -346,9 +346,12 @@ class LiveApi:
         route = request.match_info.route.name or _route_name(request)
         started = time.monotonic()
         response = await handler(request)
+        took = time.monotonic() - started
         assert self.metrics is not None
-        self.metrics.seconds.labels(route).observe(time.monotonic() - started)
+        self.metrics.seconds.labels(route).observe(took)
         self.metrics.calls.labels(route, _outcome(response)).inc()
+        # The server's own time (W3C Server-Timing): a client tells it from its own delays.
+        response.headers["Server-Timing"] = f"total;dur={took * 1000:.3f}"
         return response
 
 
