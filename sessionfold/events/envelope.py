@@ -6,7 +6,16 @@ from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+)
 
 from sessionfold.events.errors import NewerFormatError, error_locations
 from sessionfold.events.lines import DEPTH_REASON, ENVELOPE_DEPTH, may_be_too_deep, too_deep
@@ -60,6 +69,31 @@ class Payload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class FactsCell:
+    """Where an entry payload keeps the facts the folds derive from its entry, once
+    (projections/pruning/entry_facts.py): the entry they were read from and the facts.
+
+    Equal to every other cell and never copied, so a payload compares, copies and dumps as
+    its fields alone."""
+
+    __slots__ = ("entry", "facts")
+
+    def __init__(self) -> None:
+        self.entry: dict[str, Any] | None = None
+        self.facts: Any = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FactsCell)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __copy__(self) -> FactsCell:
+        return FactsCell()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FactsCell:
+        return FactsCell()
+
+
 class EntryPayload(Payload):
     """A pi session entry (the header included), migrated to the v3 shape.
 
@@ -69,6 +103,7 @@ class EntryPayload(Payload):
 
     entry: dict[str, Any]
     line: int | None = None
+    _facts: FactsCell = PrivateAttr(default_factory=FactsCell)
 
 
 class ReloadPayload(Payload):

@@ -9,6 +9,7 @@ __all__ = [
     "config",
     "context_metrics",
     "digest",
+    "entry_facts",
     "flush_pipeline",
     "flushing",
     "fold",

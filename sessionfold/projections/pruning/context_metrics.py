@@ -47,6 +47,10 @@ class Protection:
 
     protected_tools: tuple[str, ...] = ()
     protected_paths: tuple[str, ...] = field(default=DEFAULT_PROTECTED_PATHS)
+    #: `protects` answers by (tool name, path), filled by callers that ask often (capture).
+    memo: dict[tuple[Any, str | None], bool] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         # Lists are accepted for convenience; tuples keep the config hashable for the glob cache.
