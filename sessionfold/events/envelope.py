@@ -106,6 +106,55 @@ class EntryPayload(Payload):
     _facts: FactsCell = PrivateAttr(default_factory=FactsCell)
 
 
+_set = object.__setattr__
+
+
+def entry_envelope(
+    session_id: str,
+    seq: int,
+    producer: str,
+    time: str | None,
+    entry: dict[str, Any],
+    line: int | None,
+) -> EntryEnvelope:
+    """The envelope of an entry a reader has checked (`entries.check_entry`), equal to the one
+    validation builds from the same values, built without validating them again.
+
+    The reader builds one per line: validation (a copy of the entry dict) or pydantic's
+    `model_construct` (Python over every field) would cost more than the rest of its work on
+    the envelope. Values validation would refuse (an empty session id, a negative seq) are
+    validated, so they fail as they always did. A test holds the two constructions equal.
+    """
+    if not session_id or seq < 0:
+        return EntryEnvelope(
+            session_id=session_id,
+            seq=seq,
+            producer=producer,
+            time=time,
+            payload=EntryPayload(entry=entry, line=line),
+        )
+    payload = object.__new__(EntryPayload)
+    _set(payload, "__dict__", {"entry": entry, "line": line})
+    _set(payload, "__pydantic_fields_set__", {"entry", "line"})
+    _set(payload, "__pydantic_extra__", None)
+    _set(payload, "__pydantic_private__", {"_facts": FactsCell()})
+    envelope = object.__new__(EntryEnvelope)
+    fields = {
+        "schema_version": SCHEMA_VERSION,
+        "session_id": session_id,
+        "seq": seq,
+        "producer": producer,
+        "time": time,
+        "kind": Kind.ENTRY,
+        "payload": payload,
+    }
+    _set(envelope, "__dict__", fields)
+    _set(envelope, "__pydantic_fields_set__", {"session_id", "seq", "producer", "time", "payload"})
+    _set(envelope, "__pydantic_extra__", None)
+    _set(envelope, "__pydantic_private__", None)
+    return envelope
+
+
 class ReloadPayload(Payload):
     """The branch may have changed: pi's session_start, /reload or /tree navigation."""
 

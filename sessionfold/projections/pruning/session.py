@@ -130,10 +130,21 @@ def effective_config(base: PruneConfig, overrides: dict[str, Any]) -> PruneConfi
     return _effective(base, orjson.dumps(overrides, option=orjson.OPT_SORT_KEYS).decode())
 
 
-# One Protection per config, kept across events: its memo of answers outlives a fold step.
-@lru_cache(maxsize=256)
+#: One Protection per config object, kept across events so its memo of answers outlives a fold
+#: step: by identity (hashing a config hashes every field, on every event), with the config
+#: kept alive beside it so its id cannot be taken by another.
+_PROTECTIONS: dict[int, tuple[PruneConfig, metrics.Protection]] = {}
+
+
 def _protection(config: PruneConfig) -> metrics.Protection:
-    return metrics.Protection(config.protectedTools, config.protectedPaths)
+    found = _PROTECTIONS.get(id(config))
+    if found is not None and found[0] is config:
+        return found[1]
+    if len(_PROTECTIONS) >= 256:
+        _PROTECTIONS.clear()
+    protection = metrics.Protection(config.protectedTools, config.protectedPaths)
+    _PROTECTIONS[id(config)] = (config, protection)
+    return protection
 
 
 def _sync_protection(session: Session) -> None:
