@@ -24,7 +24,7 @@ from sessionfold.events.flush import (
     wrap,
 )
 from sessionfold.projections.pruning import context_metrics as metrics
-from sessionfold.projections.pruning import digest, index
+from sessionfold.projections.pruning import index
 from sessionfold.projections.pruning.capture import Batch, Call, js_length
 from sessionfold.projections.pruning.flush_pipeline import (
     FlushPlan,
@@ -284,10 +284,9 @@ def _set_frontier(session: Session, frontier: Frontier) -> None:
     head, store, sid = session.head, session.store, session.session_id
     head["frontier"] = frontier.model_dump()
     head["fn"] += 1
-    leaf = digest.head(store, sid)["leaf"]
+    leaf = metrics.on_frontier(store, sid, head["frontier"])  # the leaf: no move changes it
     moved: FrontierRow = {"frontier": head["frontier"], "leaf": leaf}
     store.put(row_key(sid, "f", head["fn"]), moved)
-    metrics.on_frontier(store, sid, head["frontier"])
     _collect_dead_turns(session, frontier.last_attempted_turn_index)
 
 
