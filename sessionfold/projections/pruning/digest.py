@@ -2,10 +2,12 @@
 
 Public API (all pure folds over a `Store`; no I/O, clock or randomness):
 
-- `apply_entry(store, session_id, entry, seq=None) -> Appended | None`: fold one pi entry (v3
-  shape). Returns `Appended(row, switched)` when a message joined the branch (`row` is its
-  message row) or the branch switched (`row` may then be None); None when neither happened
-  (non-message entries on the leaf, the header, an id already known, an entry without an id).
+- `apply_facts(store, session_id, facts, seq=None) -> Appended | None`: fold one pi entry (v3
+  shape) by its facts (`entry_facts.EntryFacts`, read once per entry; `apply_entry(store,
+  session_id, entry, seq)` reads them first). Returns `Appended(row, switched)` when a
+  message joined the branch (`row` is its message row) or the branch switched (`row` may then
+  be None); None when neither happened (non-message entries on the leaf, the header, an id
+  already known, an entry without an id).
 - `apply_placeholder(store, session_id, entry_id, parent_id, previous) -> Appended | None`: fold
   the place of an entry the reader dead-lettered: a tree node with no message (see below).
 - `is_folded(store, session_id, entry_id) -> bool`: an entry with that id is already in the
@@ -19,8 +21,9 @@ Public API (all pure folds over a `Store`; no I/O, clock or randomness):
 - `rows_for_occurrence(store, session_id, occ) -> list[dict]`: the branch's toolResult rows
   with occurrence key `occ` (normally one).
 - `head(store, session_id) -> dict`: the session's head record (treat as read-only).
-Helpers: `message_of(entry)` (the message an entry puts on the branch), `occurrence_key(id, ts)`,
-`iso_to_ms(iso)`; `message_facts.is_text_only_assistant(message)` says what a final reply is.
+Helpers (from `entry_facts`): `message_of(entry)` (the message an entry puts on the branch),
+`occurrence_key(id, ts)`, `iso_to_ms(iso)`; a final reply is an assistant whose facts say
+`text_only`.
 
 A message row (JSON-ready dict) has, for every role: `n` (0-based position among the branch's
 messages), `id` (entry id), `role`, `chars` (= JSON.stringify(message).length), `ts` (the
