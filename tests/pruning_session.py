@@ -13,6 +13,7 @@ from typing import Any
 
 from sessionfold.projections.pruning import digest, windows
 from sessionfold.projections.pruning.config import PruneConfig, build_config
+from sessionfold.projections.pruning.entry_facts import entry_facts
 from sessionfold.projections.pruning.session import Session, open_session
 from sessionfold.projections.store import DictStore
 
@@ -77,9 +78,10 @@ class Driver:
             "message": message,
         }
         self.parent = entry_id
-        appended = digest.apply_entry(self.store, SESSION_ID, entry, self.seq)
+        facts = entry_facts(entry)
+        appended = digest.apply_facts(self.store, SESSION_ID, facts, self.seq)
         assert appended is not None and appended.row is not None
-        return windows.on_row(session, appended.row, message)
+        return windows.on_row(session, appended.row, facts)
 
 
 def driver(**settings: Any) -> Driver:

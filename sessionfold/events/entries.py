@@ -329,6 +329,145 @@ class EntryError(ValueError):
     """An object that is not a valid pi entry; the message holds field paths, never text."""
 
 
+# --- the common shapes, checked without pydantic -----------------------------------------------
+#
+# The reader checks every entry (`check_entry`). Most lines of a session are messages of three
+# roles whose fields have their plain JSON types: those are recognised here, field by field, by
+# exact type, and only what this accepts skips pydantic. Anything else (another entry type or
+# role, a field of another type that lax validation might coerce or refuse) goes to
+# `parse_entry`, so the verdict is always pydantic's (a property test holds this to it).
+
+_STR = (str,)
+_BOOL = (bool,)
+_DICT = (dict,)
+_OPT_STR = (str, type(None))
+_NUMBER = (int, float)
+_OPT_NUMBER = (int, float, type(None))
+_OPT_INT = (int, type(None))
+_OPT_BOOL = (bool, type(None))
+
+#: Per block type: (field, the exact types it may have, whether it must be present).
+_BLOCK_FIELDS: dict[str, tuple[tuple[str, tuple[type, ...], bool], ...]] = {
+    "text": (("text", _STR, True), ("textSignature", _OPT_STR, False)),
+    "thinking": (
+        ("thinking", _STR, True),
+        ("thinkingSignature", _OPT_STR, False),
+        ("redacted", _OPT_BOOL, False),
+    ),
+    "toolCall": (
+        ("id", _STR, True),
+        ("name", _STR, True),
+        ("arguments", _DICT, False),
+        ("thoughtSignature", _OPT_STR, False),
+        ("partialJson", _OPT_STR, False),
+    ),
+}
+_MESSAGE_FIELDS: dict[str, tuple[tuple[str, tuple[type, ...], bool], ...]] = {
+    "user": (("timestamp", _OPT_NUMBER, False),),
+    "assistant": (
+        ("api", _OPT_STR, False),
+        ("provider", _OPT_STR, False),
+        ("model", _OPT_STR, False),
+        ("stopReason", _OPT_STR, False),
+        ("errorMessage", _OPT_STR, False),
+        ("timestamp", _OPT_NUMBER, False),
+    ),
+    "toolResult": (
+        ("toolCallId", _STR, True),
+        ("toolName", _OPT_STR, False),
+        ("isError", _BOOL, False),
+        ("timestamp", _OPT_NUMBER, False),
+    ),
+}
+_USAGE_INTS = ("input", "output", "cacheRead", "cacheWrite")
+_COST_FIELDS = ("input", "output", "cacheRead", "cacheWrite", "total")
+
+
+def _fields_ok(
+    value: dict[str, Any], fields: tuple[tuple[str, tuple[type, ...], bool], ...]
+) -> bool:
+    for name, types, required in fields:
+        if name in value:
+            found = value[name]
+            # bool is an int subclass: only a field that names bool takes one.
+            if type(found) is bool and bool not in types:
+                return False
+            if not isinstance(found, types):
+                return False
+        elif required:
+            return False
+    return True
+
+
+def _blocks_ok(content: Any) -> bool:
+    if type(content) is not list:
+        return False
+    for block in content:
+        if type(block) is not dict:
+            return False
+        kind = block.get("type")
+        fields = _BLOCK_FIELDS.get(kind) if type(kind) is str else None
+        if fields is None or not _fields_ok(block, fields):
+            return False  # an image, an unknown type or an odd field: pydantic decides
+    return True
+
+
+def _usage_ok(usage: Any) -> bool:
+    if usage is None:
+        return True
+    if type(usage) is not dict:
+        return False
+    for name in _USAGE_INTS:
+        if name in usage and type(usage[name]) is not int:
+            return False
+    if "totalTokens" in usage and type(usage["totalTokens"]) not in (int, type(None)):
+        return False
+    cost = usage.get("cost")
+    if cost is None:
+        return True
+    if type(cost) is not dict:
+        return False
+    return all(name not in cost or _plain_number(cost[name]) for name in _COST_FIELDS)
+
+
+def _plain_number(value: Any) -> bool:
+    """A float, or an int a float holds (pydantic's float takes it as it is)."""
+    return type(value) is float or (type(value) is int and -(2**53) <= value <= 2**53)
+
+
+def is_common_entry(raw: dict[str, Any]) -> bool:
+    """True when `raw` is a message entry of a common shape that `parse_entry` accepts (a
+    user, assistant or tool result message with plain JSON field types); False means: ask
+    `parse_entry`, never that the entry is invalid."""
+    if raw.get("type") != "message" or type(raw.get("id")) is not str:
+        return False
+    if type(raw.get("parentId")) not in (str, type(None)):
+        return False
+    if type(raw.get("timestamp")) not in (str, type(None)):
+        return False
+    message = raw.get("message")
+    if type(message) is not dict:
+        return False
+    role = message.get("role")
+    fields = _MESSAGE_FIELDS.get(role) if type(role) is str else None
+    if fields is None or not _fields_ok(message, fields):
+        return False
+    if role == "user":
+        content = message.get("content")  # required: a missing one is pydantic's to name
+        if type(content) is not str and not _blocks_ok(content):
+            return False
+    elif "content" in message and not _blocks_ok(message["content"]):
+        return False
+    return role != "assistant" or _usage_ok(message.get("usage"))
+
+
+def check_entry(raw: dict[str, Any]) -> None:
+    """Raise EntryError (naming the bad fields) unless `raw` is a valid v3 entry or header:
+    `parse_entry`'s verdict, without building the models for the common shapes."""
+    if not is_common_entry(raw):
+        parse_entry(raw)
+
+
 def parse_entry(raw: dict[str, Any]) -> SessionEntry:
     """Validate one v3-shaped entry (or header) dict; raise EntryError naming the bad fields."""
     try:

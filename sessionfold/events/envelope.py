@@ -6,7 +6,16 @@ from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+)
 
 from sessionfold.events.errors import NewerFormatError, error_locations
 from sessionfold.events.lines import DEPTH_REASON, ENVELOPE_DEPTH, may_be_too_deep, too_deep
@@ -60,6 +69,31 @@ class Payload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class FactsCell:
+    """Where an entry payload keeps the facts the folds derive from its entry, once
+    (projections/pruning/entry_facts.py): the entry they were read from and the facts.
+
+    Equal to every other cell and never copied, so a payload compares, copies and dumps as
+    its fields alone."""
+
+    __slots__ = ("entry", "facts")
+
+    def __init__(self) -> None:
+        self.entry: dict[str, Any] | None = None
+        self.facts: Any = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FactsCell)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __copy__(self) -> FactsCell:
+        return FactsCell()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FactsCell:
+        return FactsCell()
+
+
 class EntryPayload(Payload):
     """A pi session entry (the header included), migrated to the v3 shape.
 
@@ -69,6 +103,56 @@ class EntryPayload(Payload):
 
     entry: dict[str, Any]
     line: int | None = None
+    _facts: FactsCell = PrivateAttr(default_factory=FactsCell)
+
+
+_set = object.__setattr__
+
+
+def entry_envelope(
+    session_id: str,
+    seq: int,
+    producer: str,
+    time: str | None,
+    entry: dict[str, Any],
+    line: int | None,
+) -> EntryEnvelope:
+    """The envelope of an entry a reader has checked (`entries.check_entry`), equal to the one
+    validation builds from the same values, built without validating them again.
+
+    The reader builds one per line: validation (a copy of the entry dict) or pydantic's
+    `model_construct` (Python over every field) would cost more than the rest of its work on
+    the envelope. Values validation would refuse (an empty session id, a negative seq) are
+    validated, so they fail as they always did. A test holds the two constructions equal.
+    """
+    if not session_id or seq < 0:
+        return EntryEnvelope(
+            session_id=session_id,
+            seq=seq,
+            producer=producer,
+            time=time,
+            payload=EntryPayload(entry=entry, line=line),
+        )
+    payload = object.__new__(EntryPayload)
+    _set(payload, "__dict__", {"entry": entry, "line": line})
+    _set(payload, "__pydantic_fields_set__", {"entry", "line"})
+    _set(payload, "__pydantic_extra__", None)
+    _set(payload, "__pydantic_private__", {"_facts": FactsCell()})
+    envelope = object.__new__(EntryEnvelope)
+    fields = {
+        "schema_version": SCHEMA_VERSION,
+        "session_id": session_id,
+        "seq": seq,
+        "producer": producer,
+        "time": time,
+        "kind": Kind.ENTRY,
+        "payload": payload,
+    }
+    _set(envelope, "__dict__", fields)
+    _set(envelope, "__pydantic_fields_set__", {"session_id", "seq", "producer", "time", "payload"})
+    _set(envelope, "__pydantic_extra__", None)
+    _set(envelope, "__pydantic_private__", None)
+    return envelope
 
 
 class ReloadPayload(Payload):

@@ -42,7 +42,8 @@ def migrate_entry(
             "id": v1_entry_id(session_id, index),
             "parentId": v1_entry_id(session_id, index - 1) if index > 1 else None,
         }
-        migrated.update((k, v) for k, v in entry.items() if k != "type")
+        # `type` keeps its place (first) and its value: the same object `get` read.
+        migrated.update(entry)
         entry = migrated
         kept = entry.pop("firstKeptEntryIndex", None)
         if entry.get("type") == "compaction" and isinstance(kept, int) and 0 < kept < index:

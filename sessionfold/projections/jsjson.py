@@ -32,6 +32,39 @@ def js_json_length(value: Any) -> int:
     return length + _number_delta(value)
 
 
+# What JavaScript's String.prototype.trim removes (WhiteSpace and LineTerminator).
+_JS_SPACE = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+    "\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
+
+def js_length(text: str) -> int:
+    """JavaScript's `text.length`: UTF-16 code units."""
+    if text.isascii():
+        return len(text)
+    # UTF-16 in C: an astral character is two units, a lone surrogate one.
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def js_head(text: str, units: int) -> str:
+    """The longest prefix of `text` of at most `units` UTF-16 units, never half a pair."""
+    head = text[:units]
+    if js_length(head) <= units:
+        return head  # no astral character in the first `units` code points: the common case
+    used = 0
+    for index, ch in enumerate(text):
+        used += 2 if ord(ch) > 0xFFFF else 1
+        if used > units:
+            return text[:index]
+    return text
+
+
+def js_trim(text: str) -> str:
+    """JavaScript's `String.prototype.trim`."""
+    return text.strip(_JS_SPACE)
+
+
 def js_number_length(number: int | float) -> int:
     """Length of JavaScript's String(number) for a number parsed from JSON (NaN/inf as null)."""
     if isinstance(number, bool):

@@ -27,15 +27,19 @@ class Store(Protocol):
         ...
 
 
-def key(session_id: str, *parts: object) -> str:
+_NO_PART: object = object()
+
+
+def key(session_id: str, first: object = _NO_PART, second: object = _NO_PART, *rest: object) -> str:
     """The store key of one of a session's rows, e.g. key(sid, "msg", 12)."""
     # Every event builds dozens of keys, nearly all of one or two parts (str or int, which an
-    # f-string formats as str() does): an f-string makes them without a join or a str() call.
-    if len(parts) == 1:
-        return f"{session_id}/{parts[0]}"
-    if len(parts) == 2:
-        return f"{session_id}/{parts[0]}/{parts[1]}"
-    return "/".join((session_id, *map(str, parts)))
+    # f-string formats as str() does): an f-string makes them without a join, a str() call or
+    # a count of the parts.
+    if second is _NO_PART:
+        return session_id if first is _NO_PART else f"{session_id}/{first}"
+    if not rest:
+        return f"{session_id}/{first}/{second}"
+    return "/".join((session_id, str(first), str(second), *map(str, rest)))
 
 
 class KeyFunction(Protocol):
@@ -50,12 +54,16 @@ def key_in(namespace: str) -> KeyFunction:
     """`key` with the first part fixed: key_in("pr")(sid, "h") == key(sid, "pr", "h")."""
 
     # One frame per key instead of two (a wrapper calling `key`), as `key` does it.
-    def namespaced(session_id: str, /, *parts: object) -> str:
-        if len(parts) == 1:
-            return f"{session_id}/{namespace}/{parts[0]}"
-        if len(parts) == 2:
-            return f"{session_id}/{namespace}/{parts[0]}/{parts[1]}"
-        return "/".join((session_id, namespace, *map(str, parts)))
+    def namespaced(
+        session_id: str, first: object = _NO_PART, second: object = _NO_PART, /, *rest: object
+    ) -> str:
+        if second is _NO_PART:
+            if first is _NO_PART:
+                return f"{session_id}/{namespace}"
+            return f"{session_id}/{namespace}/{first}"
+        if not rest:
+            return f"{session_id}/{namespace}/{first}/{second}"
+        return "/".join((session_id, namespace, str(first), str(second), *map(str, rest)))
 
     return namespaced
 

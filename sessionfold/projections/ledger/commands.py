@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sessionfold.projections.ledger.text import message_text
-from sessionfold.projections.pruning.digest import path_argument, tool_calls
+from sessionfold.projections.pruning.digest import path_argument
+from sessionfold.projections.pruning.entry_facts import CallFact
 
 # pi's bash tool appends one of these lines to its output (seen in real sessions).
 _EXIT_LINE = re.compile(r"Command exited with code (-?\d+)\s*\Z")
@@ -43,15 +45,16 @@ SHELL_TOOLS = frozenset({"bash", "Bash", "shell", "local_shell", "exec_command"}
 _SHELLS = frozenset({"bash", "sh", "zsh", "dash", "/bin/bash", "/bin/sh", "/bin/zsh"})
 
 
-def bash_calls(message: dict[str, Any]) -> list[tuple[str, str]]:
-    """(tool-call id, command) of every shell tool call (`SHELL_TOOLS`) in an assistant message."""
-    calls: list[tuple[str, str]] = []
-    for block in tool_calls(message):
-        if block.get("name") not in SHELL_TOOLS or not isinstance(block.get("id"), str):
+def bash_calls(calls: Sequence[CallFact]) -> list[tuple[str, str]]:
+    """(tool-call id, command) of every shell tool call (`SHELL_TOOLS`) of an assistant (its
+    facts' calls)."""
+    found: list[tuple[str, str]] = []
+    for call in calls:
+        if call.name not in SHELL_TOOLS or not isinstance(call.id, str):
             continue
-        arguments = block.get("arguments")
-        calls.append((block["id"], command_text(arguments) if isinstance(arguments, dict) else ""))
-    return calls
+        arguments = call.arguments
+        found.append((call.id, command_text(arguments) if isinstance(arguments, dict) else ""))
+    return found
 
 
 def command_text(arguments: dict[str, Any]) -> str:
@@ -139,15 +142,18 @@ FILE_TOOLS = {
 }
 
 
-def file_calls(message: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(tool-call id, path, read|modified) of every file tool call in an assistant message."""
-    calls: list[tuple[str, str, str]] = []
-    for block in tool_calls(message):
-        op = FILE_TOOLS.get(str(block.get("name")))
-        path = path_argument(block.get("arguments"))
-        if op and isinstance(block.get("id"), str) and isinstance(path, str) and path.strip():
-            calls.append((block["id"], path.strip(), op))
-    return calls
+def file_calls(calls: Sequence[CallFact]) -> list[tuple[str, str, str]]:
+    """(tool-call id, path, read|modified) of every file tool call of an assistant (its facts'
+    calls)."""
+    found: list[tuple[str, str, str]] = []
+    for call in calls:
+        op = FILE_TOOLS.get(str(call.name))
+        if not op or not isinstance(call.id, str):
+            continue
+        path = path_argument(call.arguments)
+        if isinstance(path, str) and path.strip():
+            found.append((call.id, path.strip(), op))
+    return found
 
 
 def unfixed_errors(commands: list[dict[str, Any]], errors: list[dict[str, Any]]) -> list[str]:

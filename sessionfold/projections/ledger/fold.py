@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Any, Unpack
+from typing import Any, Unpack, cast
 
 import orjson
 from pydantic import ValidationError
@@ -60,8 +60,9 @@ from sessionfold.projections.ledger.state import (
     snapshot,
     span_has_content,
 )
-from sessionfold.projections.ledger.text import message_text, user_words
+from sessionfold.projections.ledger.text import user_words
 from sessionfold.projections.ledger.values import command_values
+from sessionfold.projections.pruning.entry_facts import EntryFacts, facts_of
 from sessionfold.projections.store import Store
 
 log = logging.getLogger(__name__)
@@ -210,14 +211,15 @@ class LedgerFold:
         requests: list[PassRequest] = []
         cleanup: list[str] = []
         if isinstance(envelope, EntryEnvelope):
-            entry = envelope.payload.entry
-            if self._second_id(head, entry, envelope.seq):
-                self._anomaly(head, "duplicate-id", envelope.seq, entry["id"])
+            facts = facts_of(envelope)
+            entry_id = facts.id if facts.kind != "session" else None
+            if self._second_id(head, entry_id, envelope.seq):
+                self._anomaly(head, "duplicate-id", envelope.seq, entry_id)
             else:
-                requests = self._entry(head, entry, envelope.seq, cleanup)
+                requests = self._entry(head, envelope.payload.entry, facts, envelope.seq, cleanup)
         elif isinstance(envelope, PlaceholderEnvelope):
             # A dead-lettered entry: nothing to fold, but its id is taken.
-            self._second_id(head, {"id": envelope.payload.id}, envelope.seq)
+            self._second_id(head, envelope.payload.id, envelope.seq)
         elif isinstance(envelope, WorldEnvelope):
             head["world"] = self._bounded_world(envelope.payload.facts)
         elif envelope.kind == Kind.COMPACT_REQUEST:
@@ -227,14 +229,14 @@ class LedgerFold:
             self.store.delete(stale)
         return requests
 
-    def _second_id(self, head: LedgerHead, entry: dict[str, Any], seq: int) -> bool:
-        """True when an earlier event folded an entry with this entry's id; else note the id.
+    def _second_id(self, head: LedgerHead, entry_id: str | None, seq: int) -> bool:
+        """True when an earlier event folded an entry with this id (None: the header or no
+        id); else note the id.
 
         pi never reuses an id; the reader dead-letters a second one, and the pruning fold
         refuses it, so the ledger does too (one rule wherever it arrives from).
         """
-        entry_id = entry.get("id")
-        if entry.get("type") == "session" or not isinstance(entry_id, str):
+        if entry_id is None:
             return False
         id_key = ledger_key(head["session"], "id", entry_id)
         first: int | None = self.store.get(id_key)  # the seq that first folded this id
@@ -244,12 +246,17 @@ class LedgerFold:
         return first != seq  # the same seq: this event again, after a crash before its head
 
     def _entry(
-        self, head: LedgerHead, entry: dict[str, Any], seq: int, cleanup: list[str]
+        self,
+        head: LedgerHead,
+        entry: dict[str, Any],
+        facts: EntryFacts,
+        seq: int,
+        cleanup: list[str],
     ) -> list[PassRequest]:
-        kind = entry.get("type")
-        entry_id = entry.get("id") if isinstance(entry.get("id"), str) else None
-        if kind == "message" and isinstance(entry.get("message"), dict):
-            self._message(head, entry["message"], entry_id, seq, cleanup)
+        kind = facts.kind
+        entry_id = facts.id
+        if kind == "message" and facts.message is not None:
+            self._message(head, facts, entry_id, seq, cleanup)
         elif kind == "compaction":
             return self._compaction(head, entry, entry_id, seq)
         elif kind == "custom" and entry.get("customType") == SPAN_RECORD_TYPE:
@@ -269,12 +276,13 @@ class LedgerFold:
     def _message(
         self,
         head: LedgerHead,
-        message: dict[str, Any],
+        facts: EntryFacts,
         entry_id: str | None,
         seq: int,
         cleanup: list[str],
     ) -> None:
-        role = message.get("role")
+        message = cast(dict[str, Any], facts.message)
+        role = facts.role
         span = head["span"] + 1
         config = self.config
         if role == "user":
@@ -294,14 +302,14 @@ class LedgerFold:
                     },
                 )
         elif role == "assistant":
-            for call_id, command in commands.bash_calls(message):
+            for call_id, command in commands.bash_calls(facts.calls):
                 bash: BashCall = {
                     "command": command[: config.command_chars],
                     "seq": seq,
                     "entry": entry_id,
                 }
                 self.store.put(ledger_key(head["session"], "call", call_id), bash)
-            for call_id, path, op in commands.file_calls(message):
+            for call_id, path, op in commands.file_calls(facts.calls):
                 file: FileCall = {
                     "file": path[: config.path_chars],
                     "op": op,
@@ -310,7 +318,7 @@ class LedgerFold:
                 }
                 self.store.put(ledger_key(head["session"], "call", call_id), file)
         elif role == "toolResult":
-            self._tool_result(head, message, entry_id, seq, span, cleanup)
+            self._tool_result(head, facts, entry_id, seq, span, cleanup)
         elif role == "bashExecution" and isinstance(message.get("command"), str):
             outcome = commands.execution_outcome(message)
             output = message.get("output")
@@ -329,23 +337,24 @@ class LedgerFold:
     def _tool_result(
         self,
         head: LedgerHead,
-        message: dict[str, Any],
+        facts: EntryFacts,
         entry_id: str | None,
         seq: int,
         span: int,
         cleanup: list[str],
     ) -> None:
-        call_id = message.get("toolCallId")
-        call_key = ledger_key(head["session"], "call", call_id) if isinstance(call_id, str) else ""
+        message = cast(dict[str, Any], facts.message)
+        call_id = facts.call_id
+        call_key = ledger_key(head["session"], "call", call_id) if call_id is not None else ""
         call = self.store.get(call_key) if call_key else None
-        tool = message.get("toolName")
+        tool = facts.tool
         if isinstance(call, dict) and "file" in call:
             # A file tool's result: the file counts as read or modified when the call worked.
-            if message.get("isError") is not True:
+            if not facts.is_error:
                 self._file(head, call["file"], call["op"], entry_id, seq, span)
             cleanup.append(call_key)
             call = None
-            if message.get("isError") is not True:
+            if not facts.is_error:
                 return
         if isinstance(call, dict) or tool in commands.SHELL_TOOLS:
             command = call.get("command", "") if isinstance(call, dict) else ""
@@ -354,17 +363,17 @@ class LedgerFold:
                 head,
                 command,
                 outcome,
-                message_text(message),
+                facts.text,
                 "bash",
                 entry_id,
                 seq,
                 span,
-                call_id if isinstance(call_id, str) else None,
+                call_id,
             )
             if call_key:
                 cleanup.append(call_key)
-        elif message.get("isError") is True:
-            text = message_text(message)
+        elif facts.is_error:
+            text = facts.text
             self._put_row(
                 head,
                 "E",

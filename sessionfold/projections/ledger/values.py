@@ -87,10 +87,14 @@ _NEEDS: dict[re.Pattern[str], tuple[str, ...]] = {
 }
 
 
+#: The patterns of `_NEEDS` that ignore case (a RegexFlag test per scan costs an enum call).
+_IGNORE_CASE = frozenset(p for p in _NEEDS if p.flags & re.IGNORECASE)
+
+
 def _scanned(pattern: re.Pattern[str], output: str, lowered: str | None) -> list[re.Match[str]]:
     """`pattern`'s matches in `output`; none, unscanned, when the output holds none of the
     words the pattern needs (`lowered`: the ASCII output in lower case, else None)."""
-    text = lowered if pattern.flags & re.IGNORECASE else output
+    text = lowered if pattern in _IGNORE_CASE else output
     if text is not None and not any(map(text.__contains__, _NEEDS[pattern])):
         return []
     return list(pattern.finditer(output))

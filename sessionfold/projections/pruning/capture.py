@@ -13,13 +13,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from sessionfold.projections.jsjson import js_head as js_head
+from sessionfold.projections.jsjson import js_length as js_length
+from sessionfold.projections.jsjson import js_trim
 from sessionfold.projections.pruning.config import RESULT_HEAD_CHARS
+from sessionfold.projections.pruning.entry_facts import assistant_text as assistant_text
+from sessionfold.projections.pruning.entry_facts import call_arguments as call_arguments
+from sessionfold.projections.pruning.entry_facts import result_text as result_text
 
-# What JavaScript's String.prototype.trim removes (WhiteSpace and LineTerminator).
-_JS_SPACE = (
-    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
-    "\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
-)
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -59,62 +60,6 @@ class Batch:
 # --- text ------------------------------------------------------------------------------------
 
 
-def js_length(text: str) -> int:
-    """JavaScript's `text.length`: UTF-16 code units."""
-    if text.isascii():
-        return len(text)
-    # UTF-16 in C: an astral character is two units, a lone surrogate one.
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
-
-
-def js_head(text: str, units: int) -> str:
-    """The longest prefix of `text` of at most `units` UTF-16 units, never half a pair."""
-    head = text[:units]
-    if js_length(head) <= units:
-        return head  # no astral character in the first `units` code points: the common case
-    used = 0
-    for index, ch in enumerate(text):
-        used += 2 if ord(ch) > 0xFFFF else 1
-        if used > units:
-            return text[:index]
-    return text
-
-
-def js_trim(text: str) -> str:
-    """JavaScript's `String.prototype.trim`."""
-    return text.strip(_JS_SPACE)
-
-
-def result_text(message: dict[str, Any]) -> str:
-    """A tool result's text: its text blocks joined by a newline; other blocks ignored (H3)."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "\n".join(
-        block["text"]
-        for block in content
-        if isinstance(block, dict)
-        and block.get("type") == "text"
-        and isinstance(block.get("text"), str)
-    )
-
-
-def assistant_text(message: dict[str, Any]) -> str:
-    """An assistant's text blocks joined by a newline, trimmed (reference §3.1)."""
-    return js_trim(result_text(message))
-
-
-def call_arguments(block: dict[str, Any]) -> dict[str, Any]:
-    """A tool call's arguments: `input ?? args ?? arguments ?? {}` (H2)."""
-    for name in ("input", "args", "arguments"):
-        value = block.get(name)
-        if value is not None:
-            return value if isinstance(value, dict) else {}
-    return {}
-
-
 def normalize_text(text: str) -> str:
     """CRLF to LF, trailing spaces/tabs stripped per line, whole text trimmed (§5.3)."""
     text = text.replace("\r\n", "\n")
@@ -131,6 +76,11 @@ def content_hash(tool_name: str, text: str) -> str:
     if not data.isascii():  # ASCII holds no surrogate: the scan is skipped
         data = _LONE_SURROGATE.sub("\ufffd", data)
     return hashlib.sha1(data.encode("utf-8")).hexdigest()
+
+
+def result_record(tool_name: str, text: str) -> tuple[str, str]:
+    """A paired result's content hash and head (`content_hash`, `result_head`) in one call."""
+    return content_hash(tool_name, text), js_head(text, RESULT_HEAD_CHARS)
 
 
 def result_head(text: str) -> str:

@@ -47,6 +47,10 @@ class Protection:
 
     protected_tools: tuple[str, ...] = ()
     protected_paths: tuple[str, ...] = field(default=DEFAULT_PROTECTED_PATHS)
+    #: `protects` answers by (tool name, path), filled by callers that ask often (capture).
+    memo: dict[tuple[Any, str | None], bool] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         # Lists are accepted for convenience; tuples keep the config hashable for the glob cache.
@@ -376,23 +380,25 @@ def rebuild(store: Store, session_id: str, state: DigestHead) -> None:
 # --- hooks for the pruning fold --------------------------------------------------------------
 
 
-def on_frontier(store: Store, session_id: str, frontier: Mapping[str, Any] | None) -> None:
-    """The prune frontier moved: move the gap's boundary (§9.2)."""
+def on_frontier(store: Store, session_id: str, frontier: Mapping[str, Any] | None) -> str | None:
+    """The prune frontier moved: move the gap's boundary (§9.2). Returns the branch's leaf
+    (the head is read here anyway: the flush that moved the frontier records it)."""
     state = load_head(store, session_id)
     mx = state["mx"]
     wanted = _frontier_pair(frontier)
     if wanted == mx["fr"]:
-        return
+        return state["leaf"]
     mx["fr"] = wanted
     located = _locate(store, session_id, state, wanted, mx)
     if located is None and mx["gb"] < 0:
         store.put(key(session_id, "h"), state)  # still the whole-branch window: same gap
-        return
+        return state["leaf"]
     if located is not None and located[0] >= mx["gb"]:
         _advance_boundary(store, session_id, state, *located)
     else:
         _recompute_gap(store, session_id, state, located)
     store.put(key(session_id, "h"), state)
+    return state["leaf"]
 
 
 def _frontier_pair(frontier: Mapping[str, Any] | None) -> list[Any] | None:

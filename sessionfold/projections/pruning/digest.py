@@ -2,10 +2,12 @@
 
 Public API (all pure folds over a `Store`; no I/O, clock or randomness):
 
-- `apply_entry(store, session_id, entry, seq=None) -> Appended | None`: fold one pi entry (v3
-  shape). Returns `Appended(row, switched)` when a message joined the branch (`row` is its
-  message row) or the branch switched (`row` may then be None); None when neither happened
-  (non-message entries on the leaf, the header, an id already known, an entry without an id).
+- `apply_facts(store, session_id, facts, seq=None) -> Appended | None`: fold one pi entry (v3
+  shape) by its facts (`entry_facts.EntryFacts`, read once per entry; `apply_entry(store,
+  session_id, entry, seq)` reads them first). Returns `Appended(row, switched)` when a
+  message joined the branch (`row` is its message row) or the branch switched (`row` may then
+  be None); None when neither happened (non-message entries on the leaf, the header, an id
+  already known, an entry without an id).
 - `apply_placeholder(store, session_id, entry_id, parent_id, previous) -> Appended | None`: fold
   the place of an entry the reader dead-lettered: a tree node with no message (see below).
 - `is_folded(store, session_id, entry_id) -> bool`: an entry with that id is already in the
@@ -19,8 +21,9 @@ Public API (all pure folds over a `Store`; no I/O, clock or randomness):
 - `rows_for_occurrence(store, session_id, occ) -> list[dict]`: the branch's toolResult rows
   with occurrence key `occ` (normally one).
 - `head(store, session_id) -> dict`: the session's head record (treat as read-only).
-Helpers: `message_of(entry)` (the message an entry puts on the branch), `occurrence_key(id, ts)`,
-`iso_to_ms(iso)`; `message_facts.is_text_only_assistant(message)` says what a final reply is.
+Helpers (from `entry_facts`): `message_of(entry)` (the message an entry puts on the branch),
+`occurrence_key(id, ts)`, `iso_to_ms(iso)`; a final reply is an assistant whose facts say
+`text_only`.
 
 A message row (JSON-ready dict) has, for every role: `n` (0-based position among the branch's
 messages), `id` (entry id), `role`, `chars` (= JSON.stringify(message).length), `ts` (the
@@ -69,12 +72,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, cast
 
-from sessionfold.projections.jsjson import js_json_length, js_number_text
 from sessionfold.projections.pruning import context_metrics as metrics
-from sessionfold.projections.pruning.message_facts import call_path, is_passthrough
+from sessionfold.projections.pruning.entry_facts import NO_CUSTOM_TYPE, EntryFacts, entry_facts
+from sessionfold.projections.pruning.entry_facts import iso_to_ms as iso_to_ms
+from sessionfold.projections.pruning.entry_facts import message_of as message_of
+from sessionfold.projections.pruning.entry_facts import occurrence_key as occurrence_key
 from sessionfold.projections.pruning.message_facts import path_argument as path_argument
 from sessionfold.projections.pruning.records import (
     CallFacts,
@@ -101,14 +105,28 @@ def apply_entry(
     store: Store, session_id: str, entry: dict[str, Any], seq: int | None = None
 ) -> Appended | None:
     """Fold one session entry into the digest and the metrics; see the module docstring."""
-    entry_id = entry.get("id")
-    if entry.get("type") == "session" or not isinstance(entry_id, str):
+    return apply_facts(store, session_id, entry_facts(entry), seq)
+
+
+def apply_facts(
+    store: Store, session_id: str, facts: EntryFacts, seq: int | None = None
+) -> Appended | None:
+    """`apply_entry` for an entry whose facts are already derived (the fold's one reading)."""
+    entry_id = facts.id
+    if facts.kind == "session" or entry_id is None:
         return None  # the header is not in the tree; an entry without an id cannot be placed
-    state = metrics.load_head(store, session_id)
+    stored: DigestHead | None = store.get(key(session_id, "h"))
+    if stored is None:
+        state = metrics.empty_head()
+    else:
+        # metrics.load_head's private copy, made here: the append enters the metrics once.
+        mx = stored["mx"].copy()
+        mx["gx"] = list(mx["gx"])
+        state = {**stored, "mx": mx}
     if _folded_before(store, session_id, state, entry_id):
         return None  # an id already folded: pi never reuses one (the reader dead-letters it)
-    parent = _parent_of(store, session_id, state, entry.get("parentId"), entry_id)
-    return _append(store, session_id, state, entry_id, parent, entry, seq)
+    parent = _parent_of(store, session_id, state, facts.parent, entry_id)
+    return _append(store, session_id, state, entry_id, parent, facts, seq)
 
 
 def apply_placeholder(
@@ -131,14 +149,18 @@ def apply_placeholder(
         parent = state["last"] if state["last"] != entry_id else None
     else:
         parent = _parent_of(store, session_id, state, parent_id, entry_id)
-    return _append(store, session_id, state, entry_id, parent, {"id": entry_id}, None)
+    return _append(store, session_id, state, entry_id, parent, None, None)
 
 
 def is_folded(store: Store, session_id: str, entry_id: Any) -> bool:
     """Whether an entry with this id is already in the session's tree (from an earlier event)."""
     if not isinstance(entry_id, str):
         return False
-    return _folded_before(store, session_id, metrics.peek_head(store, session_id), entry_id)
+    known: TreeNode | None = store.get(key(session_id, "t", entry_id))
+    if known is None:
+        return False
+    state: DigestHead | None = store.get(key(session_id, "h"))  # read only: no copy
+    return known["k"] < (state["k"] if state is not None else 0)
 
 
 def _folded_before(store: Store, session_id: str, state: DigestHead, entry_id: str) -> bool:
@@ -154,7 +176,7 @@ def _append(
     state: DigestHead,
     entry_id: str,
     parent: str | None,
-    entry: dict[str, Any],
+    facts: EntryFacts | None,
     seq: int | None,
 ) -> Appended | None:
     """Put an entry's node under `parent` (moving the branch there first) and make it the leaf."""
@@ -164,9 +186,8 @@ def _append(
         _move_branch(store, session_id, state, parent)
     node: TreeNode = {"p": parent, "k": state["k"]}
     row: MessageRow | None = None
-    message = message_of(entry)
-    if message is not None:
-        row = _append_row(store, session_id, state, message, entry, seq)
+    if facts is not None and facts.message is not None:
+        row = _append_row(store, session_id, state, facts, entry_id, seq)
         node["n"] = row["n"]
     store.put(node_key, node)
     state["leaf"] = entry_id
@@ -228,23 +249,6 @@ def rows_for_occurrence(store: Store, session_id: str, occ: str) -> list[Message
 # --- entry -> message ------------------------------------------------------------------------
 
 
-def message_of(entry: dict[str, Any]) -> dict[str, Any] | None:
-    """The message an entry puts on the branch (metrics projection, §9.1), or None."""
-    kind = entry.get("type")
-    if kind == "message":
-        message = entry.get("message")
-        return message if isinstance(message, dict) else None
-    if kind != "custom_message":
-        return None
-    # pi's createCustomMessage: undefined fields vanish from JSON.stringify, so leave them out.
-    custom: dict[str, Any] = {"role": "custom"}
-    for field in ("customType", "content", "display", "details"):
-        if field in entry:
-            custom[field] = entry[field]
-    custom["timestamp"] = iso_to_ms(entry.get("timestamp"))
-    return custom
-
-
 def tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     """An assistant's toolCall blocks, in content order."""
     content = message.get("content")
@@ -253,122 +257,54 @@ def tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [b for b in content if isinstance(b, dict) and b.get("type") == "toolCall"]
 
 
-def iso_to_ms(value: Any) -> int | None:
-    """`new Date(value).getTime()` for an ISO timestamp; None where JavaScript gives NaN."""
-    if not isinstance(value, str):
-        return None
-    text = value.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)  # ISO date-times without offset: read as UTC here
-    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
-
-
-def occurrence_key(call_id: Any, timestamp: Any) -> str:
-    """`id@timestamp` (§1.1), or the bare id when the timestamp is not a number."""
-    bare = _js_string(call_id)
-    if isinstance(timestamp, int | float) and not isinstance(timestamp, bool):
-        return f"{bare}@{js_number_text(timestamp)}"
-    return bare
-
-
-def _js_string(value: Any) -> str:
-    # What a template literal makes of the value; ids are strings in every real file.
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return "undefined"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return js_number_text(value)
-    return "[object Object]"
-
-
 # --- rows ------------------------------------------------------------------------------------
-
-
-def _new_row(message: dict[str, Any], entry: dict[str, Any], n: int, seq: int | None) -> MessageRow:
-    timestamp = message.get("timestamp")
-    ets = entry.get("timestamp")
-    row: MessageRow = {
-        "n": n,
-        "id": entry["id"],
-        "role": message.get("role"),
-        "chars": js_json_length(message),
-        "ts": _number_or_none(timestamp),
-        "ets": ets if isinstance(ets, str) else None,
-    }
-    if seq is not None:
-        row["seq"] = seq
-    return row
-
-
-def _number_or_none(value: Any) -> int | float | None:
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _assistant_facts(message: dict[str, Any], row: MessageRow, turn: int) -> None:
-    content = message.get("content")
-    calls: list[CallFacts] = []
-    think = 0
-    if isinstance(content, list):
-        for block in content:
-            if not isinstance(block, dict):
-                continue
-            kind = block.get("type")
-            if kind == "thinking":
-                think += js_json_length(block)
-            elif kind == "toolCall":
-                call: CallFacts = {"id": block.get("id"), "name": block.get("name")}
-                path = call_path(block)
-                if path is not None:
-                    call["path"] = path
-                calls.append(call)
-    row["turn"] = turn
-    row["textOnly"] = not calls
-    row["stop"] = message.get("stopReason")
-    row["think"] = think
-    row["calls"] = calls
-
-
-def _result_facts(message: dict[str, Any], row: MessageRow) -> None:
-    call_id = message.get("toolCallId")
-    row["callId"] = call_id if isinstance(call_id, str) else None
-    row["tool"] = message.get("toolName")
-    row["occ"] = occurrence_key(call_id, message.get("timestamp"))
-    row["tokens"] = (row["chars"] + 2) // 4  # Math.round(chars / 4)
-    row["isError"] = message.get("isError") is True
 
 
 def _append_row(
     store: Store,
     session_id: str,
     state: DigestHead,
-    message: dict[str, Any],
-    entry: dict[str, Any],
+    facts: EntryFacts,
+    entry_id: str,
     seq: int | None,
 ) -> MessageRow:
     n = state["n"]
-    row = _new_row(message, entry, n, seq)
-    role = row["role"]
+    role = facts.role
+    row: MessageRow = {
+        "n": n,
+        "id": entry_id,
+        "role": role,
+        "chars": facts.chars,
+        "ts": facts.ts,
+        "ets": facts.ets,
+    }
+    if seq is not None:
+        row["seq"] = seq
     if role == "assistant":
-        _assistant_facts(message, row, state["turns"])
+        calls: list[CallFacts] = []
+        for fact in facts.calls:
+            call: CallFacts = {"id": fact.id, "name": fact.name}
+            if fact.path is not None:
+                call["path"] = fact.path
+            calls.append(call)
+        row["turn"] = state["turns"]
+        row["textOnly"] = facts.text_only
+        row["stop"] = facts.stop
+        row["think"] = facts.think
+        row["calls"] = calls
     elif role == "toolResult":
-        _result_facts(message, row)
-        path = _nearest_call_path(store, session_id, state, row["callId"], n)
+        row["callId"] = facts.call_id
+        row["tool"] = facts.tool
+        row["occ"] = cast(str, facts.occ)
+        row["tokens"] = (facts.chars + 2) // 4  # Math.round(chars / 4)
+        row["isError"] = facts.is_error
+        path = _nearest_call_path(store, session_id, state, facts.call_id, n)
         if path is not None:
             row["path"] = path
-    elif role == "user" and is_passthrough(message):
+    elif role == "user" and facts.passthrough:
         row["pass"] = True
-    elif role == "custom" and "customType" in message:
-        row["customType"] = message["customType"]
+    elif role == "custom" and facts.custom_type is not NO_CUSTOM_TYPE:
+        row["customType"] = facts.custom_type
     store.put(key(session_id, "m", n), row)
     _index_row(store, session_id, state, row)
     state["n"] = n + 1

@@ -24,7 +24,7 @@ from sessionfold.events.flush import (
     wrap,
 )
 from sessionfold.projections.pruning import context_metrics as metrics
-from sessionfold.projections.pruning import digest, index
+from sessionfold.projections.pruning import index
 from sessionfold.projections.pruning.capture import Batch, Call, js_length
 from sessionfold.projections.pruning.flush_pipeline import (
     FlushPlan,
@@ -49,8 +49,6 @@ from sessionfold.projections.pruning.triggers import (
 )
 from sessionfold.projections.pruning.windows import (
     capture,
-    frontier_of,
-    summarized_predicate,
     turn_batch,
 )
 
@@ -77,7 +75,7 @@ def turn_end(session: Session, seq: int, time: str | None) -> list[Envelope]:
     delta_hit = should_delta_flush(head["prev"], fraction, session.config.budgetTurnDelta)
     if fraction is not None:
         head["prev"] = fraction
-    if not (head["queued"] > 0 or head["rearmed"]) or session.busy:
+    if not (head["queued"] > 0 or head["rearmed"]) or head["out"] is not None:
         return []
     if not (budget_hit or delta_hit):
         return []
@@ -93,7 +91,10 @@ def _push_live_batch(session: Session, turn: int) -> bool:
     batch = _eager_spill(session, batch)
     if batch is None:
         return False
-    if trim_batch(batch, frontier_of(session), summarized_predicate(session)) is None:
+    raw = session.head["frontier"]
+    frontier = Frontier.model_validate(raw) if raw is not None else None
+    summarized = index.summarized_check(session.store, session.session_id)
+    if trim_batch(batch, frontier, summarized) is None:
         return False
     session.head["queued"] += 1
     return True
@@ -157,7 +158,7 @@ def _attempt_id(session: Session, seq: int) -> str:
 def start_flush(session: Session, trigger: Trigger, seq: int, time: str | None) -> list[Envelope]:
     """Start a flush attempt: a flush request when the model is needed, else its whole result."""
     head = session.head
-    if session.busy:
+    if head["out"] is not None:
         return []  # already flushing: no attempt, no record (§4.5)
     head["rearmed"] = False
     if trigger == "message-end":
@@ -283,10 +284,9 @@ def _set_frontier(session: Session, frontier: Frontier) -> None:
     head, store, sid = session.head, session.store, session.session_id
     head["frontier"] = frontier.model_dump()
     head["fn"] += 1
-    leaf = digest.head(store, sid)["leaf"]
+    leaf = metrics.on_frontier(store, sid, head["frontier"])  # the leaf: no move changes it
     moved: FrontierRow = {"frontier": head["frontier"], "leaf": leaf}
     store.put(row_key(sid, "f", head["fn"]), moved)
-    metrics.on_frontier(store, sid, head["frontier"])
     _collect_dead_turns(session, frontier.last_attempted_turn_index)
 
 

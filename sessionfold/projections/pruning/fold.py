@@ -1,16 +1,21 @@
-"""The per-session fold: one envelope in, the derived envelopes out.
+"""The per-session pruning fold: one envelope in, the derived envelopes out.
 
-`apply(store, envelope, config)` is the only entry point every runtime calls. It guards the
-sequence (an envelope whose seq is not above the last accepted one for its session is ignored),
-keeps the flush barrier (while a request is outstanding the session's later events are held in
-the store and folded once the compaction is applied), and dispatches to the branch digest, the
-metrics and the pruning folds. Outputs are flush-request and flush-metrics envelopes.
+`apply(store, envelope, config)` is the only entry point every runtime calls. A session event
+goes through the steps of `pruning/steps/`, in order:
 
-Order within one entry mirrors pi: the turn end of the previous assistant (if a non-result
-message closes it), then the message-end flush of a final reply, taken before the reply is
-folded (pi runs its `message_end` handler before it saves the message), then the entry itself,
-then the turn end it completes. Whenever a step leaves a request outstanding, the entry is held
-and resumes at the step after it.
+1. guard and barrier (`guard`): the sequence guard, the flush barrier (while a request is
+   outstanding the session's later events are held in the store and folded once the compaction
+   is applied), and, for an entry, the duplicate id;
+2. turn close (`close_turn`): a non-result message ends the previous assistant's turn;
+3. message-end flush (`message_end`): a final reply flushes before it is folded (pi runs its
+   `message_end` handler before it saves the message);
+4. digest append (`append`): the entry joins the tree, its message the branch and the metrics;
+5. windows and metrics (`tool_windows`): the tool windows, turn gates and pending turns;
+6. turn end (`turn_end`): the turn the entry completed is evaluated.
+
+Each entry step is handed the entry's facts (`entry_facts.facts_of`, read once) and the session.
+Whenever a step leaves a request outstanding, the entry is held and resumes at the step after
+it. Outputs are flush-request and flush-metrics envelopes.
 """
 
 from __future__ import annotations
@@ -35,7 +40,17 @@ from sessionfold.events.flush import read_compaction
 from sessionfold.projections.pruning import digest, flushing, windows
 from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
-from sessionfold.projections.pruning.message_facts import is_text_only_assistant
+from sessionfold.projections.pruning.entry_facts import facts_of
+from sessionfold.projections.pruning.steps import (
+    EntryStep,
+    append,
+    close_turn,
+    guard,
+    message_end,
+    take_held,
+    tool_windows,
+    turn_end,
+)
 from sessionfold.projections.store import Store
 
 log = logging.getLogger(__name__)
@@ -50,14 +65,10 @@ def apply(store: Store, envelope: Envelope, config: PruneConfig = DEFAULT_CONFIG
         # ledger's alone.
         return []
     session = pruning.open_session(store, envelope.session_id, config)
-    if envelope.seq <= session.head["seq"]:
-        return []  # redelivery, replay or duplicate publish
-    session.head["seq"] = envelope.seq
-    if session.busy:
-        pruning.hold(session, envelope)
-        session.save()
-        return []
-    outputs = _process(session, envelope)
+    admitted = guard.admit(session, envelope)
+    if admitted is None:
+        return []  # an old seq: nothing to write
+    outputs = _process(session, envelope) if admitted else []
     session.save()
     return outputs
 
@@ -88,7 +99,7 @@ def _release_held(session: pruning.Session) -> list[Envelope]:
     """Fold the held events in order until one raises the barrier again."""
     outputs: list[Envelope] = []
     while not session.busy:
-        envelope = pruning.take_held(session)
+        envelope = take_held(session)
         if envelope is None:
             break
         outputs.extend(_process(session, envelope))
@@ -106,7 +117,7 @@ def _process(session: pruning.Session, envelope: Envelope) -> list[Envelope]:
     if not isinstance(envelope, ReloadEnvelope | CommandEnvelope):
         return []  # world and compact-request feed the ledger, not pruning
     # Reloads and commands come between runs: the last turn has ended by then.
-    outputs = _close_turn(session, envelope)
+    outputs = close_turn.close(session, envelope)
     if session.busy:
         return outputs
     if isinstance(envelope, ReloadEnvelope):
@@ -116,16 +127,6 @@ def _process(session: pruning.Session, envelope: Envelope) -> list[Envelope]:
         windows.on_reload(session)
         return outputs
     return outputs + _process_command(session, envelope)
-
-
-def _close_turn(session: pruning.Session, envelope: Envelope) -> list[Envelope]:
-    """Evaluate a still open turn end before `envelope`; hold it if that raised the barrier."""
-    if not windows.gate_open(session):
-        return []
-    outputs = flushing.turn_end(session, envelope.seq, envelope.time)
-    if session.busy:
-        pruning.hold(session, envelope)
-    return outputs
 
 
 def _process_command(session: pruning.Session, envelope: CommandEnvelope) -> list[Envelope]:
@@ -149,47 +150,20 @@ def _process_placeholder(session: pruning.Session, envelope: PlaceholderEnvelope
     return []
 
 
+#: The steps of an entry after the guard, in order (see the module docstring).
+ENTRY_STEPS = (
+    guard.run,
+    close_turn.run,
+    message_end.run,
+    append.run,
+    tool_windows.run,
+    turn_end.run,
+)
+
+
 def _process_entry(session: pruning.Session, envelope: EntryEnvelope) -> list[Envelope]:
-    entry = envelope.payload.entry
-    if digest.is_folded(session.store, session.session_id, entry.get("id")):
-        # A second entry with an id (the reader dead-letters it; another producer may not):
-        # refused before it can end a turn or start a flush.
-        log.warning(
-            "duplicate entry id refused",
-            extra={"session": session.session_id, "seq": envelope.seq, "code": "duplicate-id"},
-        )
-        return []
-    message = digest.message_of(entry)
-    role = message.get("role") if message is not None else None
-    outputs: list[Envelope] = []
-    # Step 1: a non-result message ends the previous assistant's turn.
-    if role not in (None, "toolResult"):
-        outputs.extend(_close_turn(session, envelope))
-        if session.busy:
-            return outputs
-    # Step 2: a final reply flushes before it is folded (agent-message trigger, §2.4).
-    if (
-        message is not None
-        and is_text_only_assistant(message)
-        and session.config.enabled
-        and session.config.pruneOn == "agent-message"
-        and session.head["me"] != envelope.seq
-    ):
-        outputs.extend(flushing.start_flush(session, "message-end", envelope.seq, envelope.time))
-        if session.busy:
-            pruning.hold(session, envelope)
-            return outputs
-    # Step 3: the entry itself.
-    appended = digest.apply_entry(session.store, session.session_id, entry, envelope.seq)
-    if appended is None:
-        return outputs
-    if appended.switched:
-        windows.on_switch(session)
-    # Step 4: the turn end the entry completes.
-    if (
-        appended.row is not None
-        and message is not None
-        and windows.on_row(session, appended.row, message)
-    ):
-        outputs.extend(flushing.turn_end(session, envelope.seq, envelope.time))
-    return outputs
+    step = EntryStep(session, facts_of(envelope), envelope, [])
+    for run in ENTRY_STEPS:
+        if run(step):
+            break
+    return step.outputs

@@ -14,7 +14,7 @@ Nothing here holds a tool output beyond a spilled result's capped head preview.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sessionfold.projections.pruning import context_metrics as metrics
 from sessionfold.projections.pruning.capture import Call
@@ -32,6 +32,11 @@ def record(store: Store, session_id: str, occ: str) -> IndexRecord | None:
 def is_summarized(store: Store, session_id: str, occ: str) -> bool:
     """Strict: the occurrence key itself is indexed or dedup-aliased (never a bare-id lookup)."""
     return store.get(_k(session_id, "i", occ)) is not None
+
+
+def summarized_check(store: Store, session_id: str) -> Callable[[str], bool]:
+    """`is_summarized` bound to one session, for the frontier's trim."""
+    return lambda occ: store.get(_k(session_id, "i", occ)) is not None
 
 
 def canonical_of(store: Store, session_id: str, content_hash: str) -> str | None:

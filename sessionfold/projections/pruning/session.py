@@ -7,21 +7,19 @@ Everything pruning keeps lives under `key(session_id, "pr", ...)`:
 - `a/<seq>`, `r/<seq>`, `w/<turn>`: captured assistants, paired results and pending turns
   (`windows.py`); `i/`, `ref/`, `hash/`, `s/`: the index (`index.py`); `f/<n>`, `q/<request>`,
   `m/<n>`: frontier history, the outstanding request's plan, flush-metrics records
-  (`flushing.py`); `held/<seq>`: events held by the flush barrier (here).
+  (`flushing.py`); `held/<seq>`: events held by the flush barrier (`steps/`).
 Every event writes the head and at most a few rows; a flush touches the pending turns only.
 """
 
 from __future__ import annotations
 
 import logging
-from bisect import insort
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import orjson
 
-from sessionfold.events.envelope import Envelope, from_dict
 from sessionfold.projections.pruning import context_metrics as metrics
 from sessionfold.projections.pruning.config import (
     ConfigError,
@@ -132,8 +130,21 @@ def effective_config(base: PruneConfig, overrides: dict[str, Any]) -> PruneConfi
     return _effective(base, orjson.dumps(overrides, option=orjson.OPT_SORT_KEYS).decode())
 
 
+#: One Protection per config object, kept across events so its memo of answers outlives a fold
+#: step: by identity (hashing a config hashes every field, on every event), with the config
+#: kept alive beside it so its id cannot be taken by another.
+_PROTECTIONS: dict[int, tuple[PruneConfig, metrics.Protection]] = {}
+
+
 def _protection(config: PruneConfig) -> metrics.Protection:
-    return metrics.Protection(config.protectedTools, config.protectedPaths)
+    found = _PROTECTIONS.get(id(config))
+    if found is not None and found[0] is config:
+        return found[1]
+    if len(_PROTECTIONS) >= 256:
+        _PROTECTIONS.clear()
+    protection = metrics.Protection(config.protectedTools, config.protectedPaths)
+    _PROTECTIONS[id(config)] = (config, protection)
+    return protection
 
 
 def _sync_protection(session: Session) -> None:
@@ -156,28 +167,6 @@ def set_overrides(session: Session, settings: dict[str, Any]) -> None:
     session.config = config
     session.protection = _protection(config)
     _sync_protection(session)
-
-
-# --- the flush barrier -----------------------------------------------------------------------
-
-
-def hold(session: Session, envelope: Envelope) -> None:
-    """Keep a session event until the outstanding compaction is applied."""
-    session.store.put(
-        row_key(session.session_id, "held", envelope.seq), envelope.model_dump(mode="json")
-    )
-    insort(session.head["held"], envelope.seq)
-
-
-def take_held(session: Session) -> Envelope | None:
-    """The earliest held event, removed from the buffer; None when nothing is held."""
-    if not session.head["held"]:
-        return None
-    seq = session.head["held"].pop(0)
-    held_key = row_key(session.session_id, "held", seq)
-    raw = session.store.get(held_key)
-    session.store.delete(held_key)
-    return from_dict(raw) if raw is not None else None
 
 
 def flush_records(store: Store, session_id: str) -> list[dict[str, Any]]:

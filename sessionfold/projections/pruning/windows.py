@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from bisect import insort
 from collections.abc import Callable
-from typing import Any
 
 from sessionfold.events.flush import Frontier
 from sessionfold.projections.pruning import context_metrics as metrics
@@ -20,17 +19,12 @@ from sessionfold.projections.pruning import digest, index
 from sessionfold.projections.pruning.capture import (
     Batch,
     Call,
-    assistant_text,
-    call_arguments,
-    content_hash,
     group_batches,
     head_preview,
-    js_length,
-    result_head,
-    result_text,
+    result_record,
 )
+from sessionfold.projections.pruning.entry_facts import EntryFacts
 from sessionfold.projections.pruning.frontier import trim_batches
-from sessionfold.projections.pruning.message_facts import call_path
 from sessionfold.projections.pruning.records import (
     AssistantCall,
     AssistantFacts,
@@ -51,22 +45,24 @@ def gate_open(session: Session) -> bool:
     return session.head["gate"] is not None
 
 
-def on_row(session: Session, row: MessageRow, message: dict[str, Any]) -> bool:
+def on_row(session: Session, row: MessageRow, facts: EntryFacts) -> bool:
     """Fold one message that joined the branch; True when its turn has just ended."""
     role = row["role"]
     if role == "user":
         session.head["group"] += 1
     elif role == "assistant":
-        return _open_turn(session, row, message)
+        return _open_turn(session, row, facts)
     elif role == "toolResult":
-        return _pair_result(session, row, message)
+        return _pair_result(session, row, facts)
     return False
 
 
-def _open_turn(session: Session, row: MessageRow, message: dict[str, Any]) -> bool:
+def _open_turn(session: Session, row: MessageRow, facts: EntryFacts) -> bool:
     head = session.head
-    _note_usage(session, message)
-    blocks = [b for b in digest.tool_calls(message) if isinstance(b.get("id"), str)]
+    if facts.usage is not None:
+        # An assistant's usage is the context size pi reports at its turn end.
+        head["tokens"] = facts.usage
+    blocks = [c for c in facts.calls if isinstance(c.id, str)]
     seq = row.get("seq")
     turn = row["turn"]
     _close_window(session)
@@ -75,22 +71,16 @@ def _open_turn(session: Session, row: MessageRow, message: dict[str, Any]) -> bo
     if not blocks or seq is None:
         return True  # a turn without tool calls ends with its message
     calls: list[AssistantCall] = [
-        {
-            "id": b["id"],
-            "name": str(b.get("name")),
-            "args": call_arguments(b),
-            "path": call_path(b),
-        }
-        for b in blocks
+        {"id": c.id, "name": str(c.name), "args": c.args, "path": c.path} for c in blocks
     ]
-    facts: AssistantFacts = {
+    kept: AssistantFacts = {
         "turn": turn,
-        "ts": _batch_timestamp(row),
-        "text": assistant_text(message),
+        "ts": facts.stamp,
+        "text": facts.text,
         "group": head["group"],
         "calls": calls,
     }
-    session.store.put(row_key(session.session_id, "a", seq), facts)
+    session.store.put(row_key(session.session_id, "a", seq), kept)
     ids = [c["id"] for c in calls]
     head["win"] = {"turn": turn, "a": seq, "ids": ids, "names": [c["name"] for c in calls]}
     gate["wait"] = list(dict.fromkeys(ids))
@@ -106,28 +96,6 @@ def _close_window(session: Session) -> None:
         session.store.delete(row_key(session.session_id, "a", win["a"]))
 
 
-def _batch_timestamp(row: MessageRow) -> int:
-    """The entry's ISO timestamp in ms, else the message's, else 0 (a fold has no clock)."""
-    ms = digest.iso_to_ms(row.get("ets"))
-    ts = row.get("ts")
-    if ms is None and isinstance(ts, int | float):
-        ms = int(ts)
-    return ms if ms is not None else 0
-
-
-def _note_usage(session: Session, message: dict[str, Any]) -> None:
-    """An assistant's usage is the context size pi reports at its turn end (aborted ones: none)."""
-    usage = message.get("usage")
-    if not isinstance(usage, dict) or message.get("stopReason") in ("error", "aborted"):
-        return
-    total = usage.get("totalTokens")
-    if not isinstance(total, int) or total <= 0:
-        parts = (usage.get(k) for k in ("input", "output", "cacheRead", "cacheWrite"))
-        total = sum(p for p in parts if isinstance(p, int))
-    if total > 0:
-        session.head["tokens"] = total
-
-
 def note_usage_event(session: Session, tokens: int | None, window: int | None) -> None:
     """A usage event: the context tokens (null right after a compaction) and the window."""
     session.head["tokens"] = tokens
@@ -135,7 +103,7 @@ def note_usage_event(session: Session, tokens: int | None, window: int | None) -
         session.head["window"] = window
 
 
-def _pair_result(session: Session, row: MessageRow, message: dict[str, Any]) -> bool:
+def _pair_result(session: Session, row: MessageRow, facts: EntryFacts) -> bool:
     """Pair a result with the latest assistant's call (first result per id wins, §3.2)."""
     head = session.head
     win = head["win"]
@@ -150,7 +118,7 @@ def _pair_result(session: Session, row: MessageRow, message: dict[str, Any]) -> 
         return False
     name = win["names"][win["ids"].index(call_id)]
     session.store.put(
-        row_key(session.session_id, "r", seq), _result_facts(session, row, message, name)
+        row_key(session.session_id, "r", seq), _result_facts(session, row, facts, name)
     )
     window["r"][call_id] = seq
     session.store.put(window_key, window)
@@ -165,15 +133,16 @@ def _pair_result(session: Session, row: MessageRow, message: dict[str, Any]) -> 
 
 
 def _result_facts(
-    session: Session, row: MessageRow, message: dict[str, Any], tool_name: str
+    session: Session, row: MessageRow, entry: EntryFacts, tool_name: str
 ) -> ResultFacts:
-    text = result_text(message)
-    raw = js_length(text)
+    text = entry.text
+    raw = entry.raw
+    content, head = result_record(tool_name, text)
     facts: ResultFacts = {
         "key": row["occ"],
         "raw": raw,
-        "hash": content_hash(tool_name, text),
-        "head": result_head(text),
+        "hash": content,
+        "head": head,
         "err": row.get("isError") is True,
         "rts": row.get("ts"),
     }
@@ -196,10 +165,18 @@ def turn_batch(session: Session, turn: int) -> Batch | None:
     if window is None or facts is None:
         return None
     calls = []
+    protection = session.protection
+    protected = protection.memo  # (name, path) -> bool: the globs run once per pair
     for call in facts["calls"]:
         seq = window["r"].get(call["id"])
         result = store.get(row_key(sid, "r", seq)) if seq is not None else None
-        if result is None or session.protection.protects(call["name"], call["path"]):
+        if result is None:
+            continue
+        pair = (call["name"], call["path"])
+        hit = protected.get(pair)
+        if hit is None:
+            hit = protected[pair] = protection.protects(*pair)
+        if hit:
             continue
         calls.append(
             Call(
@@ -223,7 +200,7 @@ def turn_batch(session: Session, turn: int) -> Batch | None:
 
 def summarized_predicate(session: Session) -> Callable[[str], bool]:
     """Strict summarized check by occurrence key, against the session's index."""
-    return lambda occ: index.is_summarized(session.store, session.session_id, occ)
+    return index.summarized_check(session.store, session.session_id)
 
 
 def frontier_of(session: Session) -> Frontier | None:

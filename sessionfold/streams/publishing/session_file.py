@@ -36,14 +36,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from sessionfold.events.entries import EntryError, parse_entry
+from sessionfold.events.entries import EntryError, check_entry
 from sessionfold.events.envelope import (
     MAX_ENTRY_BYTES,
     EntryEnvelope,
-    EntryPayload,
     PlaceholderEnvelope,
     PlaceholderPayload,
     encode,
+    entry_envelope,
 )
 from sessionfold.events.formats import TRANSLATORS, detect, translator_for
 from sessionfold.events.formats.base import MappingError, Translator
@@ -622,7 +622,7 @@ class SessionFileReader:
             yield from self._placeholder(entry, letter)
             return
         try:
-            parse_entry(entry)
+            check_entry(entry)
         except EntryError as exc:
             letter = self._dead(line_no, "EntryError", str(exc), line)
             yield letter
@@ -630,12 +630,13 @@ class SessionFileReader:
             return
         timestamp = entry.get("timestamp")
         assert position.session_id is not None
-        envelope = EntryEnvelope(
-            session_id=position.session_id,
-            seq=position.next_seq,  # taken below, once the envelope is known to fit
-            producer=self.producer,
-            time=timestamp if isinstance(timestamp, str) else None,
-            payload=EntryPayload(entry=entry, line=line_no),
+        envelope = entry_envelope(
+            position.session_id,
+            position.next_seq,  # taken below, once the envelope is known to fit
+            self.producer,
+            timestamp if isinstance(timestamp, str) else None,
+            entry,
+            line_no,
         )
         if not envelope_fits(envelope, size):
             # Kafka could not carry it: dead here, so every runtime folds the placeholder instead.

@@ -1,0 +1,68 @@
+"""The pruning fold of one session event, as its steps in order, one module each.
+
+`guard` (the sequence guard, the flush barrier and the duplicate id), `close_turn` (a non-result
+message ends the previous assistant's turn), `message_end` (a final reply flushes before it is
+folded), `append` (the branch digest and its metrics), `tool_windows` (the tool windows, turn
+gates and pending turns) and `turn_end` (the turn end the entry completes). Each entry step is
+`run(step) -> bool`, handed the entry's `EntryStep` (the session, the entry's facts, the
+envelope, the outputs so far); True stops the entry there (held by the barrier, refused, or
+nothing more to fold). `pruning/fold.py` runs them in this order. The flush barrier's buffer is
+here too: `hold` keeps an event a step stopped at, `take_held` gives it back once answered.
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from dataclasses import dataclass
+
+from sessionfold.events.envelope import EntryEnvelope, Envelope, from_dict
+from sessionfold.projections.pruning.digest import Appended
+from sessionfold.projections.pruning.entry_facts import EntryFacts
+from sessionfold.projections.pruning.session import Session, row_key
+
+__all__ = [
+    "EntryStep",
+    "append",
+    "close_turn",
+    "guard",
+    "hold",
+    "message_end",
+    "take_held",
+    "tool_windows",
+    "turn_end",
+]
+
+
+@dataclass(slots=True)
+class EntryStep:
+    """One entry on its way through the steps: what each step is handed and leaves for the
+    next (`appended` by `append`, `ended` by `tool_windows`)."""
+
+    session: Session
+    facts: EntryFacts
+    envelope: EntryEnvelope
+    outputs: list[Envelope]
+    appended: Appended | None = None
+    ended: bool = False
+
+
+# --- the flush barrier's buffer: the steps hold an event, the fold takes it back ---------------
+
+
+def hold(session: Session, envelope: Envelope) -> None:
+    """Keep a session event until the outstanding compaction is applied."""
+    session.store.put(
+        row_key(session.session_id, "held", envelope.seq), envelope.model_dump(mode="json")
+    )
+    insort(session.head["held"], envelope.seq)
+
+
+def take_held(session: Session) -> Envelope | None:
+    """The earliest held event, removed from the buffer; None when nothing is held."""
+    if not session.head["held"]:
+        return None
+    seq = session.head["held"].pop(0)
+    held_key = row_key(session.session_id, "held", seq)
+    raw = session.store.get(held_key)
+    session.store.delete(held_key)
+    return from_dict(raw) if raw is not None else None
