@@ -31,6 +31,7 @@ from sessionfold.streams.cli.options import (
     config_or_exit,
 )
 from sessionfold.streams.cli.worker import model_port_for
+from sessionfold.streams.runtime.heap import freeze_after_full_collections
 from sessionfold.streams.runtime.live import LiveFolds
 from sessionfold.streams.web.auth import exposure_warning, quiet_bad_requests
 from sessionfold.streams.web.live_api import DEFAULT_WAIT_S, LiveApi
@@ -109,6 +110,7 @@ def register(app: typer.Typer) -> None:
         live = LiveFolds(watched, config, model_port_for(config), diff_model)
         api = LiveApi(live, wait_s, diff_model)
         quiet_bad_requests()
+        freeze_after_full_collections()  # the sessions' entries and state live as long as serve
         asyncio.run(_serve(err, live, api, token, bind, port, poll_ms / 1000))
 
 
