@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import orjson
@@ -179,20 +179,20 @@ class LiveApi:
         goes in, with the encoding, when it carries one."""
         answer = contract.context_answer(
             session_id,
-            request,
+            replace(request, patch=False),  # the array as is: no patch built per call
             rendered.view,
             rendered.epoch,
             stale,
             rendered.tokens,
             rendered.identities,
         )
+        if answer.pop("messages", None) is None:
+            return answer, "", None
         # The render's array (or patch) goes out as encoded once per render (`_json` splices
         # it in), not encoded again per call.
-        if answer.pop("messages", None) is not None:
-            return answer, "messages", rendered.messages_json
-        if answer.pop("patch", None) is not None:
+        if request.patch:
             return answer, "patch", rendered.patch_json
-        return answer, "", None
+        return answer, "messages", rendered.messages_json
 
     async def compact(self, request: web.Request) -> web.Response:
         """The ledger's compaction summary for the session as its file stands, or a fallback."""
