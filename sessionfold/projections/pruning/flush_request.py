@@ -2,17 +2,21 @@
 
 The request carries what the summarizer needs (heads, arguments, refs); the stored plan only
 what applying the answer needs (keys, sizes, hashes, seqs), under `q/<request id>`.
+`request_envelope` builds the request's JSON directly: the fold only ever sends it, so building
+its typed models (`request_payload`, which a test holds equal) and dumping them was pure cost.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from sessionfold.events.envelope import OpaquePayload, PruningRequestEnvelope
 from sessionfold.events.flush import (
     DedupedCall,
     FlushBatch,
     FlushCall,
     FlushRequestPayload,
+    Frontier,
     MetricsSnapshot,
 )
 from sessionfold.projections.pruning.capture import Batch, Call
@@ -36,6 +40,74 @@ def request_payload(session: Session, plan: FlushPlan, info: AttemptInfo) -> Flu
         metrics=MetricsSnapshot(**info["metrics"]),
         time=info["time"],
     )
+
+
+def request_envelope(
+    session: Session, plan: FlushPlan, info: AttemptInfo, seq: int
+) -> PruningRequestEnvelope:
+    """The flush request's envelope: `wrap(request_payload(...), seq)`, built from the plan
+    without the typed models (the same JSON, field for field)."""
+    raw = session.head["frontier"]
+    # One frontier per request: validated as the typed path does (it may be a restored row).
+    frontier = None if raw is None else Frontier.model_validate(raw).model_dump(mode="json")
+    snapshot = info["metrics"]
+    document: dict[str, Any] = {
+        "request_id": info["id"],
+        "session_id": session.session_id,
+        "seq": info["seq"],
+        "trigger": info["trigger"],
+        "model": session.config.summarizerModel,
+        "thinking": session.config.summarizerThinking,
+        "batches": [_batch_document(planned) for planned in plan.batches],
+        "frontier_before": frontier,
+        "metrics": {name: snapshot[name] for name in MetricsSnapshot.model_fields},
+        "time": info["time"],
+    }
+    return PruningRequestEnvelope(
+        session_id=session.session_id,
+        seq=seq,
+        time=info["time"],
+        payload=OpaquePayload(**document),
+    )
+
+
+def _batch_document(planned: PlannedBatch) -> dict[str, Any]:
+    """`_flush_batch(planned).model_dump(mode="json")`, field order included."""
+    batch = planned.batch
+    refs = planned.refs or (None,) * len(batch.calls)
+    return {
+        "turn_index": batch.turn_index,
+        "timestamp": batch.timestamp,
+        "assistant_text": batch.assistant_text,
+        "disposition": planned.disposition,
+        "calls": [
+            {
+                "key": c.key,
+                "tool_call_id": c.tool_call_id,
+                "tool_name": c.tool_name,
+                "arguments": c.arguments,
+                "is_error": c.is_error,
+                "raw_chars": c.raw_chars,
+                "content_hash": c.content_hash,
+                "head": c.head,
+                "truncated_chars": c.truncated_chars,
+                "seq": c.seq,
+                "ref": ref,
+            }
+            for c, ref in zip(batch.calls, refs, strict=True)
+        ],
+        "deduped": [
+            {
+                "key": c.key,
+                "tool_call_id": c.tool_call_id,
+                "tool_name": c.tool_name,
+                "original_key": original,
+                "raw_chars": c.raw_chars,
+                "seq": c.seq,
+            }
+            for c, original in planned.deduped
+        ],
+    }
 
 
 def _flush_batch(planned: PlannedBatch) -> FlushBatch:

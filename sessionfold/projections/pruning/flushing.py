@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any
 
-from sessionfold.events.envelope import Envelope
+from sessionfold.events.envelope import Envelope, FlushMetricsEnvelope, OpaquePayload
 from sessionfold.events.flush import (
     AttemptOutcome,
     CompactionPayload,
@@ -21,7 +20,6 @@ from sessionfold.events.flush import (
     Frontier,
     MetricsSnapshot,
     Trigger,
-    wrap,
 )
 from sessionfold.projections.pruning import context_metrics as metrics
 from sessionfold.projections.pruning import index
@@ -32,7 +30,7 @@ from sessionfold.projections.pruning.flush_pipeline import (
     plan_flush,
     walk_answers,
 )
-from sessionfold.projections.pruning.flush_request import plan_from_row, plan_row, request_payload
+from sessionfold.projections.pruning.flush_request import plan_from_row, plan_row, request_envelope
 from sessionfold.projections.pruning.frontier import trim_batch
 from sessionfold.projections.pruning.records import (
     AttemptInfo,
@@ -192,7 +190,7 @@ def start_flush(session: Session, trigger: Trigger, seq: int, time: str | None) 
     session.store.put(
         row_key(session.session_id, "q", info["id"]), {**info, "plan": plan_row(plan)}
     )
-    return [wrap(request_payload(session, plan, info), seq)]
+    return [request_envelope(session, plan, info, seq)]
 
 
 def _register_aliases(session: Session, plan: FlushPlan) -> None:
@@ -309,7 +307,7 @@ def _collect_dead_turns(session: Session, frontier_turn: int) -> None:
 
 def _record_attempt(
     session: Session, info: AttemptInfo, processed: int, outcome: AttemptOutcome
-) -> Any:
+) -> FlushMetricsEnvelope:
     """The one flush-metrics record of an attempt, kept in state and returned as an envelope."""
     payload = FlushMetricsPayload(
         request_id=info["id"],
@@ -322,10 +320,17 @@ def _record_attempt(
         metrics=MetricsSnapshot(**info["metrics"]),
         time=info["time"],
     )
-    record_key = row_key(session.session_id, "m", info["n"])
-    session.store.put(record_key, payload.model_dump(mode="json"))
+    # Dumped once: the state row and the envelope's payload are the same JSON (`wrap` would
+    # dump the payload again).
+    record = payload.model_dump(mode="json")
+    session.store.put(row_key(session.session_id, "m", info["n"]), record)
     log.info(
         "flush attempt",
         extra={"session": session.session_id, "trigger": info["trigger"], "outcome": outcome},
     )
-    return wrap(payload, info["seq"])
+    return FlushMetricsEnvelope(
+        session_id=session.session_id,
+        seq=info["seq"],
+        time=info["time"],
+        payload=OpaquePayload(**record),
+    )

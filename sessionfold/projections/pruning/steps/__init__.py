@@ -14,8 +14,16 @@ from __future__ import annotations
 
 from bisect import insort
 from dataclasses import dataclass
+from typing import Any
 
-from sessionfold.events.envelope import EntryEnvelope, Envelope, from_dict
+from sessionfold.events.envelope import (
+    SCHEMA_VERSION,
+    EntryEnvelope,
+    Envelope,
+    Kind,
+    entry_envelope,
+    from_dict,
+)
 from sessionfold.projections.pruning.digest import Appended
 from sessionfold.projections.pruning.entry_facts import EntryFacts
 from sessionfold.projections.pruning.session import Session, row_key
@@ -51,9 +59,7 @@ class EntryStep:
 
 def hold(session: Session, envelope: Envelope) -> None:
     """Keep a session event until the outstanding compaction is applied."""
-    session.store.put(
-        row_key(session.session_id, "held", envelope.seq), envelope.model_dump(mode="json")
-    )
+    session.store.put(row_key(session.session_id, "held", envelope.seq), _held_row(envelope))
     insort(session.head["held"], envelope.seq)
 
 
@@ -65,4 +71,34 @@ def take_held(session: Session) -> Envelope | None:
     held_key = row_key(session.session_id, "held", seq)
     raw = session.store.get(held_key)
     session.store.delete(held_key)
-    return from_dict(raw) if raw is not None else None
+    if raw is None:
+        return None
+    if raw.get("kind") == Kind.ENTRY.value and raw.get("schema_version") == SCHEMA_VERSION:
+        # An entry was checked when it was first folded: rebuilt without validating its
+        # (often long) message again, equal to what `from_dict` builds.
+        payload = raw["payload"]
+        return entry_envelope(
+            raw["session_id"],
+            raw["seq"],
+            raw["producer"],
+            raw["time"],
+            payload["entry"],
+            payload["line"],
+        )
+    return from_dict(raw)
+
+
+def _held_row(envelope: Envelope) -> dict[str, Any]:
+    """`envelope.model_dump(mode="json")`; an entry's written out, its JSON entry as it is
+    (pydantic would copy the whole message only for the row to hold the same JSON)."""
+    if not isinstance(envelope, EntryEnvelope):
+        return envelope.model_dump(mode="json")
+    return {
+        "schema_version": envelope.schema_version,
+        "session_id": envelope.session_id,
+        "seq": envelope.seq,
+        "producer": envelope.producer,
+        "time": envelope.time,
+        "kind": Kind.ENTRY.value,
+        "payload": {"entry": envelope.payload.entry, "line": envelope.payload.line},
+    }
