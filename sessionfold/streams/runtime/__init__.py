@@ -7,6 +7,7 @@ __all__ = [
     "answer_journal",
     "config_files",
     "embedded",
+    "heap",
     "ledger_log",
     "ledger_loop",
     "live",
