@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sessionfold.events.envelope import CompactRequestEnvelope, LedgerRequestEnvelope
+from sessionfold.events.ledger import read_ledger_request
 from sessionfold.ports.ledger import reading
 from sessionfold.ports.ledger.model import OfflineModel
+from sessionfold.ports.ledger.pass_ import run_pass
 from sessionfold.projections.ledger.heuristics import standing_region, standing_sentences
+from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
+from sessionfold.streams.runtime.embedded import EmbeddedRuntime
+from sessionfold.streams.tools.synthetic import generate_session, write_session
 
 #: Pieces of user messages: rule words, withdrawals, questions, fences and quotes, breaks.
 _PIECES = st.sampled_from(
@@ -84,3 +92,27 @@ def test_the_offline_labels_read_each_message_once(monkeypatch: pytest.MonkeyPat
     assert labels[0]["words"] == "Never push to main without a review."
     assert labels[1]["label"] == "not a rule"
     assert reads == [long_rule, "thanks, looks good"]
+
+
+def test_a_pass_starts_with_an_empty_memo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing read in one pass is kept for the next: the same request answered twice reads
+    its messages twice (a run of folds reads what one fold does)."""
+    runtime = EmbeddedRuntime()
+    for record in read_session_file(write_session(tmp_path, generate_session(7, 40)).path):
+        runtime.publish(record)
+    last = max(e.seq for e in runtime.log["session-events"] if not isinstance(e, DeadLetter))
+    runtime.publish(CompactRequestEnvelope(session_id=runtime.sessions()[0], seq=last + 1))
+    envelope = next(
+        e for e in runtime.log["flush-requests"] if isinstance(e, LedgerRequestEnvelope)
+    )
+    reads: list[str] = []
+
+    def counted(text: str, whole: int, words: int) -> tuple[int, int] | None:
+        reads.append(text)
+        return standing_region(text, whole, words)
+
+    monkeypatch.setattr(reading, "standing_region", counted)
+    run_pass(read_ledger_request(envelope), OfflineModel())
+    first = list(reads)
+    run_pass(read_ledger_request(envelope), OfflineModel())
+    assert first and reads == first * 2

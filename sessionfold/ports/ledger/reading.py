@@ -2,10 +2,10 @@
 
 A pass taking over from another compactor reads each earlier message's standing region
 (`context.PassContext.from_request`), and the offline model reads every message's again to
-label it; a message carried to the next pass is read again there. The reading
-(`heuristics.standing_region`) is a pure function of the text, so it is kept for the texts
-read last: a small bounded memo, and none for a text longer than `CACHED_CHARS` (a pasted
-file is read each time rather than kept alive by the memo).
+label it. The reading (`heuristics.standing_region`) is a pure function of the text, so it
+is kept for the pass: a small bounded memo, emptied when a pass starts (`forget`: nothing
+outlives its pass, and a run of folds reads as much as one does), and none for a text longer
+than `CACHED_CHARS` (a pasted file is read each time rather than kept by the memo).
 """
 
 from __future__ import annotations
@@ -37,3 +37,8 @@ def standing_region_of(
     if len(text) > CACHED_CHARS:
         return standing_region(text, whole_chars, words_chars)
     return _cached(text, whole_chars, words_chars)
+
+
+def forget() -> None:
+    """Empty the memo: a pass starts."""
+    _cached.cache_clear()
