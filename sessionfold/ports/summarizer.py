@@ -150,8 +150,16 @@ _ERROR_WORDS = (
     "not found",
     "denied",
 )
+_ERROR_WORDS_BYTES = tuple(word.encode("ascii") for word in _ERROR_WORDS)
 _ERROR_LINE = re.compile("|".join(_ERROR_WORDS), re.IGNORECASE)
+#: The non-ASCII letters re.I equates with ASCII ones (dotted and dotless i, long s, Kelvin
+#: sign; the tests ask `re` for them).
+_ASCII_FOLDS = ("\u0130", "\u0131", "\u017f", "\u212a")
 _PRINTED_PATH = re.compile(r"(?<![\w/.-])(?:\.{1,2}/|/)?(?:[\w.@-]+/)+[\w.@-]+\.[A-Za-z]\w*")
+#: Every character a `_PRINTED_PATH` match can hold, as maximal runs.
+_PATH_RUN = re.compile(r"[\w.@/-]*")
+#: Runs with a slash `_printed_path` searches one by one before it searches the rest whole.
+_PATH_RUNS_TRIED = 8
 _PATH_TOOLS = frozenset({"read", "write", "edit", "ls", "find", "grep"})
 _GIST_KEYS = ("path", "command", "pattern", "query", "url", "file", "cmd")
 
@@ -204,21 +212,51 @@ def _evidence(call: FlushCall) -> str:
         return f"error line: `{_clip(error, 120)}`"
     if call.tool_name in _PATH_TOOLS:
         return ""
-    found = _PRINTED_PATH.search(call.head)
-    return f"printed `{_clip(found.group(0), 100)}`" if found else ""
+    found = _printed_path(call.head)
+    return f"printed `{_clip(found, 100)}`" if found else ""
+
+
+def _printed_path(text: str) -> str | None:
+    """`_PRINTED_PATH`'s first match in `text`, looked for only around its slashes.
+
+    A match is made of path characters alone (`_PATH_RUN`) and holds a slash, so it lies in
+    one maximal run of them that holds a slash, and the first match is in the first such run
+    that has one. The pattern tried at every character of an output that prints no path
+    costs several times a `find` per slash and a search of each run; after `_PATH_RUNS_TRIED`
+    runs without one, the rest of the text is searched whole (never slower than that).
+    """
+    at = text.find("/")
+    if at < 0:
+        return None
+    size = len(text)
+    reverse = text[::-1]  # a run's start is where the run read backwards from a slash ends
+    for _ in range(_PATH_RUNS_TRIED):
+        start = size - _PATH_RUN.match(reverse, size - at).end()
+        end = _PATH_RUN.match(text, at).end()
+        found = _PRINTED_PATH.search(text, start, end)
+        if found is not None:
+            return found.group(0)
+        at = text.find("/", end)
+        if at < 0:
+            return None
+    start = size - _PATH_RUN.match(reverse, size - at).end()
+    found = _PRINTED_PATH.search(text, start)
+    return None if found is None else found.group(0)
 
 
 def _first_error_line(text: str) -> str | None:
     """The first line of `text` that `_ERROR_LINE` matches, stripped; None if none does.
 
     No match spans a line break, so the line that holds the first match in the whole text is
-    that line. In ASCII text (where re.I equates only ASCII letters) the first match starts
-    where the first of the pattern's words does in the lower-cased text: a few `find`s instead
-    of the pattern tried at every character.
+    that line. In text without the non-ASCII letters re.I equates with ASCII ones
+    (`_ASCII_FOLDS`), the first match starts where the first of the pattern's words does in
+    the text with its ASCII letters lower-cased and every other character made a "?" (one
+    byte each: the offsets stay the text's): a few `find`s instead of the pattern tried at
+    every character.
     """
-    if text.isascii():
-        lowered = text.lower()
-        found = [at for at in map(lowered.find, _ERROR_WORDS) if at >= 0]
+    if text.isascii() or not any(map(text.__contains__, _ASCII_FOLDS)):
+        lowered = text.encode("ascii", "replace").lower()
+        found = [at for at in map(lowered.find, _ERROR_WORDS_BYTES) if at >= 0]
         if not found:
             return None
         at = min(found)

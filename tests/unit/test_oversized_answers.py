@@ -43,6 +43,7 @@ from sessionfold.streams.runtime.step import (
     Answerer,
     answer_ledger,
     fit_compaction,
+    fitted_envelope,
     session_document,
 )
 from sessionfold.streams.tools.synthetic import generate_session, write_session
@@ -151,6 +152,7 @@ def test_a_fitted_compaction_keeps_the_longest_prefix_that_fits(
     later summary fails as `oversized-answer` (skips stay skips); None when nothing fits."""
     compaction = _compaction(sizes)
     fitted = fit_compaction(compaction, 7, limit)
+    assert fitted_envelope(compaction, 7, limit) == (None if fitted is None else wrap(fitted, 7))
     if fitted is None:
         stripped = [None if s is None else -1 for s in sizes]
         assert len(encode(wrap(_failed(compaction, 0), 7))) > limit, stripped

@@ -20,6 +20,8 @@ from sessionfold.events.envelope import (
     OpaquePayload,
     PruningCompactionEnvelope,
     PruningRequestEnvelope,
+    decode,
+    encode,
 )
 from sessionfold.events.flush import read_compaction, read_request
 from sessionfold.ports.ledger.model import OfflineModel
@@ -41,6 +43,7 @@ from sessionfold.streams.runtime.step import (
     answer_ledger,
     answer_pruning,
     fold_step,
+    pruning_request,
     session_document,
     topic_of,
 )
@@ -149,6 +152,18 @@ def test_a_pruning_request_is_answered_by_the_port(runtime: EmbeddedRuntime) -> 
     assert isinstance(answer.envelope, PruningCompactionEnvelope)
     assert answer.envelope.seq == request.seq
     assert read_compaction(answer.envelope).request_id == read_request(request).request_id
+
+
+def test_the_answer_step_reads_a_request_as_the_flush_events_do(runtime: EmbeddedRuntime) -> None:
+    """Every pruning request, as folded and as read back from the wire, is the payload
+    `read_request` gives: the answer step reads it without copying it first."""
+    requests = _requests(runtime, PruningRequestEnvelope)
+    assert requests
+    for request in requests:
+        wired = decode(encode(request))
+        assert isinstance(wired, PruningRequestEnvelope)
+        assert pruning_request(request) == read_request(request)
+        assert pruning_request(wired) == read_request(wired) == read_request(request)
 
 
 def test_a_port_that_raises_gets_an_error_compaction(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import string
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -154,7 +157,8 @@ def test_offline_summarizer_answers_each_batch_and_echoes_skips() -> None:
 _BREAKS = [c for c in map(chr, range(0x3000)) if len(f"a{c}b".splitlines()) == 2]
 
 #: Pieces of a tool's output near the error words: the words in several cases, every line
-#: break `str.splitlines` knows, blanks, and non-ASCII letters re.I equates with ASCII ones.
+#: break `str.splitlines` knows, blanks, and non-ASCII letters re.I equates with ASCII ones
+#: (alone and in the words).
 _ERROR_PIECES = st.sampled_from(
     (
         *summarizer._ERROR_WORDS,
@@ -173,6 +177,11 @@ _ERROR_PIECES = st.sampled_from(
         "K",
         "ſ",
         "İ",
+        "ı",
+        "…",
+        "faıled",
+        "denİed",
+        "tracebac\u212a",
     )
 )
 
@@ -188,6 +197,33 @@ def _first_error_line_by_lines(text: str) -> str | None:
 def test_the_first_error_line_is_the_first_line_the_pattern_matches(text: str) -> None:
     """Property: the line found around the first match is the first matching line, stripped."""
     assert summarizer._first_error_line(text) == _first_error_line_by_lines(text)
+
+
+def test_the_ascii_folds_are_the_letters_re_i_equates_with_ascii_ones() -> None:
+    """`_ASCII_FOLDS` is every non-ASCII character re.I matches with an ASCII letter (asked of
+    `re` over all code points), so text without them reads as its ASCII-lowered bytes."""
+    others = "".join(chr(c) for c in range(128, 0x110000) if not 0xD800 <= c <= 0xDFFF)
+    letters = re.compile("|".join(string.ascii_lowercase), re.IGNORECASE)
+    assert tuple(m.group(0) for m in letters.finditer(others)) == summarizer._ASCII_FOLDS
+
+
+#: Pieces of an output around printed paths: path characters, slashes, dots, extensions,
+#: separators, non-ASCII word characters, and runs with a slash but no path (more of them
+#: than `_printed_path` tries one by one).
+_PATH_PIECES = st.sampled_from(
+    (
+        *("/", "//", ".", "..", "./", "../", "@", "-", "_", "a", "Z", "9", ".ts", ".j", "é"),
+        *(" ", "\n", ":", ",", "(", "~", "…", "ß", "1/2", "a/b", "http://x/y", "src/app.py"),
+    )
+)
+
+
+@settings(max_examples=1000)
+@given(st.lists(_PATH_PIECES, max_size=60).map("".join))
+def test_the_printed_path_is_the_patterns_first_match(text: str) -> None:
+    """Property: `_printed_path` finds what `_PRINTED_PATH.search` over the whole text finds."""
+    found = summarizer._PRINTED_PATH.search(text)
+    assert summarizer._printed_path(text) == (found.group(0) if found else None)
 
 
 @given(st.lists(_ERROR_PIECES, max_size=30).map("".join), st.data())

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sessionfold.projections.ledger.heuristics import standing_region
+from sessionfold.ports.ledger.reading import standing_region_of
 from sessionfold.projections.ledger.text import Region, quotable_regions
 
 
@@ -115,7 +115,7 @@ class PassContext:
         if earlier is not None:
             for message in messages.values():
                 if message.seq < int(earlier.get("seq") or 0):
-                    region = standing_region(message.text)
+                    region = standing_region_of(message.text)
                     if region is not None:
                         standing[message.id] = region
         return cls(

@@ -15,14 +15,10 @@ from pathlib import PurePosixPath
 from typing import Any, Protocol, runtime_checkable
 
 from sessionfold.ports.ledger.answer import Answer
-from sessionfold.projections.ledger.heuristics import (
-    WHOLE_CHARS,
-    WORDS_REQUIRED_CHARS,
-    standing_region,
-    standing_sentences,
-)
+from sessionfold.ports.ledger.reading import standing_region_of
+from sessionfold.projections.ledger.heuristics import WHOLE_CHARS, WORDS_REQUIRED_CHARS
 from sessionfold.projections.ledger.rules import judged_text, shared_words, withdraws
-from sessionfold.projections.ledger.text import clip, quotable_regions
+from sessionfold.projections.ledger.text import Region, clip, quotable_regions
 from sessionfold.projections.ledger.values import span_values
 
 #: How many values one answer may name (the answer schema's bound: more fails the schema).
@@ -135,8 +131,10 @@ class OfflineModel:
             text = message["text"]
             own = "\n\n".join(text[a:b] for a, b in quotable_regions(text))
             judged = judged_text(own)
-            standing = standing_sentences(text)
-            words = self._words(text) if standing else None
+            # The region is None exactly when no sentence reads as a standing rule.
+            region = standing_region_of(text, self.whole_chars, self.words_chars)
+            standing = region is not None
+            words = self._words(text, region) if region is not None else None
             target = self._target(judged, words, candidates)
             item: dict[str, Any] = {"message": message["id"]}
             if target and standing:
@@ -175,11 +173,11 @@ class OfflineModel:
                 return None
         return target
 
-    def _words(self, text: str) -> str | None:
-        """The exact words of a long message's rule: its rule sentences, or the first alone."""
-        region = standing_region(text, self.whole_chars, self.words_chars)
+    def _words(self, text: str, region: Region) -> str | None:
+        """The exact words of a long message's rule (its rule sentences, or the first alone:
+        its standing `region`); None for a message short enough to be its rule whole."""
         whole = sum(end - start for start, end in quotable_regions(text)) <= self.whole_chars
-        return None if region is None or whole else text[region[0] : region[1]]
+        return None if whole else text[region[0] : region[1]]
 
     def _answer_questions(self, prompt: dict[str, Any]) -> list[dict[str, Any]]:
         texts = {m["id"]: m["text"] for m in prompt["messages"]}

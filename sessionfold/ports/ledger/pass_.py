@@ -25,6 +25,7 @@ from sessionfold.events.ledger import (
     SpanRecord,
     ValueEvent,
 )
+from sessionfold.ports.ledger import reading
 from sessionfold.ports.ledger.answer import Answer, AnswerError, parse_answer
 from sessionfold.ports.ledger.context import PassContext
 from sessionfold.ports.ledger.model import DiffModel
@@ -135,6 +136,7 @@ def run_pass(
     the span closes narrative-less.
     """
     config = config or LedgerConfig()
+    reading.forget()  # the standing regions read are this pass's
     context = PassContext.from_request(request)
     if config.narrative_mode == "turns":
         outcome = run_turns(context, model, config, clock)

@@ -47,10 +47,17 @@ from sessionfold.events.envelope import (
     FlushMetricsEnvelope,
     FlushRequestEnvelope,
     LedgerRequestEnvelope,
+    PruningCompactionEnvelope,
     PruningRequestEnvelope,
     encode,
 )
-from sessionfold.events.flush import BatchResult, CompactionPayload, read_request, wrap
+from sessionfold.events.flush import (
+    BatchResult,
+    CompactionPayload,
+    FlushRequestPayload,
+    read_request,
+    wrap,
+)
 from sessionfold.events.ledger import answer_envelope, read_ledger_request
 from sessionfold.ports.ledger.model import DiffModel
 from sessionfold.ports.ledger.pass_ import fallback_payload, run_pass
@@ -103,7 +110,7 @@ def answer_pruning(
 ) -> Answer:
     """The compaction answering a pruning flush request, within `max_bytes`; an error
     compaction if the port raises."""
-    payload = read_request(request)
+    payload = pruning_request(request)
     try:
         compaction = port.summarize(payload)
     except Exception as exc:
@@ -112,22 +119,45 @@ def answer_pruning(
             extra={"session": payload.session_id, "error": type(exc).__name__},
         )
         return error_answer(request, f"port-error:{type(exc).__name__}")
-    fitted = fit_compaction(compaction, request.seq, max_bytes)
-    if fitted is None:
+    envelope = fitted_envelope(compaction, request.seq, max_bytes)
+    if envelope is None:
         return error_answer(request, OVERSIZED_ANSWER)
-    return Answer(wrap(fitted, request.seq), "answered")  # type: ignore[arg-type]
+    return Answer(envelope, "answered")
+
+
+def pruning_request(request: PruningRequestEnvelope) -> FlushRequestPayload:
+    """The typed payload of a flush request: what `flush.read_request` returns, validated
+    from the opaque payload's fields as they are (a request's payload has no declared field)
+    instead of from a copy of them: the copy cost as much as the validation."""
+    return FlushRequestPayload.model_validate(request.payload.model_extra or {})
+
+
+def fitted_envelope(
+    compaction: CompactionPayload, seq: int, max_bytes: int
+) -> PruningCompactionEnvelope | None:
+    """The envelope of `compaction` fitted within `max_bytes` (`fit_compaction`); None if
+    nothing fits. Wrapped once when it fits as it is (nearly always): the size check is that
+    envelope's encoding."""
+    envelope = wrap(compaction, seq)
+    size = len(encode(envelope))
+    if size <= max_bytes:
+        return envelope  # type: ignore[return-value]
+    fitted = fit_compaction(compaction, seq, max_bytes, size)
+    return None if fitted is None else wrap(fitted, seq)  # type: ignore[return-value]
 
 
 def fit_compaction(
-    compaction: CompactionPayload, seq: int, max_bytes: int
+    compaction: CompactionPayload, seq: int, max_bytes: int, size: int | None = None
 ) -> CompactionPayload | None:
     """`compaction` within `max_bytes` encoded: as it is, or with the summaries after the
     longest prefix that fits turned into `oversized-answer` failures; None if nothing fits.
+    `size`: its encoded envelope's length, when the caller has it already.
 
     The sizes are exact: a result's share of the encoded list is its own encoding, so the
     record with the first k summaries kept is the all-failed record plus their extra bytes.
     """
-    size = len(encode(wrap(compaction, seq)))
+    if size is None:
+        size = len(encode(wrap(compaction, seq)))
     if size <= max_bytes:
         return compaction
     failed = tuple(_as_oversized(r) for r in compaction.results)
