@@ -212,17 +212,8 @@ def serving(watched: Path, poll_ms: int, tree: Path | None) -> Iterator[tuple[st
     command = [*CLI, "serve", str(watched), "--port", str(port), "--poll-ms", str(poll_ms)]
     process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, cwd=watched)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
     try:
-        while True:
-            try:
-                httpx.get(f"{url}/health", timeout=1)
-                break
-            except httpx.TransportError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    err = process.stderr.read().decode() if process.stderr else ""
-                    raise SystemExit(f"serve did not start: {err[-2000:]}") from None
-                time.sleep(0.05)
+        wait_ready(url, process, 60)
         yield url, process.pid
     finally:
         process.terminate()
@@ -291,16 +282,20 @@ def worker_serving(
 
 
 def wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """Return once `url`/health answers; exit if the process dies or the time runs out."""
+    """Return once `url`/health answers; exit if the process dies (with its stderr when piped)
+    or the time runs out."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             httpx.get(f"{url}/health", timeout=1)
             return
         except httpx.TransportError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the server at {url} did not start") from None
-            time.sleep(0.1)
+            exited = process.poll() is not None
+            if exited or time.monotonic() > deadline:
+                # a live process's pipe never ends: read it only once the process has exited
+                err = process.stderr.read().decode() if exited and process.stderr else ""
+                raise SystemExit(f"the server at {url} did not start: {err[-2000:]}") from None
+            time.sleep(0.05)
 
 
 async def grow(
