@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+from trees import extracted, run_in
 
 SESSIONS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sessions"
 REPO = Path(__file__).resolve().parents[1]
@@ -102,28 +102,11 @@ def trace(path: Path) -> dict[str, Any]:
 
 def traced_in(root: str, path: Path) -> dict[str, Any] | str:
     """`trace` run with the sessionfold of `root` in a subprocess; an error line if it fails."""
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", str(path)],
-        cwd=root,
-        env={**os.environ, "PYTHONPATH": root},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        lines = done.stderr.strip().splitlines()
-        return lines[-1] if lines else f"exit {done.returncode}"
-    result: dict[str, Any] = json.loads(done.stdout)
+    out, error = run_in(root, [__file__, "--child", str(path)])
+    if error is not None:
+        return error
+    result: dict[str, Any] = json.loads(out)
     return result
-
-
-def extracted(rev: str, into: str) -> str | None:
-    """`git archive rev` unpacked under `into`; None if the archive fails."""
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], capture_output=True)
-    if archive.returncode != 0:
-        return None
-    subprocess.run(["tar", "-x", "-C", into], input=archive.stdout, check=True)
-    return into
 
 
 def mean(values: list[int]) -> float:

@@ -24,10 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from trees import extracted, run_in
 
 from sessionfold.events.envelope import FlushRequestEnvelope
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
@@ -117,30 +115,18 @@ class Baseline:
         return found
 
     def _timed(self, root: str, path: Path, repeat: int) -> float | None:
-        done = subprocess.run(
-            [sys.executable, "-c", BASELINE_FOLD, str(path), str(repeat)],
-            cwd=root,
-            env={**os.environ, "PYTHONPATH": root},
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0:
-            lines = done.stderr.strip().splitlines()
-            self.error = lines[-1] if lines else f"exit {done.returncode}"
+        out, error = run_in(root, ["-c", BASELINE_FOLD, str(path), str(repeat)])
+        if error is not None:
+            self.error = error
             return None
-        return float(done.stdout.split()[-1])
+        return float(out.split()[-1])
 
     def _extracted(self) -> str | None:
         if self._dir is None and self.error is None:
             self._dir = tempfile.TemporaryDirectory(prefix="fold-baseline-")
-            archive = subprocess.run(
-                ["git", "-C", str(REPO), "archive", self.rev], capture_output=True, check=False
-            )
-            if archive.returncode != 0:
+            if extracted(self.rev, self._dir.name) is None:
                 self.error = f"git archive {self.rev} failed (a checkout with its history?)"
                 return None
-            subprocess.run(["tar", "-x", "-C", self._dir.name], input=archive.stdout, check=True)
         return None if self._dir is None or self.error else self._dir.name
 
     def close(self) -> None:
