@@ -7,17 +7,19 @@
 import { appendFileSync, existsSync, readFileSync } from "node:fs";
 import type { ExtensionAPI, ExtensionContext } from "@earendil-works/pi-coding-agent";
 
+/** The session file and the leaf as they are now (probe-start.ts records them too). */
+export function disk(ctx: ExtensionContext) {
+	const file = ctx.sessionManager.getSessionFile();
+	const exists = !!file && existsSync(file);
+	const lines = exists ? readFileSync(file!, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l)) : [];
+	const leaf = ctx.sessionManager.getLeafId();
+	return { file, exists, lines, leaf, leafOnDisk: lines.some((e) => e.id === leaf) };
+}
+
 export default function (pi: ExtensionAPI) {
 	const out = process.env.SESSIONFOLD_PROBE_RECORD;
 	const write = (line: Record<string, unknown>) => {
 		if (out) appendFileSync(out, `${JSON.stringify(line)}\n`);
-	};
-	const disk = (ctx: ExtensionContext) => {
-		const file = ctx.sessionManager.getSessionFile();
-		const exists = !!file && existsSync(file);
-		const lines = exists ? readFileSync(file!, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l)) : [];
-		const leaf = ctx.sessionManager.getLeafId();
-		return { file, exists, lines, leaf, leafOnDisk: lines.some((e) => e.id === leaf) };
 	};
 	pi.on("context", (event, ctx) => {
 		const d = disk(ctx);

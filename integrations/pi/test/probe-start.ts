@@ -5,16 +5,15 @@
  * probe-extension.ts, loaded after sessionfold's, records the array the handlers left.
  * Env: SESSIONFOLD_PROBE_RECORD, a JSONL file (lines with `hook: "context-start"`).
  */
-import { appendFileSync, existsSync, readFileSync } from "node:fs";
+import { appendFileSync } from "node:fs";
 import type { ExtensionAPI } from "@earendil-works/pi-coding-agent";
+import { disk } from "./probe-extension.ts";
 
 export default function (pi: ExtensionAPI) {
 	const out = process.env.SESSIONFOLD_PROBE_RECORD;
 	pi.on("context", (_event, ctx) => {
-		const file = ctx.sessionManager.getSessionFile();
-		const exists = !!file && existsSync(file);
-		const lines = exists ? readFileSync(file!, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l)) : [];
-		const line = { hook: "context-start", leaf: ctx.sessionManager.getLeafId(), fileExists: exists, fileEntries: lines };
+		const now = disk(ctx);
+		const line = { hook: "context-start", leaf: now.leaf, fileExists: now.exists, fileEntries: now.lines };
 		if (out) appendFileSync(out, `${JSON.stringify(line)}\n`);
 		return undefined;
 	});
