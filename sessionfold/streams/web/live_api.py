@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
@@ -179,17 +179,18 @@ class LiveApi:
         goes in, with the encoding, when it carries one."""
         answer = contract.context_answer(
             session_id,
-            replace(request, patch=False),  # the array as is: no patch built per call
+            request,
             rendered.view,
             rendered.epoch,
             stale,
             rendered.tokens,
             rendered.identities,
+            with_array=False,
         )
-        if answer.pop("messages", None) is None:
+        if not answer["changed"]:
             return answer, "", None
         # The render's array (or patch) goes out as encoded once per render (`_json` splices
-        # it in), not encoded again per call.
+        # it in), not built and encoded again per call.
         if request.patch:
             return answer, "patch", rendered.patch_json
         return answer, "messages", rendered.messages_json

@@ -199,10 +199,12 @@ def context_answer(
     stale: bool,
     tokens: dict[str, int] | None = None,
     unpruned_shape: list[Identity] | None = None,
+    with_array: bool = True,
 ) -> dict[str, Any]:
     """The context route's answer for a rendered `view` (docs/live.md); `tokens` and
     `unpruned_shape` are the view's when the caller has them already (serve keeps them with
-    its render). A changed array comes as `messages`, or as `patch` when the request asks."""
+    its render). A changed array comes as `messages`, or as `patch` when the request asks;
+    without `with_array` it is left to the caller (serve splices in one encoded per render)."""
     answer: dict[str, Any] = {
         "session_id": session_id,
         "leaf": request.leaf,
@@ -220,9 +222,9 @@ def context_answer(
         # Not only what the render phases pruned: the per-batch summaries pi-condense would
         # have logged are in no log, so a context with them differs from pi's own array.
         answer["changed"] = True
-        if request.patch:
+        if with_array and request.patch:
             answer["patch"] = patch_of(view.messages, view.unpruned)
-        else:
+        elif with_array:
             answer["messages"] = view.messages
     return answer
 
