@@ -21,6 +21,7 @@ import itertools
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -206,6 +207,14 @@ def test_pi_sends_what_a_kafka_worker_renders(tmp_path: Path, kafka_bootstrap: s
     (tmp_path / "sessions").mkdir()
     worker = WorkerProcess(kafka_bootstrap, prefix, "all", 1, tmp_path, api_token=TOKEN)
     worker.start().wait_web(240)
+    # /health answers before the worker holds its partitions; until then the state API answers
+    # 503 and the extension, rightly, keeps pi's own context: pi runs once the worker serves.
+    deadline = time.monotonic() + 240
+    status = f"{worker.url}/sessions/nobody/status"
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    while httpx.get(status, headers=auth, timeout=10).status_code == 503:
+        assert time.monotonic() < deadline, "the worker never got its partitions"
+        time.sleep(0.5)
     publish = [*CLI, "publish", str(tmp_path / "sessions"), "--follow"]
     publish += ["--bootstrap", kafka_bootstrap, "--topic-prefix", prefix]
     publish += ["--state-file", str(tmp_path / "publish.json")]
