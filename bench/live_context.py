@@ -17,9 +17,10 @@ pi's array (the unpruned context at that leaf, encoded before the timed part) to
   the render (the `render` column gives the render alone, embedded).
 
 Per level: p50/p99 of both over every call of every repeat (and the median over repeats of each
-run's p99), bytes sent and received per call, serve's CPU use, and the fold's own time for the
-same leaf events, folded embedded (`LiveFolds` in this process, before the timed part) and the
-ratio of a live call to it, and the embedded render (view and encoding) at the same leaves.
+run's p99), bytes sent and received per call, serve's CPU use and this process's (the clients',
+on the same CPUs), and the fold's own time for the same leaf events, folded embedded
+(`LiveFolds` in this process, before the timed part) and the ratio of a live call to it, and
+the embedded render (view and encoding) at the same leaves.
 Then the cost against the session's length: the calls bucketed by pi's array size in
 messages, with the array's bytes, the render's, the live and the caught-up calls' times, and
 the time per array KB (a flat time per KB means no growth beyond the array's own size).
@@ -136,6 +137,7 @@ class Run:
     samples: list[Sample] = field(default_factory=list)
     wall_s: float = 0.0
     serve_cpu_s: float | None = None
+    client_cpu_s: float = 0.0  # this process's (the writers' and the clients'): it shares the CPUs
 
 
 def template(seed: int, turns: int, every: bool, scratch: Path) -> Template:
@@ -433,12 +435,14 @@ def run_level(
     )
     with server as (url, pid):
         cpu_before = cpu_seconds(pid)
+        client_before = time.process_time()
         started = time.perf_counter()
         samples = asyncio.run(clients(url, files, load))
         wall = time.perf_counter() - started
+        client = time.process_time() - client_before
         cpu_after = cpu_seconds(pid)
     cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
-    return Run(sessions, samples, wall, cpu)
+    return Run(sessions, samples, wall, cpu, client)
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -460,6 +464,7 @@ def report_level(
     bad = sum(1 for s in samples if s.bad is not None)
     fold_p50 = quantile(fold_us, 0.5) / 1e3
     cpu = [r.serve_cpu_s / r.wall_s for r in runs if r.serve_cpu_s is not None and r.wall_s]
+    client_cpu = [r.client_cpu_s / r.wall_s for r in runs if r.wall_s]
     cells = [
         f"{label}{runs[0].sessions:>5}",
         f"{len(samples):>6}",
@@ -473,6 +478,7 @@ def report_level(
         f"{statistics.mean(s.sent for s in samples) / 1e3:8.0f}",
         f"{statistics.mean(s.received for s in samples) / 1e3:8.0f}",
         f"{statistics.median(cpu) if cpu else float('nan'):5.2f}",
+        f"{statistics.median(client_cpu) if client_cpu else float('nan'):6.2f}",
         f"{fold_p50:6.2f}",
         f"{quantile(render_us, 0.5) / 1e3:6.1f}",
         f"{quantile(live, 0.5) / fold_p50:6.0f}x",
@@ -484,9 +490,9 @@ def report_level(
 HEADER = (
     f"{'':>5}{'N':>5} {'calls':>6} {'live':>7} {'live':>7} {'caught':>7} {'caught':>7} "
     f"{'run p99':>7} {'in srv':>7} {'in srv':>7} {'KB sent':>8} {'KB recv':>8} {'serve':>5} "
-    f"{'fold':>6} {'render':>6} {'live/':>7} {'bad':>4}\n"
+    f"{'client':>6} {'fold':>6} {'render':>6} {'live/':>7} {'bad':>4}\n"
     f"{'':>10} {'':>6} {'p50 ms':>7} {'p99 ms':>7} {'p50 ms':>7} {'p99 ms':>7} {'median':>7} "
-    f"{'p50 ms':>7} {'p99 ms':>7} {'mean':>8} {'mean':>8} {'CPUs':>5} {'p50 ms':>6} "
+    f"{'p50 ms':>7} {'p99 ms':>7} {'mean':>8} {'mean':>8} {'CPUs':>5} {'CPUs':>6} {'p50 ms':>6} "
     f"{'p50 ms':>6} {'fold':>7} {'':>4}"
 )
 

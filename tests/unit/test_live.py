@@ -232,6 +232,27 @@ def test_a_poll_opens_only_the_files_that_changed(
     assert live.poll() == 1 and opened == [target]
 
 
+def test_a_poll_announces_each_files_session_once_its_lines_are_folded(tmp_path: Path) -> None:
+    """A caller waiting for a session's leaf is told when its file's lines are folded, before
+    the poll reads the next file: not once every file of a busy fleet is done."""
+    (tmp_path / "live").mkdir()
+    grown = []
+    for seed in (5, 6, 7):
+        target, lines = _grow(_session(tmp_path, seed, turns=4), tmp_path / "live")
+        target.write_bytes(b"".join(lines[:3]))
+        grown.append((target, orjson.loads(lines[0])["id"]))
+    live = LiveFolds([tmp_path / "live"])
+    live.discover()
+    announced: list[tuple[str, int]] = []
+    live.on_lines = lambda session_id: announced.append((session_id, len(live.sessions)))
+    assert live.poll() == 9
+    # Each announcement came when only the files read so far were folded.
+    assert [folded for _, folded in announced] == [1, 2, 3]
+    assert {session for session, _ in announced} == {session for _, session in grown}
+    announced.clear()
+    assert live.poll() == 0 and announced == []  # nothing folded, nothing announced
+
+
 def test_a_render_counts_the_tokens_of_a_log_message_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,8 +10,9 @@ answering no flush twice.
 
 Threads: `poll` runs on one thread (serve's tailer); everything that reads a session's state
 takes `lock`, which `poll` holds while it folds a line, so a reader never sees half a line's
-fold and waits for a flush being answered. `poll` calls `on_lines` after it folded any line, so
-a caller waiting for a leaf wakes at once instead of polling the state under the lock.
+fold and waits for a flush being answered. `poll` calls `on_lines` with the session's id after
+it folded lines of a file, so a caller waiting for a leaf wakes at once instead of polling the
+state under the lock.
 
 Costs (bench/live_context.py): a render is O(the session's context) in Python, so `rendered`
 keeps the last one per session with its token counts and encoded messages, until the session
@@ -144,8 +145,9 @@ class LiveFolds:
         #: (pi writes the leaf entry before it asks, so the poll finds it).
         self.wanted = threading.Event()
         self._journals = journals
-        #: Called (on the polling thread, outside `lock`) after a poll folded any line.
-        self.on_lines: Callable[[], None] | None = None
+        #: Called (on the polling thread, outside `lock`) with a session's id once a poll
+        #: folded lines of its file.
+        self.on_lines: Callable[[str], None] | None = None
         #: id -> (the log's own message, its token estimate): see `_tokens`.
         self._counted: dict[int, tuple[dict[str, Any], int]] = {}
 
@@ -171,8 +173,9 @@ class LiveFolds:
                 seen = (stat.st_size, stat.st_ino, stat.st_mtime_ns)
                 if seen == tail.seen:
                     continue
+                read = 0
                 for records in tail.reader.lines(final=False):
-                    lines += 1
+                    read += 1
                     with self.lock:
                         for record in records:
                             self._feed(tail, record)
@@ -181,8 +184,12 @@ class LiveFolds:
                 # Gone or replaced by something that is not a file: what was folded stays.
                 log.warning("live: stopped tailing a file", extra={"file": str(tail.path)})
                 del self.tails[tail.path]
-        if lines and self.on_lines is not None:
-            self.on_lines()
+                continue
+            lines += read
+            if read and tail.session_id is not None and self.on_lines is not None:
+                # Announced per file, not once the poll is done: a call waiting for this
+                # session's leaf need not wait for every other file's lines too.
+                self.on_lines(tail.session_id)
         return lines
 
     def _feed(self, tail: _Tail, record: Envelope | DeadLetter) -> None:
@@ -190,6 +197,7 @@ class LiveFolds:
             if record.session_id is not None and record.session_id in self.sessions:
                 self.sessions[record.session_id].dead_letters += 1
             return
+        tail.session_id = record.session_id
         session = self.sessions.get(record.session_id)
         if session is None:
             session = LiveSession(record.session_id, tail.path)

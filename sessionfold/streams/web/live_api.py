@@ -59,6 +59,9 @@ from sessionfold.streams.web.live_contract import (
 
 log = logging.getLogger(__name__)
 
+#: How often a waiting call looks again when the tailer wakes it (a safety net), seconds.
+WAKE_STEP_S = 0.5
+
 __all__ = ["DEFAULT_WAIT_S", "MAX_ID_CHARS", "MAX_RECALL_IDS", "LiveApi", "LiveMetrics"]
 
 
@@ -75,8 +78,13 @@ class LiveApi:
     def __post_init__(self) -> None:
         if self.metrics is None:
             self.metrics = LiveMetrics.create(CollectorRegistry())
-        #: Set (and replaced) when a poll folded lines: what waiting context calls wait on.
-        self._woken = asyncio.Event()
+        #: Per session: set (and dropped) when a poll folded lines of its file, what the
+        #: context calls waiting for it wait on. Per session, so a busy fleet's lines wake
+        #: only the calls they concern.
+        self._woken: dict[str, asyncio.Event] = {}
+        #: Whether the tailer wakes waiting calls (`_hook`): then their look again is only a
+        #: safety net, not a poll every WAIT_STEP_S.
+        self._hooked = False
         #: Renders run on one thread while the app runs: more would only contend for the GIL
         #: with the event loop (which answers kept renders) and the tailer, and lengthen every
         #: call's wait for it.
@@ -129,17 +137,21 @@ class LiveApi:
         holds the session by `unknown_until`; `stale` when the leaf is not folded by `deadline`.
 
         The look takes no lock and no thread (a dict and a set lookup): waiting calls cost the
-        tailer nothing. A poll that folded lines wakes them (`_woken`); the step is the bound
-        when nothing wakes them (a `LiveFolds` polled by some other loop)."""
+        tailer nothing. A poll that folded lines of the session wakes them (`_woken`); the
+        step is the bound when nothing wakes them (a `LiveFolds` polled by some other loop)."""
         poked = False
+        step = WAKE_STEP_S if self._hooked else WAIT_STEP_S
         while True:
-            woken = self._woken  # taken before the look: a fold after it sets this one
+            # Taken before the look: a fold after it sets this one.
+            woken = self._woken.setdefault(session_id, asyncio.Event())
             session = self.live.sessions.get(session_id)
             if session is not None and (leaf is None or leaf in session.ids):
                 return "folded"
             now = time.monotonic()
             if session is None:
                 if now >= unknown_until:
+                    if self._woken.get(session_id) is woken and not woken.is_set():
+                        del self._woken[session_id]  # no event kept for ids no file holds
                     return "unknown"
                 self.live.rescan.set()  # a file just written: the tailer looks for it now
                 left = unknown_until - now
@@ -153,12 +165,14 @@ class LiveApi:
                 self.live.wanted.set()
                 poked = True
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), min(left, WAIT_STEP_S))
+                await asyncio.wait_for(woken.wait(), min(left, step))
 
-    def _wake(self) -> None:
-        """Wake every waiting call (on the loop): set this event and wait on a fresh one."""
-        woken, self._woken = self._woken, asyncio.Event()
-        woken.set()
+    def _wake(self, session_id: str) -> None:
+        """Wake the calls waiting for `session_id` (on the loop); later ones wait on a fresh
+        event."""
+        woken = self._woken.pop(session_id, None)
+        if woken is not None:
+            woken.set()
 
     def _context_now(
         self, session_id: str, request: ContextRequest, stale: bool
@@ -324,16 +338,18 @@ class LiveApi:
         """Have the live folds wake waiting calls (the tailer runs on its own thread)."""
         loop = asyncio.get_running_loop()
 
-        def woken() -> None:
+        def woken(session_id: str) -> None:
             # The loop may close under a last poll: nobody waits any more then.
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._wake)
+                loop.call_soon_threadsafe(self._wake, session_id)
 
         self.live.on_lines = woken
+        self._hooked = True
         self._renders = ThreadPoolExecutor(1, thread_name_prefix="sessionfold-render")
 
     async def _unhook(self, _app: web.Application) -> None:
         self.live.on_lines = None
+        self._hooked = False
         renders, self._renders = self._renders, None
         if renders is not None:
             renders.shutdown(wait=False, cancel_futures=True)
