@@ -14,8 +14,14 @@ from pathlib import Path
 from uuid import uuid4
 
 import pytest
+from hypothesis import settings
 
 from sessionfold.streams.tools import broker
+
+# Property tests check behaviour, never time (speed belongs in bench/): no per-example deadline,
+# which a loaded machine (a CI runner beside a broker) can miss on any input.
+settings.register_profile("sessionfold", deadline=None)
+settings.load_profile("sessionfold")
 
 SHARED_SESSIONS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sessions"
 

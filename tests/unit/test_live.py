@@ -21,6 +21,7 @@ from sessionfold.events.flush import CompactionPayload, FlushRequestPayload
 from sessionfold.ports.summarizer import OfflineSummarizer
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.projections.views import context as context_module
+from sessionfold.projections.views.context import extends
 from sessionfold.streams.cli.context import view_from_replay
 from sessionfold.streams.publishing.session_file import SessionFileReader
 from sessionfold.streams.runtime import live as live_module
@@ -284,6 +285,48 @@ def test_a_render_counts_the_tokens_of_a_log_message_once(
     made = [m for m in [*view.messages, *view.unpruned] if id(m) not in view.origin]
     assert len(counted) <= len(made) + 1 < len(view.unpruned)
     assert rendered.tokens == view.tokens
+
+
+def test_a_grown_render_counts_only_the_new_messages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A render grown from the last one (no flush between) counts the tokens of what it added
+    (the new messages, stubbed or not), never the stubs and summaries it kept; the counts are
+    still the whole array's."""
+    source = _session(tmp_path, 8)
+    (tmp_path / "live").mkdir()
+    target, lines = _grow(source, tmp_path / "live")
+    target.write_bytes(b"".join(lines[:40]))
+    live = LiveFolds([tmp_path / "live"], journals=False)
+    live.discover()
+    live.poll()
+    (session_id,) = live.sessions
+    live.rendered(session_id, epoch_of)
+    counted: list[object] = []
+    real = live_module.message_tokens
+
+    def counting(message: Any) -> int:
+        counted.append(message)
+        return real(message)
+
+    monkeypatch.setattr(live_module, "message_tokens", counting)
+    grown = 0
+    for line in lines[40:]:
+        before = live.rendered(session_id, epoch_of)
+        memo = live.sessions[session_id].memo
+        was = memo.grown
+        with target.open("ab") as handle:
+            handle.write(line)
+        live.poll()
+        counted.clear()
+        rendered = live.rendered(session_id, epoch_of)
+        assert rendered.tokens == rendered.view.tokens
+        kept = extends(rendered.view.messages, before.view.messages)
+        if memo.grown > was and before.view.pruned and kept:  # the render grew the last one
+            grown += 1
+            added = len(rendered.view.unpruned) - len(before.view.unpruned)
+            assert len(counted) <= 2 * added
+    assert grown > 10
 
 
 def test_a_fold_that_adds_no_entry_drops_the_kept_render(tmp_path: Path) -> None:

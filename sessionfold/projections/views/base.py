@@ -13,7 +13,7 @@ Pure: the input is the session's entries (with their sequence numbers) and the f
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -340,6 +340,52 @@ def _messages(
         if origin is not None and item.entry.get("type") == "message":
             origin[id(message)] = item.seq
     return out
+
+
+#: Entries that reshape pi's context rather than add to it, or that are on no branch.
+_RESHAPING = frozenset({"compaction", "branch_summary", "session"})
+
+
+def grown_base(
+    base: BaseContext, new: Sequence[LogEntry], leaf: str | None, known: Collection[str]
+) -> BaseContext | None:
+    """`base` (built from some entries, of which `known` are the ids) with the entries `new`,
+    logged since, put on: when they only extend its branch to `leaf`, each the child of the
+    one before, none a placeholder, a compaction or a branch summary, none with an id seen
+    before. The summaries stay where they are (no flush may have run since: the caller's
+    part). None when the entries do anything else: build the context again."""
+    if not base.branch:
+        return None
+    parent = base.branch[-1].entry.get("id")
+    branch = list(base.branch)
+    seen: set[str] = set()
+    added: list[dict[str, Any]] = []
+    origin = dict(base.origin)
+    for item in new:
+        entry = item.entry
+        entry_id = entry.get("id")
+        if (
+            item.placeholder
+            or entry.get("type") in _RESHAPING
+            or not isinstance(entry_id, str)
+            or entry_id in known
+            or entry_id in seen
+            or entry.get("parentId") != parent
+        ):
+            return None
+        seen.add(entry_id)
+        parent = entry_id
+        branch.append(item)
+        message = _context_message(entry)
+        if message is not None:
+            added.append(message)
+            if entry.get("type") == "message":
+                origin[id(message)] = item.seq
+    if parent != leaf:
+        return None
+    unpruned = base.unpruned + added
+    messages = unpruned if base.messages is base.unpruned else base.messages + added
+    return BaseContext(messages, unpruned, origin, branch, base.notes)
 
 
 def base_context(

@@ -16,6 +16,10 @@ see if nothing pruned. Every output the view takes out is in `removed` with the 
 recovers it; `resolve_ref` turns a ref back into the original's sequence number in the log.
 
 Pure: no I/O, clock or randomness; the same entries and state give byte-identical output.
+A caller that renders one session at every leaf (serve, the workers) passes a `RenderMemo`:
+while no flush, compact command or index write comes, a render grows the last one by the new
+entries instead of starting over, with the output a render from scratch gives
+(tests/unit/test_render_memo.py).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sessionfold.projections.jsjson import js_json_length
+from sessionfold.projections.pruning import digest
 from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.projections.store import Store
@@ -33,6 +38,7 @@ from sessionfold.projections.views.base import (
     LogEntry,
     SummaryNote,
     base_context,
+    grown_base,
     iso_ms,
     split_occurrence,
 )
@@ -46,10 +52,13 @@ from sessionfold.projections.views.chains import (
     resolve_ref,
 )
 from sessionfold.projections.views.phases import (
+    Carry,
     PruneInputs,
     PruneResult,
     Removal,
+    extends,
     orphan_positions,
+    prune,
     prune_messages,
 )
 
@@ -61,10 +70,12 @@ __all__ = [
     "LogEntry",
     "PatchItem",
     "Removal",
+    "RenderMemo",
     "apply_patch",
     "compact_point",
     "compression_points",
     "context_at",
+    "extends",
     "message_identities",
     "message_tokens",
     "orphan_positions",
@@ -243,30 +254,90 @@ def _memo_key(
     )
 
 
+@dataclass(slots=True)
+class RenderMemo:
+    """One session's last render, for a caller that renders the same session again and again
+    (`sessionfold serve` and the fold workers: at every leaf). Its chains (`ChainMemo`), and,
+    while no flush, compact command or index write came since, its context and render: when
+    the entries since only extend the branch, they are put on the last context and rendered
+    from where the last render stopped (`grown_base`, `phases.prune`)."""
+
+    chains: ChainMemo = field(default_factory=ChainMemo)
+    key: tuple[Any, ...] | None = None
+    entries: int = 0  # how many of the session's entries the last render read
+    ids: set[str] = field(default_factory=set)  # their ids
+    base: BaseContext | None = None
+    carry: Carry | None = None
+    grown: int = 0  # renders made from the last one (for tests and benches)
+
+    def grown_base(
+        self, key: tuple[Any, ...], entries: Sequence[LogEntry], leaf: str | None
+    ) -> BaseContext | None:
+        """The last render's context with the entries logged since, when `key` (what else the
+        render reads) did not move and they only extend its branch; else None."""
+        if self.base is None or self.key != key or len(entries) < self.entries:
+            return None
+        return grown_base(self.base, entries[self.entries :], leaf, self.ids)
+
+    def keep(
+        self, key: tuple[Any, ...], entries: Sequence[LogEntry], base: BaseContext, carry: Carry
+    ) -> None:
+        """Remember a render of `entries` (its context and its carry) under `key`. A session's
+        entries only grow: the ids of those read before are kept, the new ones added."""
+        if len(entries) < self.entries:
+            self.ids, self.entries = set(), 0
+        for item in entries[self.entries :]:
+            entry_id = item.entry.get("id")
+            if isinstance(entry_id, str):
+                self.ids.add(entry_id)
+        self.key, self.entries, self.base, self.carry = key, len(entries), base, carry
+
+
+def _render_key(
+    store: Store, session_id: str, points: Sequence[CompressionPoint]
+) -> tuple[Any, ...]:
+    """What a render reads besides the entries: the flush attempts (and so the summaries and
+    their places), the compression points and the index's writes."""
+    head = pruning.load_head(store, session_id)
+    stats = head["stats"]
+    return (
+        head["attempts"],
+        tuple(points),
+        (head["summaries"], stats["deduped_calls"], stats["spilled_calls"]),
+    )
+
+
 def context_at(
     entries: Sequence[LogEntry],
     store: Store,
     session_id: str,
     config: PruneConfig = DEFAULT_CONFIG,
     compacts: Sequence[CompressionPoint] = (),
-    memo: ChainMemo | None = None,
+    memo: RenderMemo | None = None,
 ) -> ContextView:
     """The context the model is given at the point `entries` and `store` stand at.
 
     `entries` are the session's entries in sequence order (every branch; the fold's leaf picks
     the branch); `compacts` are `/pruner compact` commands seen so far (see `compact_point`);
-    `memo` keeps the chains between renders of one session under one config.
+    `memo` keeps the last render between renders of one session under one config.
     """
-    base: BaseContext = base_context(entries, store, session_id)
     if not config.enabled:
-        return ContextView(base.unpruned, base.unpruned, base.unpruned, False, origin=base.origin)
+        plain = base_context(entries, store, session_id)
+        return ContextView(
+            plain.unpruned, plain.unpruned, plain.unpruned, False, origin=plain.origin
+        )
+    points = compression_points(store, session_id, config, compacts)
+    grown: BaseContext | None = None
+    if memo is not None:
+        key = _render_key(store, session_id, points)
+        grown = memo.grown_base(key, entries, digest.head(store, session_id)["leaf"])
+    base: BaseContext = grown if grown is not None else base_context(entries, store, session_id)
     notes = base.notes
     detect = [
         (item.seq, item.entry["message"])
         for item in base.branch
         if item.entry.get("type") == "message" and isinstance(item.entry.get("message"), dict)
     ]
-    points = compression_points(store, session_id, config, compacts)
     messages = [m for _, m in detect]
     seqs = [s for s, _ in detect]
 
@@ -288,11 +359,16 @@ def context_at(
         last = max((p.seq for p in points), default=None)
         ends = (prefix_length(seqs, p.seq, p.closing) for p in points if p.seq == last)
         read = max(ends, default=0)
-        key = _memo_key(store, session_id, points, notes)
-        chains, problems = memo.get(key, messages[:read], lambda: derive(read))
+        chain_key = _memo_key(store, session_id, points, notes)
+        chains, problems = memo.chains.get(chain_key, messages[:read], lambda: derive(read))
     summaries = [(n.keys, str(n.message["content"])) for n in notes]
     inputs = PruneInputs(store, session_id, config, chains, summaries, base.origin)
-    result: PruneResult = prune_messages(base.messages, inputs)
+    carry = prune(base.messages, inputs, memo.carry if memo is not None and grown else None)
+    if memo is not None:
+        if grown is not None:
+            memo.grown += 1
+        memo.keep(key, entries, base, carry)
+    result: PruneResult = carry.result
     return ContextView(
         messages=result.messages,
         unpruned=base.unpruned,

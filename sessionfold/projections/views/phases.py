@@ -6,13 +6,17 @@ changed anything (§7.1): a render that changes nothing must not move the prompt
 Every phase is a deterministic function of (messages, projections, config), so rendering twice
 gives byte-identical output. Every output taken out of the list is reported in `removed` with
 the ref that recovers it (§14.8).
+
+The phases carry what they know at the list's end (`Carry`): a list grown at its end renders
+from there, unless what it adds reaches back (a recovery's grace, an error coming of age, a
+message at a chain range's timestamp), which renders it from the start.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,12 +95,15 @@ class PruneInputs:
 
 class _Render:
     """What one render collects: diagnostics (deduplicated by (kind, key) as the DiagnosticSink
-    does), the removals, and the ids of the stubs phase 1 made (their removal is reported once)."""
+    does), the removals by phase, and the ids of the stubs phase 1 made (their removal is
+    reported once)."""
 
     def __init__(self) -> None:
         self.items: list[Diagnostic] = []
         self._seen: set[tuple[str, str]] = set()
-        self.removed: list[Removal] = []
+        self.stubbed: list[Removal] = []
+        self.chained: list[Removal] = []
+        self.orphaned: list[Removal] = []
         self.stubs: set[int] = set()
 
     def report(self, kind: str, key: str, detail: str) -> None:
@@ -109,22 +116,128 @@ class _Render:
 
 def prune_messages(messages: list[dict[str, Any]], inputs: PruneInputs) -> PruneResult:
     """pi-condense's `pruneMessages` (§7): the four phases, the return contract, the removals."""
-    if not inputs.config.enabled:
-        return PruneResult(messages, False)
+    return prune(messages, inputs).result
+
+
+@dataclass(frozen=True, slots=True)
+class Carry:
+    """A render with what its phases carry past the list's end, so that the same list grown at
+    its end renders from there (`prune(..., last=)`) instead of from the start."""
+
+    result: PruneResult
+    source: list[dict[str, Any]]  # the list rendered
+    args: dict[Any, Any]  # stubs: each call id's arguments
+    grace: frozenset[str]  # stubs: the recovered keys kept verbatim
+    errored: dict[Any, int]  # purge: each errored call id -> assistant messages before it
+    assistants: int  # purge: assistant messages in the list
+    purgeable: frozenset[Any]  # purge: the errored ids old enough to purge
+    stamps: frozenset[Any]  # chains: their start and final messages' timestamps
+    chain_reports: tuple[Diagnostic, ...]  # chains: what the range prune reported
+    open_ids: frozenset[Any]  # sweep: the calls open at the list's end
+    swept: tuple[str, ...]  # sweep: the ids of the orphans swept
+    stubbed: tuple[Removal, ...]
+    chained: tuple[Removal, ...]
+    orphaned: tuple[Removal, ...]
+
+
+def prune(messages: list[dict[str, Any]], inputs: PruneInputs, last: Carry | None = None) -> Carry:
+    """`prune_messages` with its carry. With `last`, a render of a list that `messages` grows
+    (the same objects first, the same inputs besides): the new messages are rendered from
+    where it stopped, when nothing they bring reaches back into what it rendered (a grace,
+    purge or chain range that moves); otherwise, and without `last`, from the start."""
+    config = inputs.config
+    grace = grace_keys(messages, config.recoveryGraceTurns) if config.enabled else frozenset()
+    if last is not None and not (grace == last.grace and extends(messages, last.source)):
+        last = None
+    start = 0 if last is None else len(last.source)
     render = _Render()
-    current = _stub_phase(messages, inputs, render)
-    if inputs.config.purgeErrors.enabled:
-        current = purge_errors(
-            current,
-            inputs.config.purgeErrors.cooldownTurns,
-            inputs.config.purgeErrors.minArgChars,
-        )
-    if inputs.config.chainCompression.enabled and inputs.chains:
+    if not config.enabled:
+        return _unpruned(messages, grace)
+    args: dict[Any, Any] = {} if last is None else dict(last.args)
+    tail = messages[start:] if start else messages
+    current = _stub_phase(tail, inputs, render, grace, args)
+    errored: dict[Any, int] = {} if last is None else dict(last.errored)
+    assistants = _errors(current, errored, 0 if last is None else last.assistants)
+    purge = config.purgeErrors
+    purgeable = frozenset(
+        call_id for call_id, at in errored.items() if assistants - at >= purge.cooldownTurns
+    )
+    if purge.enabled:
+        if last is not None and purgeable != last.purgeable:
+            return prune(messages, inputs)  # an older call's error came of age
+        current = purge_calls(current, purgeable, purge.minArgChars)
+    chains_on = config.chainCompression.enabled and bool(inputs.chains)
+    stamps = frozenset(_chain_stamps(inputs.chains)) if chains_on else frozenset()
+    chain_reports: tuple[Diagnostic, ...] = ()
+    if last is not None:
+        if chains_on and _reaches_chains(current, stamps):
+            return prune(messages, inputs)  # a range may resolve differently now
+        chain_reports = last.chain_reports
+    elif chains_on:
         current = _chain_phase(current, inputs, render)
-    current = _sweep_phase(current, inputs, render)
-    if current is messages:
-        return PruneResult(messages, False, diagnostics=render.items)
-    return PruneResult(current, True, messages, render.removed, render.items)
+        chain_reports = tuple(render.items)
+    open_ids = set() if last is None else set(last.open_ids)
+    orphans = _orphans(current, open_ids)
+    swept = (() if last is None else last.swept) + tuple(
+        str(current[p].get("toolCallId")) for p in orphans
+    )
+    if orphans:
+        for position in orphans:
+            _report_drop(current[position], inputs, render, "orphan")
+        dropped = set(orphans)
+        current = [m for p, m in enumerate(current) if p not in dropped]
+    if swept:
+        render.report(*_sweep_report(swept))
+    stubbed, chained, orphaned = (
+        tuple(render.stubbed),
+        tuple(render.chained),
+        tuple(render.orphaned),
+    )
+    if last is not None:
+        stubbed = last.stubbed + stubbed
+        chained = last.chained
+        orphaned = last.orphaned + orphaned
+    changed = current is not tail
+    if last is not None and (last.result.pruned or changed):
+        current = last.result.messages + current
+        changed = True
+    if not changed:
+        result = PruneResult(messages, False, diagnostics=render.items)
+    else:
+        removed = [*stubbed, *chained, *orphaned]
+        result = PruneResult(current, True, messages, removed, render.items)
+    if last is not None:
+        result.diagnostics[:0] = chain_reports
+    return Carry(
+        result,
+        messages,
+        args,
+        grace,
+        errored,
+        assistants,
+        purgeable,
+        stamps,
+        chain_reports,
+        frozenset(open_ids),
+        swept,
+        stubbed,
+        chained,
+        orphaned,
+    )
+
+
+def _unpruned(messages: list[dict[str, Any]], grace: frozenset[str]) -> Carry:
+    """The carry of a render with pruning off: nothing changed, nothing to carry."""
+    nothing: frozenset[Any] = frozenset()
+    result = PruneResult(messages, False)
+    return Carry(result, messages, {}, grace, {}, 0, nothing, nothing, (), nothing, (), (), (), ())
+
+
+def extends(messages: Sequence[Any], before: Sequence[Any]) -> bool:
+    """Whether `messages` starts with `before`'s very objects (a list grown at its end)."""
+    return len(messages) >= len(before) and all(
+        a is b for a, b in zip(before, messages, strict=False)
+    )
 
 
 # --- phase 1: stubs (§7.2, §7.3) -------------------------------------------------------------
@@ -134,11 +247,13 @@ def _stub_phase(
     messages: list[dict[str, Any]],
     inputs: PruneInputs,
     render: _Render,
+    grace: frozenset[str],
+    args: dict[Any, Any],
 ) -> list[dict[str, Any]]:
+    """`messages` with summarized outputs stubbed (the same list when none is); `grace` is the
+    whole list's, `args` the calls' arguments seen before `messages` (it gains theirs)."""
     store, sid = inputs.store, inputs.session_id
     protection = inputs.protection
-    grace = grace_keys(messages, inputs.config.recoveryGraceTurns)
-    args: dict[str, Any] = {}
     out: list[dict[str, Any]] | None = None
     for position, message in enumerate(messages):
         role = message.get("role")
@@ -167,7 +282,7 @@ def _stub_phase(
             out = list(messages)
         out[position] = stub
         render.stubs.add(id(stub))
-        render.removed.append(Removal(inputs.origin.get(id(message)), key, ref or key, "stub"))
+        render.stubbed.append(Removal(inputs.origin.get(id(message)), key, ref or key, "stub"))
     return messages if out is None else out
 
 
@@ -210,14 +325,29 @@ def purge_errors(
     """Replace the arguments of calls that failed at least `cooldown` assistant turns ago when
     their JSON is at least `min_arg_chars` long; the error result itself stays."""
     errored: dict[Any, int] = {}
-    assistants = 0
+    assistants = _errors(messages, errored, 0)
+    purgeable = {call_id for call_id, at in errored.items() if assistants - at >= cooldown}
+    return purge_calls(messages, purgeable, min_arg_chars)
+
+
+def _errors(messages: Sequence[Mapping[str, Any]], errored: dict[Any, int], assistants: int) -> int:
+    """Note in `errored` each failed call's id with the assistant messages before its result
+    (`assistants` before `messages`); the assistant messages after them."""
     for message in messages:
         role = message.get("role")
         if role == "assistant":
             assistants += 1
         elif role == "toolResult" and message.get("isError") is True:
             errored[message.get("toolCallId")] = assistants  # bare id, last wins (§13.2 item 5)
-    if not errored:
+    return assistants
+
+
+def purge_calls(
+    messages: list[dict[str, Any]], purgeable: Collection[Any], min_arg_chars: int
+) -> list[dict[str, Any]]:
+    """Replace the arguments of the calls with an id in `purgeable` when their JSON is at least
+    `min_arg_chars` long (the same list when none is)."""
+    if not purgeable:
         return messages
     out: list[dict[str, Any]] | None = None
     for position, message in enumerate(messages):
@@ -228,8 +358,7 @@ def purge_errors(
         for number, block in enumerate(content):
             if not isinstance(block, dict) or block.get("type") != "toolCall":
                 continue
-            at = errored.get(block.get("id"))
-            if at is None or assistants - at < cooldown or "arguments" not in block:
+            if block.get("id") not in purgeable or "arguments" not in block:
                 continue
             size = js_json_length(block["arguments"])
             if size < min_arg_chars:
@@ -494,7 +623,7 @@ def _report_drop(
         ref: str | None = row.get("ref") or key
     else:
         ref = log_ref(seq) if seq is not None else None
-    render.removed.append(Removal(seq, key, ref, how))
+    (render.chained if how == "chain" else render.orphaned).append(Removal(seq, key, ref, how))
 
 
 # --- phase 4: orphan sweep (§7.6) ------------------------------------------------------------
@@ -502,12 +631,18 @@ def _report_drop(
 
 def orphan_positions(messages: Sequence[Mapping[str, Any]]) -> list[int]:
     """Positions of tool results without an open call of the latest assistant (no barrier)."""
-    open_ids: set[Any] = set()
+    return _orphans(messages, set())
+
+
+def _orphans(messages: Sequence[Mapping[str, Any]], open_ids: set[Any]) -> list[int]:
+    """`orphan_positions` with the calls open before `messages` in `open_ids`, which is left
+    holding those open after them."""
     orphans = []
     for position, message in enumerate(messages):
         role = message.get("role")
         if role == "assistant":
-            open_ids = {b.get("id") for b in tool_calls(message)}
+            open_ids.clear()
+            open_ids.update(b.get("id") for b in tool_calls(message))
         elif role == "toolResult":
             call_id = message.get("toolCallId")
             if call_id in open_ids:
@@ -515,27 +650,39 @@ def orphan_positions(messages: Sequence[Mapping[str, Any]]) -> list[int]:
             else:
                 orphans.append(position)
         else:
-            open_ids = set()  # every other role is a barrier, unknown ones included
+            open_ids.clear()  # every other role is a barrier, unknown ones included
     return orphans
 
 
-def _sweep_phase(
-    messages: list[dict[str, Any]],
-    inputs: PruneInputs,
-    render: _Render,
-) -> list[dict[str, Any]]:
-    orphans = orphan_positions(messages)
-    if not orphans:
-        return messages
-    swept = [str(messages[p].get("toolCallId")) for p in orphans]
+def _sweep_report(swept: Sequence[str]) -> tuple[str, str, str]:
+    """The orphan sweep's diagnostic (kind, key, detail) for the ids it swept."""
     digest = hashlib.sha1(",".join(sorted(swept)).encode("utf-8", "surrogatepass")).hexdigest()
     more = f" ... +{len(swept) - 5} more" if len(swept) > 5 else ""
-    render.report(
-        "orphan-sweep",
-        digest[:16],
-        f"swept {len(swept)} orphan toolResult(s): {', '.join(swept[:5])}{more}",
-    )
-    dropped = set(orphans)
-    for position in orphans:
-        _report_drop(messages[position], inputs, render, "orphan")
-    return [m for p, m in enumerate(messages) if p not in dropped]
+    detail = f"swept {len(swept)} orphan toolResult(s): {', '.join(swept[:5])}{more}"
+    return "orphan-sweep", digest[:16], detail
+
+
+# --- what a grown list's new messages may not touch ------------------------------------------
+
+
+def _chain_stamps(chains: Sequence[ChainEntry]) -> Iterator[Any]:
+    """The timestamps (as compared) a chain's range is found by."""
+    for entry in chains:
+        yield _stamp_key(entry.start_user_timestamp)
+        yield _stamp_key(entry.final_assistant_timestamp)
+
+
+def _reaches_chains(messages: Sequence[Mapping[str, Any]], stamps: frozenset[Any]) -> bool:
+    """Whether new `messages` may change how the chain ranges resolve or what they drop: a user
+    or assistant message at a range's timestamp (an ambiguous or a new end), a synthetic of
+    its own, or a per-batch summary (which a range may drop)."""
+    for message in messages:
+        role = message.get("role")
+        if role in ("user", "assistant"):
+            if _stamp_key(message.get("timestamp")) in stamps:
+                return True
+            if role == "user" and _SYNTHETIC_ID.match(_first_text(message)):
+                return True
+        elif is_summary_message(message):
+            return True
+    return False

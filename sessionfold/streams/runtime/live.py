@@ -41,11 +41,12 @@ from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.projections.store import Store
 from sessionfold.projections.views.base import LogEntry, entry_at, log_entry
 from sessionfold.projections.views.context import (
-    ChainMemo,
     ContextView,
     Identity,
+    RenderMemo,
     compact_point,
     context_at,
+    extends,
     message_identities,
     message_tokens,
     patch_of,
@@ -76,7 +77,7 @@ class LiveSession:
     dead_letters: int = 0
     journal: AnswerJournal | None = None
     rendered: Rendered | None = None  # the last render, while `folds` has not moved
-    chains: ChainMemo = field(default_factory=ChainMemo)  # kept between its renders
+    memo: RenderMemo = field(default_factory=RenderMemo)  # its last render, kept
 
     def entry_at(self, seq: int) -> dict[str, Any] | None:
         """The entry with sequence number `seq`, or None (a bisection, not a scan)."""
@@ -227,7 +228,7 @@ class LiveFolds:
         session = self.sessions[session_id]
         store = self.runtime.store
         compacts = [compact_point(seq, time, store, session_id) for seq, time in session.compacts]
-        return context_at(session.entries, store, session_id, self.config, compacts, session.chains)
+        return context_at(session.entries, store, session_id, self.config, compacts, session.memo)
 
     def rendered(self, session_id: str, epoch_of: Callable[[Store, str], int]) -> Rendered:
         """The session's view now, with its tokens, encoded messages and `epoch_of(store,
@@ -242,16 +243,40 @@ class LiveFolds:
             view = self.view(session_id)
             epoch = epoch_of(self.runtime.store, session_id)
         # The counts (and the encodings, when an answer asks for one) read only the view's
-        # messages, which no fold changes: the tailer need not wait for them.
-        tokens = {
-            "pruned": self._tokens(view.messages, view),
-            "unpruned": self._tokens(view.unpruned, view),
-        }
-        rendered = Rendered(state, epoch, view, tokens, message_identities(view.unpruned))
+        # messages, which no fold changes: the tailer need not wait for them. A render grown
+        # from the last one (context.RenderMemo) has its messages first: only the rest count.
+        if cached is None:
+            tokens = {
+                "pruned": self._tokens(view.messages, view),
+                "unpruned": self._tokens(view.unpruned, view),
+            }
+        else:
+            was = cached.view
+            tokens = {
+                "pruned": self._count(view.messages, view, was.messages, cached.tokens["pruned"]),
+                "unpruned": self._count(
+                    view.unpruned, view, was.unpruned, cached.tokens["unpruned"]
+                ),
+            }
+        if cached is not None and extends(view.unpruned, cached.view.unpruned):
+            grown = view.unpruned[len(cached.view.unpruned) :]
+            identities = cached.identities + message_identities(grown)
+        else:
+            identities = message_identities(view.unpruned)
+        rendered = Rendered(state, epoch, view, tokens, identities)
         with self.lock:
             if session.state() == state:
                 session.rendered = rendered
         return rendered
+
+    def _count(
+        self, messages: list[dict[str, Any]], view: ContextView, before: list[Any], counted: int
+    ) -> int:
+        """`tokens(messages)`, where `before` (of `counted` tokens) is the last render's list:
+        when `messages` starts with its very messages, only the ones after them count."""
+        if extends(messages, before):
+            return counted + self._tokens(messages[len(before) :], view)
+        return self._tokens(messages, view)
 
     def _tokens(self, messages: list[dict[str, Any]], view: ContextView) -> int:
         """`tokens(messages)`, each of the log's own messages counted once for good: they are

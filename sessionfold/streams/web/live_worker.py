@@ -43,8 +43,8 @@ from sessionfold.projections.pruning.config import PruneConfig
 from sessionfold.projections.store import Store
 from sessionfold.projections.views.base import LogEntry, entry_at, log_entry
 from sessionfold.projections.views.context import (
-    ChainMemo,
     ContextView,
+    RenderMemo,
     compact_point,
     context_at,
 )
@@ -84,7 +84,7 @@ class SessionLog:
     seqs: list[int] = field(default_factory=list)  # the entries' seqs (ascending), for cuts
     compacts: list[tuple[int, str | None]] = field(default_factory=list)
     reclaim: dict[str, int] | None = None  # the last context render's tokens (the footer's)
-    chains: ChainMemo = field(default_factory=ChainMemo)  # kept between its renders
+    memo: RenderMemo = field(default_factory=RenderMemo)  # its last render, kept
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def add(self, value: bytes) -> None:
@@ -256,7 +256,7 @@ class WorkerLive:
         seq = pruning.load_head(store, session_id)["seq"]
         entries, compacts = session_log.upto(seq)
         points = [compact_point(s, t, store, session_id) for s, t in compacts]
-        return context_at(entries, store, session_id, self.config, points, session_log.chains)
+        return context_at(entries, store, session_id, self.config, points, session_log.memo)
 
     async def compact(self, session_id: str) -> dict[str, Any]:
         """The compact route's answer: the ledger's pass as a compact request now runs it."""
