@@ -152,6 +152,20 @@ _SHAPE = re.compile(
     r"|\b[A-Za-z][a-z0-9]*(?:_[A-Za-z0-9]+)+\b"
 )
 _MIN_CHARS = 4
+# `_SHAPE` read at a word's start only: every alternative starts after a non-word character
+# (a lookbehind that refuses \w, or \b before a word character), so the prefix changes no
+# match; it ends the attempt at each position inside a word after one check, not six.
+_SHAPE_AT_START = re.compile(r"(?<!\w)(?:" + _SHAPE.pattern + ")")
+# A run of the characters `_SHAPE` reads (it matches nothing else and looks at nothing else),
+# as long as the shortest value kept: no match spans two runs or depends on what is around one
+# (the neighbours, never \w nor in a lookbehind's set, read as the text's ends), so the text's
+# matches are its runs' matches in order.
+_SHAPE_RUN = re.compile(r"[\w.@/~+-]{4,}")
+# What a run holds when any alternative can match in it: a slash (the paths), an underscore
+# (snake_case), a capital after a lower-case letter or digit (camelCase, PascalCase), seven hex
+# digits (a hash). A run without one, most words of prose and code, is not read by `_SHAPE`,
+# whose per-character cost is the ledger's largest.
+_SHAPE_HINT = re.compile(r"[/_]|[a-z0-9][A-Z]|[0-9a-f]{7}")
 # A name the code an output shows defines ("function getThemesDir(", "class AgentSession",
 # "def first_kept_id", "const queueMode =").
 _DEFINES = re.compile(
@@ -189,10 +203,14 @@ _WEIGHT = {name: weight for name, weight, _ in SIGNALS}
 def shapes(text: str) -> list[str]:
     """The values a text shows by their shape alone, in text order, without repeats."""
     found: dict[str, None] = {}
-    for match in _SHAPE.finditer(text):
-        value = match.group(0).rstrip(".:,")
-        if len(value) >= _MIN_CHARS and value not in ("/", "./", "../"):
-            found[value] = None
+    # `_SHAPE_RUN`, `_SHAPE_HINT` and `_SHAPE_AT_START` find what `_SHAPE.finditer(text)`
+    # finds, in the same order, reading only the runs that can hold a match. A value shorter
+    # than `_MIN_CHARS` is dropped ("/", "./" and "../" among them).
+    for run in filter(_SHAPE_HINT.search, _SHAPE_RUN.findall(text)):
+        for value in _SHAPE_AT_START.findall(run):
+            value = value.rstrip(".:,")
+            if len(value) >= _MIN_CHARS:
+                found[value] = None
     return list(found)
 
 
