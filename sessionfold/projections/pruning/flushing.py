@@ -130,6 +130,8 @@ def _eager_spill(session: Session, batch: Batch) -> Batch | None:
         )
         for call in spilled:
             _forget_result(session, call)
+    if len(kept) == len(batch.calls):
+        return batch  # frozen: nothing spilled, so the batch is the copy `replace` would make
     return replace(batch, calls=tuple(kept)) if kept else None
 
 
