@@ -401,3 +401,50 @@ def test_shapes_equals_the_whole_scan_on_the_real_sessions_outputs(name: str) ->
                 for line in text.splitlines():
                     assert ledger_values.shapes(line) == _shapes_whole(line)
     assert outputs > 100
+
+
+#: The error-line pattern as value_signals searched every output and line with it.
+_ERROR_LINE_SCAN = re.compile(
+    r"error|fail|not found|no such|cannot|can't|denied|invalid|refused|exception|×", re.I
+)
+#: Pieces of the error words in every case, cut short, and the non-ASCII letters re.I
+#: equates with their ASCII letters (long s, dotless i, Kelvin sign, dotted capital I).
+_ERROR_PIECES = st.sampled_from(
+    (
+        "error",
+        "ERROR",
+        "Err",
+        "or",
+        "fail",
+        "FaIl",
+        "not found",
+        "not",
+        " found",
+        "No Such",
+        "cannot",
+        "can't",
+        "CAN'T",
+        "denied",
+        "invalid",
+        "refused",
+        "exception",
+        "×",
+        "x",
+        " ",
+        "\n",
+        "\u017f",
+        "\u0131",
+        "\u212a",
+        "\u0130",
+        "nvalid",
+        "a",
+    )
+)
+
+
+@settings(max_examples=2000)
+@given(st.one_of(st.lists(_ERROR_PIECES, max_size=12).map("".join), st.text(max_size=60)))
+def test_the_error_word_look_answers_as_the_case_insensitive_scan(text: str) -> None:
+    """Property: the look for error words in the lower-cased ASCII text (the scan otherwise)
+    says a text reports a failure exactly when the case-insensitive pattern finds one."""
+    assert ledger_values._reports_failure(text) == (_ERROR_LINE_SCAN.search(text) is not None)
