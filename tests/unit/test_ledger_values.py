@@ -448,3 +448,53 @@ def test_the_error_word_look_answers_as_the_case_insensitive_scan(text: str) -> 
     """Property: the look for error words in the lower-cased ASCII text (the scan otherwise)
     says a text reports a failure exactly when the case-insensitive pattern finds one."""
     assert ledger_values._reports_failure(text) == (_ERROR_LINE_SCAN.search(text) is not None)
+
+
+#: Pieces of error locations: names (with dots, slashes, '@', '-', non-ASCII word letters),
+#: the characters of both suffixes apart and together, suffixes one part short, the words in
+#: any case, and what may stand between a location and its word.
+_LOCATION_PIECES = st.sampled_from(
+    (
+        "a",
+        "b.ts",
+        ".",
+        "/",
+        "@",
+        "-",
+        "é",
+        "\u0345",
+        "src/x.py",
+        ":",
+        "(",
+        ")",
+        ",",
+        "12",
+        "3",
+        ":12:5",
+        "(3,4)",
+        ":7",
+        "(3,",
+        " ",
+        "\n",
+        " - ",
+        ": ",
+        "error",
+        "ERROR",
+        "Warning",
+        "warnıng",
+        "errors",
+        "x",
+    )
+)
+
+
+@settings(max_examples=2000)
+@given(st.lists(_LOCATION_PIECES, max_size=30).map("".join))
+def test_error_locations_tried_at_their_possible_starts_are_the_scans(text: str) -> None:
+    """Property: trying the error location pattern only where a name ends at a location
+    suffix finds the matches a scan of every position finds, and the port pattern tried
+    where "port" stands finds the scan's ports."""
+    lowered = text.lower() if text.isascii() else None
+    for pattern in (ledger_values._ERROR_LOCATION, ledger_values._PORT):
+        tried = [(m.start(), m.group(0)) for m in ledger_values._scanned(pattern, text, lowered)]
+        assert tried == [(m.start(), m.group(0)) for m in pattern.finditer(text)]

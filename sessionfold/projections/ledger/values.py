@@ -17,6 +17,7 @@ and tail are not read.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 # The group ends at the line's last non-space character; a lazy `.*?` before `\s*$` found that
@@ -93,11 +94,66 @@ _IGNORE_CASE = frozenset(p for p in _NEEDS if p.flags & re.IGNORECASE)
 
 def _scanned(pattern: re.Pattern[str], output: str, lowered: str | None) -> list[re.Match[str]]:
     """`pattern`'s matches in `output`; none, unscanned, when the output holds none of the
-    words the pattern needs (`lowered`: the ASCII output in lower case, else None)."""
+    words the pattern needs (`lowered`: the ASCII output in lower case, else None).
+
+    Two patterns are tried only where a match can start, which finds what a scan of every
+    position finds (`_matches_from`): a port where "port" stands (in ASCII text), an error
+    location at the start of the name before a location suffix."""
+    if pattern is _PORT and lowered is not None:
+        return _matches_from(pattern, output, _occurrences(lowered, "port"))
     text = lowered if pattern in _IGNORE_CASE else output
     if text is not None and not any(map(text.__contains__, _NEEDS[pattern])):
         return []
+    if pattern is _ERROR_LOCATION:
+        return _matches_from(pattern, output, _location_starts(output))
     return list(pattern.finditer(output))
+
+
+def _matches_from(
+    pattern: re.Pattern[str], output: str, starts: Iterator[int]
+) -> list[re.Match[str]]:
+    """`pattern.finditer(output)` when every match starts at one of `starts` (ascending): the
+    match at each start that no earlier match covers, as the scan would find it there (a
+    match at a position sees the whole text, lookbehinds included)."""
+    found: list[re.Match[str]] = []
+    end = 0
+    for start in starts:
+        if start >= end and (match := pattern.match(output, start)) is not None:
+            found.append(match)
+            end = match.end()
+    return found
+
+
+def _occurrences(text: str, word: str) -> Iterator[int]:
+    """Where `word` starts in `text`, ascending."""
+    at = text.find(word)
+    while at >= 0:
+        yield at
+        at = text.find(word, at + 1)
+
+
+# An error location's suffix ("(12,5)" or ":12:5"), found by its first character (a ':' or a
+# '(', which the scan skips to), each one whether or not an earlier one overlaps it; and the
+# name before it, read backwards: its characters end at the suffix, so the name starts where
+# they start (the lookbehind refuses any other start). re.I, which the pattern has, adds no
+# character to the name's class or to \d, so these two read without it.
+_LOCATION_SUFFIX = re.compile(r":(?=\d+:\d)|\((?=\d+,\d+\))")
+_NAME_CHARS = re.compile(r"[\w./@-]*")
+
+
+def _location_starts(output: str) -> Iterator[int]:
+    """Where an error location can start in `output`, ascending: the start of each run of
+    name characters that ends at a location suffix."""
+    backwards = None
+    size = len(output)
+    for suffix in _LOCATION_SUFFIX.finditer(output):
+        at = suffix.start()
+        if backwards is None:
+            backwards = output[::-1]
+        run = _NAME_CHARS.match(backwards, size - at)  # `*`: it always matches
+        name = 0 if run is None else run.end() - (size - at)
+        if name:
+            yield at - name
 
 
 def command_values(command: str, output: str) -> list[tuple[str, str]]:
