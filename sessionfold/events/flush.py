@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import orjson
 from pydantic import Field
 
 from sessionfold.events.envelope import (
@@ -168,7 +169,30 @@ def wrap(
     payload: FlushRequestPayload | CompactionPayload | FlushMetricsPayload, seq: int
 ) -> PruningRequestEnvelope | PruningCompactionEnvelope | FlushMetricsEnvelope:
     """The envelope that carries `payload` on its topic, with sequence number `seq`."""
-    opaque = OpaquePayload(**payload.model_dump(mode="json"))
+    return _wrapped(payload, payload.model_dump(mode="json"), seq)
+
+
+def wrap_sized(
+    payload: FlushRequestPayload | CompactionPayload | FlushMetricsPayload, seq: int
+) -> tuple[PruningRequestEnvelope | PruningCompactionEnvelope | FlushMetricsEnvelope, int]:
+    """`wrap(payload, seq)` and the length of its encoding (`envelope.encode`), found without
+    encoding the envelope: pydantic's dump of the opaque payload costs more than the rest of
+    the answer step, while the payload's own dump is at hand as plain JSON values."""
+    body = payload.model_dump(mode="json")
+    envelope = _wrapped(payload, body, seq)
+    # The envelope's encoding is orjson over its dump, whose payload field (the last) dumps
+    # as `body`: the same mapping built from the header's dump alone gives the same bytes.
+    document = envelope.model_dump(mode="json", exclude={"payload"})
+    document["payload"] = body
+    return envelope, len(orjson.dumps(document))
+
+
+def _wrapped(
+    payload: FlushRequestPayload | CompactionPayload | FlushMetricsPayload,
+    body: dict[str, Any],
+    seq: int,
+) -> PruningRequestEnvelope | PruningCompactionEnvelope | FlushMetricsEnvelope:
+    opaque = OpaquePayload(**body)
     session_id = payload.session_id
     time = getattr(payload, "time", None)
     if isinstance(payload, FlushRequestPayload):
@@ -184,8 +208,9 @@ def read_request(envelope: PruningRequestEnvelope) -> FlushRequestPayload:
 
 
 def read_compaction(envelope: PruningCompactionEnvelope) -> CompactionPayload:
-    """The typed payload of a pruning compaction envelope."""
-    return CompactionPayload.model_validate(envelope.payload.model_dump())
+    """The typed payload of a pruning compaction envelope, validated from the opaque
+    payload's fields as they are: a dump of them first is a copy the fold does not need."""
+    return CompactionPayload.model_validate(envelope.payload.model_extra or {})
 
 
 def read_flush_metrics(envelope: FlushMetricsEnvelope) -> FlushMetricsPayload:

@@ -28,6 +28,7 @@ from sessionfold.events.flush import (
     read_flush_metrics,
     read_request,
     wrap,
+    wrap_sized,
 )
 
 CALL = FlushCall(
@@ -133,3 +134,42 @@ def test_usages_add_up_in_any_order(a: ModelUsage, b: ModelUsage, c: ModelUsage)
     assert a.plus(b) == b.plus(a)
     assert a.plus(b).plus(c) == a.plus(b.plus(c))
     assert a.plus(ModelUsage()) == a
+
+
+_TEXT = st.text(max_size=80)
+_RESULT = st.builds(
+    BatchResult,
+    batch=st.integers(min_value=0, max_value=10**6),
+    outcome=st.sampled_from(["summarized", "skipped-trivial", "failed"]),
+    text=st.none() | _TEXT,
+    refs=st.lists(_TEXT, max_size=4).map(tuple),
+    usage=st.builds(
+        ModelUsage,
+        input_tokens=st.integers(min_value=0, max_value=2**63),
+        cost=st.floats(allow_nan=True, allow_infinity=True),
+    ),
+    error=st.none() | _TEXT,
+)
+_COMPACTION = st.builds(
+    CompactionPayload,
+    request_id=_TEXT,
+    session_id=st.text(min_size=1, max_size=40),
+    model=_TEXT,
+    results=st.lists(_RESULT, max_size=6).map(tuple),
+    error=st.none() | _TEXT,
+)
+
+
+@given(
+    st.one_of(_COMPACTION, st.sampled_from([REQUEST, METRICS])),
+    st.integers(min_value=0, max_value=2**63),
+)
+def test_a_wrapped_payloads_size_is_its_envelopes_encoded_length(
+    payload: CompactionPayload | FlushRequestPayload | FlushMetricsPayload, seq: int
+) -> None:
+    """Property: `wrap_sized` wraps as `wrap` does, and the size it computes without encoding
+    the envelope is the length of the envelope's encoding, for any text (any Unicode, escapes),
+    numbers (large, NaN, infinite costs) and absent fields."""
+    envelope, size = wrap_sized(payload, seq)
+    assert envelope == wrap(payload, seq)
+    assert size == len(encode(envelope))

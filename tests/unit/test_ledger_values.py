@@ -4,6 +4,7 @@ rendered state keeps the paths and values the work used again."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -304,3 +305,196 @@ def test_the_word_check_never_hides_a_match(text: str) -> None:
     for pattern in ledger_values._NEEDS:
         scanned = [(m.start(), m.group(0)) for m in ledger_values._scanned(pattern, text, lowered)]
         assert scanned == [(m.start(), m.group(0)) for m in pattern.finditer(text)]
+
+
+#: `shapes` as it read every text whole with the one alternation (before it read only the
+#: runs that can hold a match): the reference the faster reading must equal.
+_SHAPE_WHOLE = re.compile(
+    r"(?<![\w.@/~-])(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]+"
+    r"|(?<![\w.@/-])[\w.@-]+(?:/[\w.@-]+)+\.\w+\b"
+    r"|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b"
+    r"|\b[a-z]+(?:[A-Z][a-z0-9]*)+\b"
+    r"|\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b"
+    r"|\b[A-Za-z][a-z0-9]*(?:_[A-Za-z0-9]+)+\b"
+)
+
+
+def _shapes_whole(text: str) -> list[str]:
+    found: dict[str, None] = {}
+    for match in _SHAPE_WHOLE.finditer(text):
+        value = match.group(0).rstrip(".:,")
+        if len(value) >= 4 and value not in ("/", "./", "../"):
+            found[value] = None
+    return list(found)
+
+
+#: Pieces near every alternative's edges: the characters a run is made of and its
+#: neighbours, words with and without a hint (camel and Pascal case, snake case, hex runs one
+#: short of a hash and long enough, with and without a digit or a letter), the three-character
+#: values the length bound drops, and non-ASCII word characters (a digit \d takes but
+#: [0-9a-f] does not, letters re's \w takes).
+_SHAPE_PIECES = st.sampled_from(
+    (
+        *"/~.@+-_:,;()[]'\"` \t\n",
+        "..",
+        "./",
+        "../",
+        "~/",
+        "abc",
+        "ab",
+        "x",
+        "Ab",
+        "ABC",
+        "fooBar",
+        "FooBar",
+        "Foo",
+        "a9Z",
+        "snake_case",
+        "_x",
+        "deadbee",
+        "deadbe",
+        "abcdefa",
+        "1234567",
+        "1a2b3c4",
+        "0123456789abcdef0123456789abcdef0123456789",
+        "src/a.ts",
+        "a.b",
+        "é",
+        "\u0663",
+        "\u017f",
+        "\u212a",
+        "\u0130",
+        "x\u0663",
+    )
+)
+
+
+@settings(max_examples=3000)
+@given(st.one_of(st.lists(_SHAPE_PIECES, max_size=50).map("".join), st.text(max_size=200)))
+def test_shapes_reads_only_runs_that_can_match_and_finds_what_the_whole_scan_finds(
+    text: str,
+) -> None:
+    """Property: `shapes`, which reads only the runs of a text that can hold a value, finds
+    the values one scan of the whole text with the one alternation found, in the same order."""
+    assert ledger_values.shapes(text) == _shapes_whole(text)
+
+
+@pytest.mark.parametrize("name", ["before-compaction.jsonl", "large-session.jsonl"])
+def test_shapes_equals_the_whole_scan_on_the_real_sessions_outputs(name: str) -> None:
+    """On every tool output of a real session, whole and line by line, `shapes` finds what
+    the whole scan finds."""
+    path = SESSIONS / name
+    if not path.is_file():
+        pytest.skip(f"real session not found in {SESSIONS} (../shared is absent)")
+    outputs = 0
+    for record in read_session_file(path):
+        if not isinstance(record, EntryEnvelope):
+            continue
+        message = record.payload.entry.get("message")
+        if not isinstance(message, dict) or message.get("role") != "toolResult":
+            continue
+        for block in message.get("content") or ():
+            text = block.get("text") if isinstance(block, dict) else None
+            if isinstance(text, str):
+                outputs += 1
+                assert ledger_values.shapes(text) == _shapes_whole(text)
+                for line in text.splitlines():
+                    assert ledger_values.shapes(line) == _shapes_whole(line)
+    assert outputs > 100
+
+
+#: The error-line pattern as value_signals searched every output and line with it.
+_ERROR_LINE_SCAN = re.compile(
+    r"error|fail|not found|no such|cannot|can't|denied|invalid|refused|exception|×", re.I
+)
+#: Pieces of the error words in every case, cut short, and the non-ASCII letters re.I
+#: equates with their ASCII letters (long s, dotless i, Kelvin sign, dotted capital I).
+_ERROR_PIECES = st.sampled_from(
+    (
+        "error",
+        "ERROR",
+        "Err",
+        "or",
+        "fail",
+        "FaIl",
+        "not found",
+        "not",
+        " found",
+        "No Such",
+        "cannot",
+        "can't",
+        "CAN'T",
+        "denied",
+        "invalid",
+        "refused",
+        "exception",
+        "×",
+        "x",
+        " ",
+        "\n",
+        "\u017f",
+        "\u0131",
+        "\u212a",
+        "\u0130",
+        "nvalid",
+        "a",
+    )
+)
+
+
+@settings(max_examples=2000)
+@given(st.one_of(st.lists(_ERROR_PIECES, max_size=12).map("".join), st.text(max_size=60)))
+def test_the_error_word_look_answers_as_the_case_insensitive_scan(text: str) -> None:
+    """Property: the look for error words in the lower-cased ASCII text (the scan otherwise)
+    says a text reports a failure exactly when the case-insensitive pattern finds one."""
+    assert ledger_values._reports_failure(text) == (_ERROR_LINE_SCAN.search(text) is not None)
+
+
+#: Pieces of error locations: names (with dots, slashes, '@', '-', non-ASCII word letters),
+#: the characters of both suffixes apart and together, suffixes one part short, the words in
+#: any case, and what may stand between a location and its word.
+_LOCATION_PIECES = st.sampled_from(
+    (
+        "a",
+        "b.ts",
+        ".",
+        "/",
+        "@",
+        "-",
+        "é",
+        "\u0345",
+        "src/x.py",
+        ":",
+        "(",
+        ")",
+        ",",
+        "12",
+        "3",
+        ":12:5",
+        "(3,4)",
+        ":7",
+        "(3,",
+        " ",
+        "\n",
+        " - ",
+        ": ",
+        "error",
+        "ERROR",
+        "Warning",
+        "warnıng",
+        "errors",
+        "x",
+    )
+)
+
+
+@settings(max_examples=2000)
+@given(st.lists(_LOCATION_PIECES, max_size=30).map("".join))
+def test_error_locations_tried_at_their_possible_starts_are_the_scans(text: str) -> None:
+    """Property: trying the error location pattern only where a name ends at a location
+    suffix finds the matches a scan of every position finds, and the port pattern tried
+    where "port" stands finds the scan's ports."""
+    lowered = text.lower() if text.isascii() else None
+    for pattern in (ledger_values._ERROR_LOCATION, ledger_values._PORT):
+        tried = [(m.start(), m.group(0)) for m in ledger_values._scanned(pattern, text, lowered)]
+        assert tried == [(m.start(), m.group(0)) for m in pattern.finditer(text)]

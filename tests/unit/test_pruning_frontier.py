@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from sessionfold.events.flush import Frontier
 from sessionfold.projections.pruning.capture import Batch, Call
 from sessionfold.projections.pruning.frontier import (
     Processed,
     flush_outcome,
     frontier_after,
+    mark_of,
     trim_batch,
+    trim_batches,
 )
 
 
@@ -103,3 +108,34 @@ def test_outcome_precedence() -> None:
     assert of("skipped-trivial", "skipped-oversized", "skipped-deduped") == "skipped-oversized"
     assert of("skipped-trivial", "skipped-deduped") == "skipped-deduped"
     assert of("skipped-trivial") == "skipped-trivial"
+
+
+_CALL_IDS = st.sampled_from(["a", "b", "c", "d"])
+_BATCH = st.builds(
+    lambda turn, ids: Batch(turn, 0, tuple(_call(i, ts=n) for n, i in enumerate(ids))),
+    st.integers(0, 4),
+    st.lists(_CALL_IDS, min_size=1, max_size=4),
+)
+_FRONTIER = st.builds(
+    Frontier,
+    last_attempted_tool_call_id=_CALL_IDS,
+    last_attempted_turn_index=st.integers(0, 4),
+    attempted_batch_count=st.integers(0, 3),
+    outcome=st.sampled_from(["summarized", "skipped-trivial"]),
+)
+
+
+@given(st.lists(_BATCH, max_size=5), st.none() | _FRONTIER, st.sets(_CALL_IDS))
+def test_the_stored_frontiers_mark_trims_as_the_frontier_does(
+    batches: list[Batch], frontier: Frontier | None, summarized: set[str]
+) -> None:
+    """Property: trimming by the mark read off the head's stored frontier (no validation)
+    keeps exactly what trimming by the validated `Frontier` keeps."""
+    stored = None if frontier is None else frontier.model_dump()
+
+    def is_summarized(key: str) -> bool:
+        return key.split("@")[0] in summarized
+
+    assert trim_batches(batches, mark_of(stored), is_summarized) == trim_batches(
+        batches, frontier, is_summarized
+    )

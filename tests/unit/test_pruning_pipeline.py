@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from sessionfold.events.flush import BatchResult, ModelUsage
 from sessionfold.projections.pruning.capture import Batch, Call
 from sessionfold.projections.pruning.flush_pipeline import FlushPlan, plan_flush, walk_answers
@@ -127,3 +130,33 @@ def test_blank_summary_is_a_failure() -> None:
     """A blank text is not a usable summary."""
     plan = _plan([Batch(0, 0, (_call("a", 1500),))])
     assert walk_answers(plan, {0: _ok(0, text="  \n")}).outcome == "error"
+
+
+_HASHES = st.sampled_from(["H", "I", "J"])
+_BATCHES = st.lists(
+    st.builds(
+        lambda turn, calls: Batch(turn, 0, tuple(calls)),
+        st.integers(0, 5),
+        st.lists(
+            st.builds(_call, st.sampled_from("abcd"), st.integers(0, 1500), _HASHES),
+            min_size=1,
+            max_size=4,
+        ),
+    ),
+    max_size=4,
+)
+
+
+@given(_BATCHES, st.dictionaries(_HASHES, st.sampled_from(["a@1", "z@0"])), st.booleans())
+def test_each_planned_batch_holds_exactly_the_calls_dedup_kept(
+    batches: list[Batch], canon: dict[str, str], dedup: bool
+) -> None:
+    """Property: a planned batch is its captured batch with the deduped calls left out (the
+    captured batch itself when dedup took none), nothing else changed."""
+    plan = plan_flush(batches, canon.get, dedup=dedup, min_batch_chars=1000, next_ref=1)
+    for batch, planned in zip(batches, plan.batches, strict=True):
+        aliased = [id(call) for call, _ in planned.deduped]
+        kept = tuple(call for call in batch.calls if id(call) not in aliased)
+        assert planned.batch == Batch(
+            batch.turn_index, batch.timestamp, kept, batch.assistant_text, batch.group
+        )

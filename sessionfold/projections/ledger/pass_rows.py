@@ -7,7 +7,6 @@ the same thing, so both build the rows here.
 
 from __future__ import annotations
 
-import copy
 from typing import Any, cast
 
 from sessionfold.events.ledger import (
@@ -52,9 +51,25 @@ def value_row(event: ValueEvent, span: int) -> ValueRow:
 def apply_to_state(
     state: dict[str, Any], events: list[LedgerEvent], record: SpanRecord
 ) -> dict[str, Any]:
-    """The snapshot after a pass: what the fold's `apply_pass` writes, applied to a copy."""
-    after = copy.deepcopy(state)
+    """The snapshot after a pass: what the fold's `apply_pass` writes, applied to a copy.
+
+    The copy is new where the pass changes it (the snapshot, its lists of rules, notes, values
+    and spans, each rule row) and shares every other row with `state`, which is left as it
+    was: a deep copy spent most of its time on the commands' outputs, which no pass changes.
+    """
+    after = dict(state)
+    after["rules"] = [dict(row) for row in state["rules"]]
     rules = {row["id"]: row for row in after["rules"]}
+    grown: set[str] = set()
+
+    def grow(name: str) -> list[Any]:
+        """`after[name]`, a list of the copy's own from its first append on."""
+        if name not in grown:
+            grown.add(name)
+            after[name] = list(after[name])
+        rows: list[Any] = after[name]
+        return rows
+
     for event in events:
         if isinstance(event, RuleEvent):
             row = rule_row(event, record.span)
@@ -68,9 +83,9 @@ def apply_to_state(
             rules[event.rule]["lifted"] = rule_lift(event, record.span)
         elif isinstance(event, NoteEvent):
             name = "decisions" if event.kind == "decision" else "deadEnds"
-            after[name].append(note_row(event, record.span))
+            grow(name).append(note_row(event, record.span))
         elif isinstance(event, ValueEvent):
-            after["values"].append(value_row(event, record.span))
+            grow("values").append(value_row(event, record.span))
     after["spans"] = [*after["spans"], record.model_dump(mode="json")]
     after["span"] = record.span
     after["now"] = record.now

@@ -17,6 +17,7 @@ and tail are not read.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 # The group ends at the line's last non-space character; a lazy `.*?` before `\s*$` found that
@@ -93,11 +94,66 @@ _IGNORE_CASE = frozenset(p for p in _NEEDS if p.flags & re.IGNORECASE)
 
 def _scanned(pattern: re.Pattern[str], output: str, lowered: str | None) -> list[re.Match[str]]:
     """`pattern`'s matches in `output`; none, unscanned, when the output holds none of the
-    words the pattern needs (`lowered`: the ASCII output in lower case, else None)."""
+    words the pattern needs (`lowered`: the ASCII output in lower case, else None).
+
+    Two patterns are tried only where a match can start, which finds what a scan of every
+    position finds (`_matches_from`): a port where "port" stands (in ASCII text), an error
+    location at the start of the name before a location suffix."""
+    if pattern is _PORT and lowered is not None:
+        return _matches_from(pattern, output, _occurrences(lowered, "port"))
     text = lowered if pattern in _IGNORE_CASE else output
     if text is not None and not any(map(text.__contains__, _NEEDS[pattern])):
         return []
+    if pattern is _ERROR_LOCATION:
+        return _matches_from(pattern, output, _location_starts(output))
     return list(pattern.finditer(output))
+
+
+def _matches_from(
+    pattern: re.Pattern[str], output: str, starts: Iterator[int]
+) -> list[re.Match[str]]:
+    """`pattern.finditer(output)` when every match starts at one of `starts` (ascending): the
+    match at each start that no earlier match covers, as the scan would find it there (a
+    match at a position sees the whole text, lookbehinds included)."""
+    found: list[re.Match[str]] = []
+    end = 0
+    for start in starts:
+        if start >= end and (match := pattern.match(output, start)) is not None:
+            found.append(match)
+            end = match.end()
+    return found
+
+
+def _occurrences(text: str, word: str) -> Iterator[int]:
+    """Where `word` starts in `text`, ascending."""
+    at = text.find(word)
+    while at >= 0:
+        yield at
+        at = text.find(word, at + 1)
+
+
+# An error location's suffix ("(12,5)" or ":12:5"), found by its first character (a ':' or a
+# '(', which the scan skips to), each one whether or not an earlier one overlaps it; and the
+# name before it, read backwards: its characters end at the suffix, so the name starts where
+# they start (the lookbehind refuses any other start). re.I, which the pattern has, adds no
+# character to the name's class or to \d, so these two read without it.
+_LOCATION_SUFFIX = re.compile(r":(?=\d+:\d)|\((?=\d+,\d+\))")
+_NAME_CHARS = re.compile(r"[\w./@-]*")
+
+
+def _location_starts(output: str) -> Iterator[int]:
+    """Where an error location can start in `output`, ascending: the start of each run of
+    name characters that ends at a location suffix."""
+    backwards = None
+    size = len(output)
+    for suffix in _LOCATION_SUFFIX.finditer(output):
+        at = suffix.start()
+        if backwards is None:
+            backwards = output[::-1]
+        run = _NAME_CHARS.match(backwards, size - at)  # `*`: it always matches
+        name = 0 if run is None else run.end() - (size - at)
+        if name:
+            yield at - name
 
 
 def command_values(command: str, output: str) -> list[tuple[str, str]]:
@@ -152,6 +208,20 @@ _SHAPE = re.compile(
     r"|\b[A-Za-z][a-z0-9]*(?:_[A-Za-z0-9]+)+\b"
 )
 _MIN_CHARS = 4
+# `_SHAPE` read at a word's start only: every alternative starts after a non-word character
+# (a lookbehind that refuses \w, or \b before a word character), so the prefix changes no
+# match; it ends the attempt at each position inside a word after one check, not six.
+_SHAPE_AT_START = re.compile(r"(?<!\w)(?:" + _SHAPE.pattern + ")")
+# A run of the characters `_SHAPE` reads (it matches nothing else and looks at nothing else),
+# as long as the shortest value kept: no match spans two runs or depends on what is around one
+# (the neighbours, never \w nor in a lookbehind's set, read as the text's ends), so the text's
+# matches are its runs' matches in order.
+_SHAPE_RUN = re.compile(r"[\w.@/~+-]{4,}")
+# What a run holds when any alternative can match in it: a slash (the paths), an underscore
+# (snake_case), a capital after a lower-case letter or digit (camelCase, PascalCase), seven hex
+# digits (a hash). A run without one, most words of prose and code, is not read by `_SHAPE`,
+# whose per-character cost is the ledger's largest.
+_SHAPE_HINT = re.compile(r"[/_]|[a-z0-9][A-Z]|[0-9a-f]{7}")
 # A name the code an output shows defines ("function getThemesDir(", "class AgentSession",
 # "def first_kept_id", "const queueMode =").
 _DEFINES = re.compile(
@@ -159,9 +229,33 @@ _DEFINES = re.compile(
     r"(?P<name>[A-Za-z_$][\w$]*)"
 )
 # A line that reports a failure (the words the fold's error heads are chosen by).
-_ERROR_LINE = re.compile(
-    r"error|fail|not found|no such|cannot|can't|denied|invalid|refused|exception|×", re.I
+_ERROR_WORDS = (
+    "error",
+    "fail",
+    "not found",
+    "no such",
+    "cannot",
+    "can't",
+    "denied",
+    "invalid",
+    "refused",
+    "exception",
+    "×",
 )
+_ERROR_LINE = re.compile("|".join(map(re.escape, _ERROR_WORDS)), re.I)
+
+
+def _reports_failure(text: str) -> bool:
+    """Whether `text` holds one of the error words in any case (`_ERROR_LINE`'s search): in
+    ASCII text, a look for each in the lower-cased text, which costs a fraction of the
+    case-insensitive scan; other text is scanned (re.I equates a few non-ASCII letters with
+    ASCII ones, which lower() does not)."""
+    if not text.isascii():
+        return _ERROR_LINE.search(text) is not None
+    lowered = text.lower()
+    return any(map(lowered.__contains__, _ERROR_WORDS))
+
+
 #: How many of a span's last commands are its last turns.
 RECENT_COMMANDS = 8
 
@@ -189,10 +283,14 @@ _WEIGHT = {name: weight for name, weight, _ in SIGNALS}
 def shapes(text: str) -> list[str]:
     """The values a text shows by their shape alone, in text order, without repeats."""
     found: dict[str, None] = {}
-    for match in _SHAPE.finditer(text):
-        value = match.group(0).rstrip(".:,")
-        if len(value) >= _MIN_CHARS and value not in ("/", "./", "../"):
-            found[value] = None
+    # `_SHAPE_RUN`, `_SHAPE_HINT` and `_SHAPE_AT_START` find what `_SHAPE.finditer(text)`
+    # finds, in the same order, reading only the runs that can hold a match. A value shorter
+    # than `_MIN_CHARS` is dropped ("/", "./" and "../" among them).
+    for run in filter(_SHAPE_HINT.search, _SHAPE_RUN.findall(text)):
+        for value in _SHAPE_AT_START.findall(run):
+            value = value.rstrip(".:,")
+            if len(value) >= _MIN_CHARS:
+                found[value] = None
     return list(found)
 
 
@@ -249,8 +347,8 @@ def value_signals(
         defined.update(match.group("name") for match in _DEFINES.finditer(output))
         # No match of the pattern spans a line break: an output it misses whole has no error
         # line, and the search per line is skipped.
-        for line in output.splitlines() if _ERROR_LINE.search(output) else ():
-            if _ERROR_LINE.search(line):
+        for line in output.splitlines() if _reports_failure(output) else ():
+            if _reports_failure(line):
                 on_error.update(shapes(line))
         for value in shapes(_unclipped(str(command.get("command") or ""))):
             written.add(value)

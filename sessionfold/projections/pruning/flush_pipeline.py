@@ -63,7 +63,9 @@ def plan_flush(
         if disposition == "summarize":
             refs = tuple(f"t{next_ref + i}" for i in range(len(kept)))
             next_ref += len(kept)
-        planned.append(PlannedBatch(replace(batch, calls=kept), disposition, deduped, refs))
+        # A batch is frozen: when dedup took none of its calls, it is its own kept copy.
+        kept_batch = batch if len(kept) == len(batch.calls) else replace(batch, calls=kept)
+        planned.append(PlannedBatch(kept_batch, disposition, deduped, refs))
     return FlushPlan(tuple(planned), next_ref)
 
 

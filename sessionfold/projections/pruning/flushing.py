@@ -31,7 +31,7 @@ from sessionfold.projections.pruning.flush_pipeline import (
     walk_answers,
 )
 from sessionfold.projections.pruning.flush_request import plan_from_row, plan_row, request_envelope
-from sessionfold.projections.pruning.frontier import trim_batch
+from sessionfold.projections.pruning.frontier import mark_of, trim_batch
 from sessionfold.projections.pruning.records import (
     AttemptInfo,
     FrontierRow,
@@ -89,10 +89,8 @@ def _push_live_batch(session: Session, turn: int) -> bool:
     batch = _eager_spill(session, batch)
     if batch is None:
         return False
-    raw = session.head["frontier"]
-    frontier = Frontier.model_validate(raw) if raw is not None else None
     summarized = index.summarized_check(session.store, session.session_id)
-    if trim_batch(batch, frontier, summarized) is None:
+    if trim_batch(batch, mark_of(session.head["frontier"]), summarized) is None:
         return False
     session.head["queued"] += 1
     return True
@@ -132,6 +130,8 @@ def _eager_spill(session: Session, batch: Batch) -> Batch | None:
         )
         for call in spilled:
             _forget_result(session, call)
+    if len(kept) == len(batch.calls):
+        return batch  # frozen: nothing spilled, so the batch is the copy `replace` would make
     return replace(batch, calls=tuple(kept)) if kept else None
 
 

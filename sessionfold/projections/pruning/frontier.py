@@ -7,15 +7,36 @@ survive, unless that call is no longer among them (the miss rule keeps them all)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
 
 from sessionfold.events.flush import Frontier, FrontierOutcome
 from sessionfold.projections.pruning.capture import Batch, Call
 
 
+class FrontierMark(NamedTuple):
+    """The two fields of a frontier that trimming reads, named as `Frontier`'s."""
+
+    last_attempted_turn_index: int
+    last_attempted_tool_call_id: str
+
+
+def mark_of(stored: Mapping[str, Any] | None) -> FrontierMark | None:
+    """The mark of a frontier as the session's head stores it (`Frontier.model_dump()`), read
+    off the dict: validating the whole `Frontier` at every turn end and capture cost more
+    than the trimming it serves."""
+    if stored is None:
+        return None
+    return FrontierMark(
+        stored.get("last_attempted_turn_index", 0), stored["last_attempted_tool_call_id"]
+    )
+
+
 def trim_batch(
-    batch: Batch, frontier: Frontier | None, is_summarized: Callable[[str], bool]
+    batch: Batch,
+    frontier: Frontier | FrontierMark | None,
+    is_summarized: Callable[[str], bool],
 ) -> Batch | None:
     """The part of `batch` a flush still has to attempt, or None (reference §3.5 steps 1-5)."""
     calls = tuple(call for call in batch.calls if not is_summarized(call.key))
@@ -34,7 +55,9 @@ def trim_batch(
 
 
 def trim_batches(
-    batches: Sequence[Batch], frontier: Frontier | None, is_summarized: Callable[[str], bool]
+    batches: Sequence[Batch],
+    frontier: Frontier | FrontierMark | None,
+    is_summarized: Callable[[str], bool],
 ) -> list[Batch]:
     """Every batch trimmed, the dropped ones left out, order kept."""
     kept = (trim_batch(batch, frontier, is_summarized) for batch in batches)

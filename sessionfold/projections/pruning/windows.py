@@ -24,7 +24,7 @@ from sessionfold.projections.pruning.capture import (
     result_record,
 )
 from sessionfold.projections.pruning.entry_facts import EntryFacts
-from sessionfold.projections.pruning.frontier import trim_batches
+from sessionfold.projections.pruning.frontier import mark_of, trim_batches
 from sessionfold.projections.pruning.records import (
     AssistantCall,
     AssistantFacts,
@@ -212,7 +212,8 @@ def frontier_of(session: Session) -> Frontier | None:
 def capture(session: Session) -> list[Batch]:
     """The rescan's result (§3.2): ready batches on the branch, trimmed, then grouped."""
     batches = [b for t in session.head["pending"] if (b := turn_batch(session, t)) is not None]
-    trimmed = trim_batches(batches, frontier_of(session), summarized_predicate(session))
+    mark = mark_of(session.head["frontier"])
+    trimmed = trim_batches(batches, mark, summarized_predicate(session))
     return group_batches(trimmed, session.config.batchingMode)
 
 

@@ -57,6 +57,7 @@ from sessionfold.events.flush import (
     FlushRequestPayload,
     read_request,
     wrap,
+    wrap_sized,
 )
 from sessionfold.events.ledger import answer_envelope, read_ledger_request
 from sessionfold.ports.ledger.model import DiffModel
@@ -136,10 +137,9 @@ def fitted_envelope(
     compaction: CompactionPayload, seq: int, max_bytes: int
 ) -> PruningCompactionEnvelope | None:
     """The envelope of `compaction` fitted within `max_bytes` (`fit_compaction`); None if
-    nothing fits. Wrapped once when it fits as it is (nearly always): the size check is that
-    envelope's encoding."""
-    envelope = wrap(compaction, seq)
-    size = len(encode(envelope))
+    nothing fits. Wrapped once when it fits as it is (nearly always), and sized without
+    encoding it (`wrap_sized`)."""
+    envelope, size = wrap_sized(compaction, seq)
     if size <= max_bytes:
         return envelope  # type: ignore[return-value]
     fitted = fit_compaction(compaction, seq, max_bytes, size)
