@@ -146,13 +146,13 @@ def prune(messages: list[dict[str, Any]], inputs: PruneInputs, last: Carry | Non
     where it stopped, when nothing they bring reaches back into what it rendered (a grace,
     purge or chain range that moves); otherwise, and without `last`, from the start."""
     config = inputs.config
-    grace = grace_keys(messages, config.recoveryGraceTurns) if config.enabled else frozenset()
+    if not config.enabled:
+        return _unpruned(messages)
+    grace = grace_keys(messages, config.recoveryGraceTurns)
     if last is not None and not (grace == last.grace and extends(messages, last.source)):
-        last = None
+        last = None  # a recovery's grace ended (or the list is another one)
     start = 0 if last is None else len(last.source)
     render = _Render()
-    if not config.enabled:
-        return _unpruned(messages, grace)
     args: dict[Any, Any] = {} if last is None else dict(last.args)
     tail = messages[start:] if start else messages
     current = _stub_phase(tail, inputs, render, grace, args)
@@ -226,11 +226,11 @@ def prune(messages: list[dict[str, Any]], inputs: PruneInputs, last: Carry | Non
     )
 
 
-def _unpruned(messages: list[dict[str, Any]], grace: frozenset[str]) -> Carry:
+def _unpruned(messages: list[dict[str, Any]]) -> Carry:
     """The carry of a render with pruning off: nothing changed, nothing to carry."""
-    nothing: frozenset[Any] = frozenset()
-    result = PruneResult(messages, False)
-    return Carry(result, messages, {}, grace, {}, 0, nothing, nothing, (), nothing, (), (), (), ())
+    no: frozenset[Any] = frozenset()
+    unchanged = PruneResult(messages, False)
+    return Carry(unchanged, messages, {}, no, {}, 0, no, no, (), no, (), (), (), ())
 
 
 def extends(messages: Sequence[Any], before: Sequence[Any]) -> bool:
