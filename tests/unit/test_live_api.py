@@ -85,6 +85,52 @@ def test_a_waiting_call_wakes_when_its_leaf_is_folded(
     _served(live, test)
 
 
+def test_the_tailer_wakes_the_loop_only_for_a_session_a_call_waits_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines of a session nobody waits for never hop onto the event loop (each hop costs the
+    loop a turn at the GIL: at a fleet's line rate that starved the calls); the waiting call's
+    session is woken once its leaf is folded."""
+    woken: list[str] = []
+    wake = LiveApi._wake
+
+    def counted(self: LiveApi, session_id: str) -> None:
+        woken.append(session_id)
+        wake(self, session_id)
+
+    monkeypatch.setattr(LiveApi, "_wake", counted)
+    target, lines, session_id = _grown(tmp_path, 3)
+    (tmp_path / "other").mkdir()
+    other = write_session(tmp_path / "other", generate_session(10, 3)).path
+    other_lines = other.read_bytes().splitlines(keepends=True)
+    other_target = tmp_path / "live" / other.name
+    other_target.write_bytes(other_lines[0])
+    target.write_bytes(b"".join(lines[:-1]))
+    live = LiveFolds([tmp_path / "live"])
+    live.discover()
+    live.poll()
+    leaf = str(orjson.loads(lines[-1])["id"])
+
+    def later() -> None:
+        for line in other_lines[1:]:  # the other session grows, line by line
+            with other_target.open("ab") as handle:
+                handle.write(line)
+            live.poll()
+        time.sleep(0.2)
+        with target.open("ab") as handle:
+            handle.write(lines[-1])
+        live.poll()
+
+    async def test(client: TestClient[Any, Any]) -> None:
+        threading.Thread(target=later).start()
+        body = {"leaf": leaf, "messages": [], "wait_ms": 30_000}
+        answer = await client.post(f"/sessions/{session_id}/context", json=body)
+        assert (await answer.json())["stale"] is False
+
+    _served(live, test)
+    assert woken == [session_id]
+
+
 def test_a_repeated_call_renders_once_and_answers_the_same_bytes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -142,7 +142,11 @@ class LiveApi:
         poked = False
         step = WAKE_STEP_S if self._hooked else WAIT_STEP_S
         while True:
-            # Taken before the look: a fold after it sets this one.
+            session = self.live.sessions.get(session_id)
+            if session is not None and (leaf is None or leaf in session.ids):
+                return "folded"  # most calls: no event made, nothing for the tailer to wake
+            # Taken before the look again: a fold after it sets this one (the tailer wakes
+            # only the sessions that have one, after it folded their lines).
             woken = self._woken.setdefault(session_id, asyncio.Event())
             session = self.live.sessions.get(session_id)
             if session is not None and (leaf is None or leaf in session.ids):
@@ -339,6 +343,10 @@ class LiveApi:
         loop = asyncio.get_running_loop()
 
         def woken(session_id: str) -> None:
+            # Only when a call waits for the session: every hop onto the loop costs it a turn
+            # at the GIL, which at a busy fleet's line rate starved the calls it answers.
+            if session_id not in self._woken:
+                return
             # The loop may close under a last poll: nobody waits any more then.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._wake, session_id)
