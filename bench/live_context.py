@@ -50,7 +50,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -412,14 +412,20 @@ async def caught_up(
 async def clients(
     url: str, files: Sequence[tuple[Template, str, Path]], load: Load
 ) -> list[Sample]:
-    """Grow the files concurrently, once serve has caught up on what they held."""
+    """Grow the files concurrently, once serve has caught up on what they held. Each session
+    has a client of its own, as each pi has: httpx's pool looks over every connection it holds
+    for each request, which with one pool of 200 made the bench measure its own time."""
     samples: list[Sample] = []
-    sessions = len(files)
-    limits = httpx.Limits(max_connections=sessions + 4, max_keepalive_connections=sessions + 4)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
         await caught_up(client, files, load)
+    async with AsyncExitStack() as stack:
+        own = [
+            await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=120))
+            for _ in files
+        ]
         tasks = [
-            grow(client, tmpl, session_id, path, load, samples) for tmpl, session_id, path in files
+            grow(client, tmpl, session_id, path, load, samples)
+            for client, (tmpl, session_id, path) in zip(own, files, strict=True)
         ]
         await asyncio.gather(*tasks)
     return samples
