@@ -14,10 +14,12 @@ fold and waits for a flush being answered. `poll` calls `on_lines` with the sess
 it folded lines of a file, so a caller waiting for a leaf wakes at once instead of polling the
 state under the lock.
 
-Costs (bench/live_context.py): a render is O(the session's context) in Python, so `rendered`
-keeps the last one per session with its token counts and encoded messages, until the session
-folds anything more; and `poll` stats each file before opening it, so the files that did not
-change since the last poll cost a stat, not an open and a read.
+Costs (bench/live_context.py): a render from scratch is O(the session's context) in Python, so
+each session keeps its last render (`LiveSession.memo`), which the next one grows by the new
+entries while no flush came between (views/context.py `RenderMemo`), and `rendered` keeps it
+with its token counts and encoded messages until the session folds anything more (counting
+only the messages a grown render added); `poll` stats each file before opening it, so the
+files that did not change since the last poll cost a stat, not an open and a read.
 """
 
 from __future__ import annotations
