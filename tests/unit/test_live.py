@@ -254,6 +254,20 @@ def test_a_poll_announces_each_files_session_once_its_lines_are_folded(tmp_path:
     assert live.poll() == 0 and announced == []  # nothing folded, nothing announced
 
 
+def _counted_tokens(monkeypatch: pytest.MonkeyPatch, *modules: Any) -> list[object]:
+    """The messages whose tokens `modules` count from now on (their `message_tokens`)."""
+    counted: list[object] = []
+    real = live_module.message_tokens
+
+    def counting(message: Any) -> int:
+        counted.append(message)
+        return real(message)
+
+    for module in modules:
+        monkeypatch.setattr(module, "message_tokens", counting)
+    return counted
+
+
 def test_a_render_counts_the_tokens_of_a_log_message_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -268,15 +282,8 @@ def test_a_render_counts_the_tokens_of_a_log_message_once(
     live.poll()
     (session_id,) = live.sessions
     live.rendered(session_id, epoch_of)
-    counted: list[object] = []
-    real = live_module.message_tokens
-
-    def counting(message: Any) -> int:
-        counted.append(message)
-        return real(message)
-
-    monkeypatch.setattr(live_module, "message_tokens", counting)
-    monkeypatch.setattr(context_module, "message_tokens", counting)  # what ContextView.tokens uses
+    # ContextView.tokens counts through the context module's name.
+    counted = _counted_tokens(monkeypatch, live_module, context_module)
     with target.open("ab") as handle:
         handle.write(lines[-1])
     live.poll()
@@ -302,14 +309,7 @@ def test_a_grown_render_counts_only_the_new_messages(
     live.poll()
     (session_id,) = live.sessions
     live.rendered(session_id, epoch_of)
-    counted: list[object] = []
-    real = live_module.message_tokens
-
-    def counting(message: Any) -> int:
-        counted.append(message)
-        return real(message)
-
-    monkeypatch.setattr(live_module, "message_tokens", counting)
+    counted = _counted_tokens(monkeypatch, live_module)
     grown = 0
     for line in lines[40:]:
         before = live.rendered(session_id, epoch_of)
