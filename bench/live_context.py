@@ -1,6 +1,7 @@
 """The live context route of `sessionfold serve` under concurrent sessions, beside the fold.
 
     .venv/bin/python bench/live_context.py [--levels 1,50,200] [--messages 1000] [--repeat 1]
+        [--node]
 
 For each level N, a real `sessionfold serve` process tails a fresh temp dir while N sessions of
 about `--messages` messages (synthetic, copies of `--distinct` generated ones under their own
@@ -14,7 +15,9 @@ pi's array (the unpruned context at that leaf, encoded before the timed part) to
 - `caught-up`: the same call again, the leaf already folded (the target is p99 under 50 ms
   here): serve keeps a session's render until it folds more, so this is the parse of pi's
   array, the check of it and the transport; `live - caught-up` is the wait for the fold and
-  the render (the `render` column gives the render alone, embedded).
+  the render (the `render` column gives the render alone, embedded). `in srv` is serve's own
+  time of it (its Server-Timing); with `--node`, a node process of its own (node's fetch, as
+  the extension calls) times the same call once more (`node`), free of this process's delays.
 
 Per level: p50/p99 of both over every call of every repeat (and the median over repeats of each
 run's p99), bytes sent and received per call, serve's CPU use and this process's (the clients',
@@ -76,6 +79,8 @@ CLI = [sys.executable, "-m", "sessionfold.streams.cli"]
 MESSAGES_PER_TURN = 2.1
 #: Array sizes (messages) bounding the cost-by-length buckets.
 LENGTH_EDGES = (200, 400, 600, 800)
+#: The node client of `--node`.
+PROBE = Path(__file__).with_name("node_probe.mjs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +116,7 @@ class Load:
     send: str  # "shape" (what the extension sends) or "messages" (the whole array)
     start: int  # messages already in each file when serve starts (caught up on, no calls)
     partitions: int = 4  # the worker's topics' partitions (`--worker`)
+    node: bool = False  # time each caught-up call once more from node (`--node`)
 
 
 @dataclass
@@ -124,6 +130,7 @@ class Sample:
     live_ms: float
     caught_ms: float
     caught_server_ms: float | None  # the caught-up call's time in serve (its Server-Timing)
+    caught_node_ms: float | None  # the same call timed from node (`--node`), else None
     changed: bool
     first: bool  # the session's first call: it also waits for serve to find the file
     bad: str | None  # "stale", "mismatch", an HTTP status, or None
@@ -307,6 +314,7 @@ async def grow(
     path: Path,
     load: Load,
     out: list[Sample],
+    probe: NodeProbe | None = None,
 ) -> None:
     """Write one session's file on from `load.start` messages line by line (at full speed,
     the lines up to each call point at once, as pi writes a turn's results before it calls its
@@ -336,6 +344,8 @@ async def grow(
         started = time.perf_counter()
         again = await client.post(route, content=request)
         caught_ms = (time.perf_counter() - started) * 1e3
+        url = f"{client.base_url}".rstrip("/") + route
+        node_ms = None if probe is None else await probe.timed(url, request)
         bad: str | None = None
         changed = False
         if first.status_code != 200 or again.status_code != 200:
@@ -355,6 +365,7 @@ async def grow(
                 live_ms,
                 caught_ms,
                 server_ms(again),
+                node_ms,
                 changed,
                 first_call,
                 bad,
@@ -364,6 +375,49 @@ async def grow(
     if held:
         with path.open("ab") as handle:
             handle.write(b"".join(held))
+
+
+class NodeProbe:
+    """Caught-up calls timed by a node process of its own (bench/node_probe.mjs, node's fetch
+    as the extension's): its figures hold none of this process's event-loop delays."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.waiting: dict[int, asyncio.Future[float | None]] = {}
+        self.numbers = itertools.count()
+        self.reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def started(cls) -> NodeProbe:
+        """A running probe."""
+        process = await asyncio.create_subprocess_exec(
+            "node", str(PROBE), stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        return cls(process)
+
+    async def _read(self) -> None:
+        assert self.process.stdout is not None
+        async for line in self.process.stdout:
+            answer = orjson.loads(line)
+            ok = answer["status"] == 200
+            self.waiting.pop(answer["n"]).set_result(float(answer["ms"]) if ok else None)
+
+    async def timed(self, url: str, request: bytes) -> float | None:
+        """node's time of one POST of `request` to `url` (ms), None if it was not a 200."""
+        assert self.process.stdin is not None
+        number = next(self.numbers)
+        answer = self.waiting[number] = asyncio.get_running_loop().create_future()
+        line = {"n": number, "url": url, "body": request.decode()}
+        self.process.stdin.write(orjson.dumps(line) + b"\n")
+        await self.process.stdin.drain()
+        return await answer
+
+    async def close(self) -> None:
+        """Stop the probe."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        await self.process.wait()
+        self.reader.cancel()
 
 
 def copy_header(tmpl: Template, number: int) -> tuple[str, bytes]:
@@ -418,16 +472,21 @@ async def clients(
     samples: list[Sample] = []
     async with httpx.AsyncClient(base_url=url, timeout=120) as client:
         await caught_up(client, files, load)
+    probe = await NodeProbe.started() if load.node else None
+    if probe is not None:  # node loads its fetch on the first call: not a figure of serve's
+        await probe.timed(f"{url}/sessions/warm-up/context", b"{}")
     async with AsyncExitStack() as stack:
         own = [
             await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=120))
             for _ in files
         ]
         tasks = [
-            grow(client, tmpl, session_id, path, load, samples)
+            grow(client, tmpl, session_id, path, load, samples, probe)
             for client, (tmpl, session_id, path) in zip(own, files, strict=True)
         ]
         await asyncio.gather(*tasks)
+    if probe is not None:
+        await probe.close()
     return samples
 
 
@@ -477,6 +536,7 @@ def report_level(
     caught = [s.caught_ms for s in samples]
     run_p99 = statistics.median(quantile([s.caught_ms for s in r.samples], 0.99) for r in runs)
     served = [s.caught_server_ms for s in samples if s.caught_server_ms is not None]
+    node = [s.caught_node_ms for s in samples if s.caught_node_ms is not None]
     no_figure = float("nan")
     bad = sum(1 for s in samples if s.bad is not None)
     fold_p50 = quantile(fold_us, 0.5) / 1e3
@@ -492,6 +552,8 @@ def report_level(
         f"{run_p99:7.1f}",
         f"{quantile(served, 0.5) if served else no_figure:7.1f}",
         f"{quantile(served, 0.99) if served else no_figure:7.1f}",
+        f"{quantile(node, 0.5) if node else no_figure:7.1f}",
+        f"{quantile(node, 0.99) if node else no_figure:7.1f}",
         f"{statistics.mean(s.sent for s in samples) / 1e3:8.0f}",
         f"{statistics.mean(s.received for s in samples) / 1e3:8.0f}",
         f"{statistics.median(cpu) if cpu else float('nan'):5.2f}",
@@ -506,10 +568,12 @@ def report_level(
 
 HEADER = (
     f"{'':>5}{'N':>5} {'calls':>6} {'live':>7} {'live':>7} {'caught':>7} {'caught':>7} "
-    f"{'run p99':>7} {'in srv':>7} {'in srv':>7} {'KB sent':>8} {'KB recv':>8} {'serve':>5} "
+    f"{'run p99':>7} {'in srv':>7} {'in srv':>7} {'node':>7} {'node':>7} {'KB sent':>8} "
+    f"{'KB recv':>8} {'serve':>5} "
     f"{'client':>6} {'fold':>6} {'render':>6} {'live/':>7} {'bad':>4}\n"
     f"{'':>10} {'':>6} {'p50 ms':>7} {'p99 ms':>7} {'p50 ms':>7} {'p99 ms':>7} {'median':>7} "
-    f"{'p50 ms':>7} {'p99 ms':>7} {'mean':>8} {'mean':>8} {'CPUs':>5} {'CPUs':>6} {'p50 ms':>6} "
+    f"{'p50 ms':>7} {'p99 ms':>7} {'p50 ms':>7} {'p99 ms':>7} {'mean':>8} {'mean':>8} "
+    f"{'CPUs':>5} {'CPUs':>6} {'p50 ms':>6} "
     f"{'p50 ms':>6} {'fold':>7} {'':>4}"
 )
 
@@ -599,6 +663,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fed by `publish --follow` (rows marked `worker`)",
     )
     parser.add_argument("--partitions", type=int, default=4, help="the worker's partitions")
+    parser.add_argument(
+        "--node",
+        action="store_true",
+        help="time each caught-up call once more from a node process (node's fetch, as the "
+        "extension calls): the `node` columns, free of this process's delays",
+    )
     parser.add_argument("--seed", type=int, default=23)
     parser.add_argument("--profile", type=int, default=0, help="top N functions of a render")
     parser.add_argument(
@@ -609,7 +679,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     levels = [int(level) for level in args.levels.split(",") if level]
-    load = Load(args.poll_ms, args.gap_ms / 1e3, args.send, args.start_at, args.partitions)
+    load = Load(
+        args.poll_ms, args.gap_ms / 1e3, args.send, args.start_at, args.partitions, args.node
+    )
     turns = max(1, round(args.messages / MESSAGES_PER_TURN))
     average = os.getloadavg()
     print(
