@@ -131,7 +131,6 @@ class Carry:
     errored: dict[Any, int]  # purge: each errored call id -> assistant messages before it
     assistants: int  # purge: assistant messages in the list
     purgeable: frozenset[Any]  # purge: the errored ids old enough to purge
-    stamps: frozenset[Any]  # chains: their start and final messages' timestamps
     chain_reports: tuple[Diagnostic, ...]  # chains: what the range prune reported
     open_ids: frozenset[Any]  # sweep: the calls open at the list's end
     swept: tuple[str, ...]  # sweep: the ids of the orphans swept
@@ -216,7 +215,6 @@ def prune(messages: list[dict[str, Any]], inputs: PruneInputs, last: Carry | Non
         errored,
         assistants,
         purgeable,
-        stamps,
         chain_reports,
         frozenset(open_ids),
         swept,
@@ -230,7 +228,7 @@ def _unpruned(messages: list[dict[str, Any]]) -> Carry:
     """The carry of a render with pruning off: nothing changed, nothing to carry."""
     no: frozenset[Any] = frozenset()
     unchanged = PruneResult(messages, False)
-    return Carry(unchanged, messages, {}, no, {}, 0, no, no, (), no, (), (), (), ())
+    return Carry(unchanged, messages, {}, no, {}, 0, no, (), no, (), (), (), ())
 
 
 def extends(messages: Sequence[Any], before: Sequence[Any]) -> bool:
