@@ -6,17 +6,26 @@ back, every session's state, answers and journal are the synchronous fold's, byt
 from __future__ import annotations
 
 import asyncio
+import random
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from fake_openai import FakeOpenAI, Reply, Request
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from sessionfold.events.flush import CompactionPayload, FlushRequestPayload
+from sessionfold.ports.ledger.model import OfflineModel
 from sessionfold.ports.model_http import HttpModelClient, Timeouts, resolve_endpoint
+from sessionfold.ports.summarizer import OfflineSummarizer
 from sessionfold.ports.summarizer_http import HttpSummarizer
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.projections.views.context import ContextView
@@ -28,6 +37,7 @@ from sessionfold.streams.runtime.live import LiveFolds
 from sessionfold.streams.tools.replay import Collector, replay_files
 from sessionfold.streams.tools.synthetic import generate_session, write_session
 from sessionfold.streams.web.live_api import LiveApi
+from sessionfold.streams.web.live_contract import epoch_of
 
 #: How long the stalled answer waits for the test to release it (a test without the fix must
 #: still end: then the tailer is stuck in the call that long).
@@ -178,3 +188,202 @@ def _grow_b_while_a_stalls(
             assert answer["stale"] is True  # A's own call waits for A's answer
 
     asyncio.run(run())
+
+
+# --- the order of folds, however the answers are delayed ------------------------------------
+
+#: Small synthetic sessions (seed, turns), each with a few flushes.
+SMALL = ((5, 12), (11, 20), (9, 16))
+
+
+class _Gated:
+    """The offline summaries, each held until the test releases its session's gate (or opens
+    every gate for good)."""
+
+    model = OfflineSummarizer.model
+
+    def __init__(self) -> None:
+        self.opened = threading.Event()
+        self.waiting: set[str] = set()  # sessions whose call is here, held
+        self._gates: dict[str, threading.Semaphore] = {}
+        self._lock = threading.Lock()
+
+    def gate(self, session_id: str) -> threading.Semaphore:
+        with self._lock:
+            return self._gates.setdefault(session_id, threading.Semaphore(0))
+
+    def summarize(self, request: FlushRequestPayload) -> CompactionPayload:
+        gate = self.gate(request.session_id)
+        self.waiting.add(request.session_id)
+        while not gate.acquire(timeout=0.01) and not self.opened.is_set():
+            pass
+        self.waiting.discard(request.session_id)
+        return OfflineSummarizer().summarize(request)
+
+
+class _Reference:
+    """One session folded synchronously (inline answers), line by line: the live view's JSON
+    after each count of lines, the final document and the answers journal's bytes."""
+
+    def __init__(self, seed: int, turns: int) -> None:
+        folder = Path(tempfile.mkdtemp(prefix="sessionfold-ref-"))
+        source = write_session(folder, generate_session(seed, turns)).path
+        self.lines = source.read_bytes().splitlines(keepends=True)
+        self.session_id = str(orjson.loads(self.lines[0])["id"])
+        (folder / "live").mkdir()
+        target = folder / "live" / source.name
+        target.write_bytes(b"")
+        live = LiveFolds([folder / "live"])
+        live.discover()
+        self.views: list[bytes] = []
+        for line in self.lines:
+            with target.open("ab") as handle:
+                handle.write(line)
+            live.poll()
+            self.views.append(orjson.dumps(live.view(self.session_id).to_json()))
+        self.document = live.document(self.session_id)
+        self.journal = journal_path(target).read_bytes()
+        shutil.rmtree(folder)
+
+
+_REFERENCES: dict[tuple[int, int], _Reference] = {}
+
+
+def _reference(seed: int, turns: int) -> _Reference:
+    if (seed, turns) not in _REFERENCES:
+        _REFERENCES[(seed, turns)] = _Reference(seed, turns)
+    return _REFERENCES[(seed, turns)]
+
+
+_STEP = st.tuples(
+    st.sampled_from(["write", "answer"]), st.integers(0, len(SMALL) - 1), st.integers(1, 10)
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(_STEP, min_size=10, max_size=60), threads=st.integers(1, 3))
+def test_any_interleaving_of_lines_and_answers_folds_as_the_synchronous_fold(
+    steps: list[tuple[str, int, int]], threads: int
+) -> None:
+    """Sessions grow in drawn chunks while their answers come back in a drawn order, on a pool
+    of 1 to 3 threads: whenever a session is settled its view is the synchronous fold's at the
+    lines written, and at the end every state, document and journal is, byte for byte."""
+    references = [_reference(seed, turns) for seed, turns in SMALL]
+    folder = Path(tempfile.mkdtemp(prefix="sessionfold-live-"))
+    model = _Gated()
+    live = LiveFolds([folder], summarizer=model, answer_threads=threads)
+    files = [folder / f"{n}.jsonl" for n in range(len(SMALL))]
+    written = [0] * len(SMALL)
+    try:
+        for kind, n, count in steps:
+            reference = references[n]
+            if kind == "write":
+                chunk = reference.lines[written[n] : written[n] + count]
+                with files[n].open("ab") as handle:
+                    handle.write(b"".join(chunk))
+                written[n] += len(chunk)
+                live.discover()
+                live.poll()
+            else:
+                session = live.sessions.get(reference.session_id)
+                if session is None or not session.asking:
+                    continue
+                folds = session.folds
+                model.gate(reference.session_id).release()
+                if reference.session_id in model.waiting or len(model.waiting) < threads:
+                    # Its call is with the model, or soon (not queued behind held ones): the
+                    # answer comes back and is folded.
+                    _until(lambda s=session, f=folds: s.folds != f)  # type: ignore[misc]
+            with live.lock:  # (the pool folds nothing meanwhile)
+                for m, reference in enumerate(references):
+                    session = live.sessions.get(reference.session_id)
+                    if session is None:
+                        continue
+                    # Rendered (and kept) whether settled or not: a kept render of half a
+                    # flush must not outlive the answer's fold.
+                    rendered = live.rendered(reference.session_id, epoch_of)
+                    assert rendered.settled == session.settled
+                    if session.settled:
+                        view = orjson.dumps(rendered.view.to_json())
+                        assert view == reference.views[written[m] - 1]
+        model.opened.set()
+        for n, reference in enumerate(references):
+            with files[n].open("ab") as handle:
+                handle.write(b"".join(reference.lines[written[n] :]))
+        live.discover()
+        live.poll()
+        assert live.close(30) == 0
+        for n, reference in enumerate(references):
+            session_id = reference.session_id
+            assert orjson.dumps(live.view(session_id).to_json()) == reference.views[-1]
+            assert live.document(session_id) == reference.document
+            assert journal_path(files[n]).read_bytes() == reference.journal
+    finally:
+        model.opened.set()
+        live.close(5)
+        shutil.rmtree(folder)
+
+
+class _SlowDiff:
+    """The offline diff model, each pass a drawn few milliseconds late."""
+
+    def __init__(self, seed: int) -> None:
+        self._model = OfflineModel()
+        self.name = self._model.name
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def diff(self, prompt: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            delay = self._random.uniform(0, 0.02)
+        time.sleep(delay)
+        return self._model.diff(prompt)
+
+
+class _SlowSummarizer:
+    """The offline summaries, each a drawn few milliseconds late."""
+
+    model = OfflineSummarizer.model
+
+    def __init__(self, seed: int) -> None:
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def summarize(self, request: FlushRequestPayload) -> CompactionPayload:
+        with self._lock:
+            delay = self._random.uniform(0, 0.02)
+        time.sleep(delay)
+        return OfflineSummarizer().summarize(request)
+
+
+def test_real_sessions_with_ledger_passes_fold_as_the_synchronous_fold(
+    tmp_path: Path, shared_sessions: Path
+) -> None:
+    """Two real sessions (one with pi compactions: ledger passes) written at once in random
+    chunks, every answer late by a random few milliseconds on a pool of 3: each session's
+    document (the rule ledger included) and context are `fold FILE`'s and `context FILE`'s."""
+    names = ["before-compaction.jsonl", "large-session.jsonl"]
+    watched = tmp_path / "live"
+    watched.mkdir()
+    live = LiveFolds(
+        [watched], summarizer=_SlowSummarizer(1), diff_model=_SlowDiff(2), answer_threads=3
+    )
+    rng = random.Random(3)
+    sources = [(shared_sessions / name).read_bytes() for name in names]
+    targets = [watched / name for name in names]
+    at = [0] * len(names)
+    while any(a < len(s) for a, s in zip(at, sources, strict=True)):
+        n = rng.randrange(len(names))
+        cut = min(len(sources[n]), at[n] + rng.randrange(1, 60_000))
+        with targets[n].open("ab") as handle:
+            handle.write(sources[n][at[n] : cut])
+        at[n] = cut
+        live.discover()
+        live.poll()
+    live.poll()
+    assert live.close(60) == 0
+    assert len(live.sessions) == len(names)
+    for target in targets:
+        (session_id,) = [s.session_id for s in live.sessions.values() if s.path == target]
+        assert live.document(session_id) == fold_files([target])["sessions"][session_id]
+        assert orjson.dumps(live.view(session_id).to_json()) == _context_json(target, session_id)
