@@ -387,3 +387,59 @@ def test_real_sessions_with_ledger_passes_fold_as_the_synchronous_fold(
         (session_id,) = [s.session_id for s in live.sessions.values() if s.path == target]
         assert live.document(session_id) == fold_files([target])["sessions"][session_id]
         assert orjson.dumps(live.view(session_id).to_json()) == _context_json(target, session_id)
+
+
+class _Counting:
+    """The offline summaries, counting the calls."""
+
+    model = OfflineSummarizer.model
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def summarize(self, request: FlushRequestPayload) -> CompactionPayload:
+        self.calls += 1
+        return OfflineSummarizer().summarize(request)
+
+
+def test_a_stop_waits_for_answers_out_within_its_bound_and_loses_none(tmp_path: Path) -> None:
+    """`close` waits for an answer that comes back within its bound (everything folds, the
+    journal is the synchronous fold's); past the bound it returns at once, and an answer that
+    comes back later is still journaled, so the restart asks no flush twice."""
+    reference = _reference(*SMALL[0])
+    flushes = reference.journal.count(b"\n")
+    assert flushes >= 2
+    for name in ("within", "past"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "s.jsonl").write_bytes(b"".join(reference.lines))
+
+    model = _Gated()
+    live = LiveFolds([tmp_path / "within"], summarizer=model, answer_threads=2)
+    live.discover()
+    live.poll()
+    _until(lambda: reference.session_id in model.waiting)
+    threading.Timer(0.3, model.opened.set).start()
+    assert live.close(30) == 0
+    assert orjson.dumps(live.view(reference.session_id).to_json()) == reference.views[-1]
+    assert journal_path(tmp_path / "within" / "s.jsonl").read_bytes() == reference.journal
+
+    stuck = _Gated()
+    live = LiveFolds([tmp_path / "past"], summarizer=stuck, answer_threads=2)
+    live.discover()
+    live.poll()
+    _until(lambda: reference.session_id in stuck.waiting)
+    started = time.monotonic()
+    assert live.close(0.3) == 1  # the first flush's answer is still out
+    assert time.monotonic() - started < 5
+    journal = journal_path(tmp_path / "past" / "s.jsonl")
+    assert not journal.exists()
+    stuck.opened.set()  # the model answers after the stop: the answer is kept all the same
+    _until(lambda: journal.exists() and journal.read_bytes().count(b"\n") >= 1)
+    again = _Counting()
+    restarted = LiveFolds([tmp_path / "past"], summarizer=again, answer_threads=2)
+    restarted.discover()
+    restarted.poll()
+    assert restarted.close(30) == 0
+    assert again.calls == flushes - 1  # the one answered before the restart is not asked
+    assert orjson.dumps(restarted.view(reference.session_id).to_json()) == reference.views[-1]
+    assert journal.read_bytes() == reference.journal

@@ -356,7 +356,8 @@ class LiveFolds:
 
     def close(self, timeout_s: float | None = None) -> int:
         """Wait (at most `timeout_s`) for the answers out to be folded, then end the pool's
-        threads; how many answers were still out (asked again at the next start)."""
+        threads and ask the model nothing more; how many answers were still out (asked again at
+        the next start, unless one comes back before the process ends: it is journaled)."""
         if self._answers is None:
             return 0
         left = self._answers.wait(timeout_s)
@@ -463,10 +464,14 @@ class _AnswerPool:
         self._threads: list[threading.Thread] = []
         self._out = 0  # submitted and not answered yet
         self._idle = threading.Condition()
+        self._stopped = False
 
     def submit(self, session: LiveSession, request: FlushRequestEnvelope) -> None:
-        """Have `answer(session, request)` run on a pool thread."""
+        """Have `answer(session, request)` run on a pool thread (not once stopped: the request
+        is asked again at the next start)."""
         with self._idle:
+            if self._stopped:
+                return
             self._out += 1
             if not self._threads:  # started with the first request: most runs never ask one
                 for n in range(self.size):
@@ -498,8 +503,10 @@ class _AnswerPool:
             return self._out
 
     def stop(self) -> None:
-        """End the threads once the answers queued before are done."""
+        """End the threads once the answers queued before are done; ask nothing more (an
+        answer back after the stop is still journaled, and folded, but raises no new call)."""
         with self._idle:
+            self._stopped = True
             threads, self._threads = self._threads, []
         for _ in threads:
             self._queue.put(None)

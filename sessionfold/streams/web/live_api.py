@@ -1,11 +1,13 @@
 """The live API `sessionfold serve` answers: what a running pi agent asks before each model call.
 
 - `POST /sessions/{id}/context` `{"leaf", "messages", "wait_ms"?}`: waits (bounded) until the
-  leaf entry is folded, then renders the context as `sessionfold context FILE --format json`
-  does for the file as read so far; `changed` false means "keep pi's own array" (nothing pruned,
-  or pi's array is not the one the file gives: `reason` says which). `stale` when the wait ran
-  out. `epoch` counts the flush attempts folded: the answer only changes when it moves.
-  The checks and the answers' shapes are live_contract.py's, shared with the fold workers.
+  leaf entry is folded and no flush of the session is with the model (`LiveSession.settled`;
+  other sessions' flushes never hold it up), then renders the context as `sessionfold context
+  FILE --format json` does for the file as read so far; `changed` false means "keep pi's own
+  array" (nothing pruned, or pi's array is not the one the file gives: `reason` says which).
+  `stale` when the wait ran out. `epoch` counts the flush attempts folded: the answer only
+  changes when it moves. The checks and the answers' shapes are live_contract.py's, shared
+  with the fold workers.
 - `POST /sessions/{id}/compact`: the rule ledger's compaction pass over the file as it is, as
   `sessionfold ledger compact FILE` runs it: `{"status": "summary", "summary", "details",
   "span_record"}`, or `{"status": "fallback", "reason"}` so pi's own compaction runs.
