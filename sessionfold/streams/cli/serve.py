@@ -6,6 +6,10 @@ port (offline unless `summarizerModel` names an HTTP model; answers are kept bes
 and serves the live API (web/live_api.py) that the pi extension in integrations/pi calls. It
 binds 127.0.0.1 unless `--bind` widens it and wants the API token on every route but `/health`
 and `/metrics` when one is set. A restart folds the files again: the log is the archive.
+
+Threads: the event loop (the routes), the tailer (reads and folds the files), one render thread,
+and `--answer-threads` model calls (runtime/live.py): a slow model delays only the session it
+answers. A stop waits up to `SHUTDOWN_GRACE_S` for the answers still with the model.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from sessionfold.streams.cli.options import (
 )
 from sessionfold.streams.cli.worker import model_port_for
 from sessionfold.streams.runtime.heap import freeze_after_full_collections
-from sessionfold.streams.runtime.live import LiveFolds
+from sessionfold.streams.runtime.live import DEFAULT_ANSWER_THREADS, LiveFolds
 from sessionfold.streams.web.auth import exposure_warning, quiet_bad_requests
 from sessionfold.streams.web.live_api import DEFAULT_WAIT_S, LiveApi
 
@@ -42,6 +46,9 @@ log = logging.getLogger(__name__)
 DEFAULT_SESSIONS = Path("~/.pi/agent/sessions")
 #: How often new files are looked for, seconds (lines are read every --poll-ms).
 DISCOVER_EVERY_S = 0.5
+#: How long a stop waits for the answers still with the model, seconds: one that comes back
+#: in time is journaled and folded; one that does not is asked again at the next start.
+SHUTDOWN_GRACE_S = 30.0
 
 
 def register(app: typer.Typer) -> None:
@@ -78,6 +85,15 @@ def register(app: typer.Typer) -> None:
             int,
             typer.Option("--poll-ms", min=1, help="How often the files are read for new lines."),
         ] = 20,
+        answer_threads: Annotated[
+            int,
+            typer.Option(
+                "--answer-threads",
+                envvar="SESSIONFOLD_SERVE_ANSWER_THREADS",
+                min=0,
+                help="Model calls out at once (one per session at most); 0 answers inline.",
+            ),
+        ] = DEFAULT_ANSWER_THREADS,
         api_token: ApiToken = None,
         api_token_file: ApiTokenFile = None,
         config_file: ConfigFile = None,
@@ -107,7 +123,9 @@ def register(app: typer.Typer) -> None:
         for path in watched:
             if not path.exists():
                 err.print(f"watching {path}: not there yet", highlight=False)
-        live = LiveFolds(watched, config, model_port_for(config), diff_model)
+        live = LiveFolds(
+            watched, config, model_port_for(config), diff_model, answer_threads=answer_threads
+        )
         api = LiveApi(live, wait_s, diff_model)
         quiet_bad_requests()
         freeze_after_full_collections()  # the sessions' entries and state live as long as serve
@@ -145,6 +163,9 @@ async def _serve(
         live.wanted.set()  # wakes the tailer to see `stop`
         await runner.cleanup()
         tailer.join(timeout=10)
+        left = await asyncio.to_thread(live.close, SHUTDOWN_GRACE_S)
+        if left:
+            err.print(f"{left} flush answers still out: asked again at the next start")
         err.print("stopped", highlight=False)
 
 

@@ -8,11 +8,28 @@ commands. So a session's state is always the one `sessionfold context FILE` give
 as far as it was read, and a restart (which folds the files again from the start) gives it too,
 answering no flush twice.
 
-Threads: `poll` runs on one thread (serve's tailer); everything that reads a session's state
-takes `lock`, which `poll` holds while it folds a line, so a reader never sees half a line's
-fold and waits for a flush being answered. `poll` calls `on_lines` with the session's id after
-it folded lines of a file, so a caller waiting for a leaf wakes at once instead of polling the
-state under the lock.
+Answers: a fold that raises a flush request (a pruning flush, a ledger pass) is answered as the
+embedded runtime answers it (`EmbeddedRuntime.route`, every answer folded where the request
+was raised), but with `answer_threads` > 0 (serve's default) the model is asked on a small pool
+of threads instead of inline: the session is then `asking`, the lines of its file read
+meanwhile wait in its `backlog` unfolded, and the outputs of the fold not routed yet in
+`outputs`; the answer, once back, is folded, and then the rest of what waited, in the order the
+inline route would have folded it. So every session folds exactly the sequence of envelopes
+the synchronous fold does (the same state and answers, byte for byte), while a slow model
+delays only the session it answers: the other sessions' lines fold on, and nothing holds `lock`
+during a model call. At most one request per session is with the model (the others wait
+behind it in `outputs`), at most `answer_threads` in all; ledger passes go one at a time (the
+diff model keeps per-call state). An answer the journal holds already (a restart) is folded
+inline, with no thread hop. A session is `settled` when nothing of it is with the model: the
+state pi-condense's synchronous flush leaves, which the context route waits for.
+
+Threads: `poll` runs on one thread (serve's tailer), the answers on the pool's; everything that
+reads or folds a session's state takes `lock`, held while a line (or an answer) is folded,
+never while a model answers, so a reader never sees half a line's fold. `poll` calls `on_lines`
+with the session's id after it folded lines of a file, and a pool thread once it folded an
+answer, so a caller waiting for a leaf wakes at once instead of polling the state under the
+lock. `close` waits (bounded) for the answers still out: an answer that came back is journaled
+before it is folded, so one the wait gives up on is asked again at the next start, never twice.
 
 Costs (bench/live_context.py): a render from scratch is O(the session's context) in Python, so
 each session keeps its last render (`LiveSession.memo`), which the next one grows by the new
@@ -26,7 +43,9 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -35,7 +54,14 @@ from typing import Any
 
 import orjson
 
-from sessionfold.events.envelope import CommandEnvelope, Envelope
+from sessionfold.events.envelope import (
+    CommandEnvelope,
+    CompactionEnvelope,
+    Envelope,
+    FlushRequestEnvelope,
+    LedgerRequestEnvelope,
+    PruningRequestEnvelope,
+)
 from sessionfold.ports.ledger.model import DiffModel
 from sessionfold.ports.summarizer import ModelPort
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
@@ -60,9 +86,17 @@ from sessionfold.streams.publishing.session_file import (
     session_files,
 )
 from sessionfold.streams.runtime.answer_journal import AnswerJournal, with_journals
-from sessionfold.streams.runtime.embedded import CountedEmbeddedRuntime
+from sessionfold.streams.runtime.embedded import (
+    COMPACTION_EVENTS,
+    EMBEDDED_TOPICS,
+    CountedEmbeddedRuntime,
+)
+from sessionfold.streams.runtime.step import topic_of
 
 log = logging.getLogger(__name__)
+
+#: Model calls `sessionfold serve` has out at once by default (one per session at most).
+DEFAULT_ANSWER_THREADS = 8
 
 
 @dataclass
@@ -75,11 +109,22 @@ class LiveSession:
     seqs: list[int] = field(default_factory=list)  # the entries' seqs (ascending)
     ids: set[str] = field(default_factory=set)  # entry ids folded (the leaves a caller may name)
     compacts: list[tuple[int, str | None]] = field(default_factory=list)
-    folds: int = 0  # records of the session published: its state changes only with them
+    folds: int = 0  # records and answers of the session folded: its state moves only with them
     dead_letters: int = 0
     journal: AnswerJournal | None = None
     rendered: Rendered | None = None  # the last render, while `folds` has not moved
     memo: RenderMemo = field(default_factory=RenderMemo)  # its last render, kept
+    asking: bool = False  # a request of the session is with the model (answered on the pool)
+    #: What the fold raised and is not routed yet: behind the request with the model.
+    outputs: deque[Envelope] = field(default_factory=deque)
+    #: Records read while `asking`, folded once its answer is (in file order).
+    backlog: deque[Envelope | DeadLetter] = field(default_factory=deque)
+
+    @property
+    def settled(self) -> bool:
+        """Whether nothing of the session is with the model: every line read is folded and
+        every request they raised is answered, as after the synchronous fold."""
+        return not self.asking
 
     def entry_at(self, seq: int) -> dict[str, Any] | None:
         """The entry with sequence number `seq`, or None (a bisection, not a scan)."""
@@ -95,6 +140,7 @@ class Rendered:
     """One render of a session's context with what every answer built from it needs."""
 
     state: tuple[int, int, int]  # the session's `state()` it was rendered at
+    settled: bool  # whether the session was `settled` then (else: a stale call's render)
     epoch: int  # the epoch (live_contract.epoch_of) read with the render
     view: ContextView
     tokens: dict[str, int]
@@ -132,7 +178,12 @@ class LiveFolds:
         diff_model: DiffModel | None = None,
         ledger: LedgerConfig | None = DEFAULT_LEDGER,
         journals: bool = True,
+        answer_threads: int = 0,
     ) -> None:
+        """`answer_threads`: model calls out at once on a pool; 0 answers inline, on the
+        thread that folds (the tailer), as `sessionfold context FILE` does."""
+        if answer_threads < 0:
+            raise ValueError("answer_threads must be 0 or more")
         self.paths = list(paths)
         self.config = config
         self.runtime = CountedEmbeddedRuntime(config, summarizer, ledger, diff_model)
@@ -148,9 +199,13 @@ class LiveFolds:
         #: (pi writes the leaf entry before it asks, so the poll finds it).
         self.wanted = threading.Event()
         self._journals = journals
-        #: Called (on the polling thread, outside `lock`) with a session's id once a poll
-        #: folded lines of its file.
+        #: Called (outside `lock`) with a session's id once a poll folded lines of its file
+        #: (on the polling thread) or an answer to it was folded (on a pool thread).
         self.on_lines: Callable[[str], None] | None = None
+        self._answers = _AnswerPool(answer_threads, self._answer) if answer_threads else None
+        #: Ledger passes one at a time: the diff model keeps state per call (its trace, the
+        #: model that answered), which two passes at once would mix.
+        self._passes = threading.Lock()
         #: id -> (the log's own message, its token estimate): see `_tokens`.
         self._counted: dict[int, tuple[dict[str, Any], int]] = {}
 
@@ -197,8 +252,11 @@ class LiveFolds:
 
     def _feed(self, tail: _Tail, record: Envelope | DeadLetter) -> None:
         if isinstance(record, DeadLetter):
-            if record.session_id is not None and record.session_id in self.sessions:
-                self.sessions[record.session_id].dead_letters += 1
+            known = None if record.session_id is None else self.sessions.get(record.session_id)
+            if known is not None and known.asking:
+                known.backlog.append(record)  # counted in file order, with the lines around it
+            elif known is not None:
+                known.dead_letters += 1
             return
         tail.session_id = record.session_id
         session = self.sessions.get(record.session_id)
@@ -207,7 +265,17 @@ class LiveFolds:
             if self._journals:
                 session.journal = AnswerJournal.open(tail.path, writable=True)
             self.sessions[record.session_id] = session
-        self.runtime.publish(record)  # folds the record and every answer it brings, at once
+        if session.asking:
+            session.backlog.append(record)  # the answer with the model comes first
+            return
+        self._fold(session, record)
+        self._route(session)
+
+    def _fold(self, session: LiveSession, record: Envelope) -> None:
+        """Fold one record of the session (what `EmbeddedRuntime.publish` folds); its outputs
+        wait in `session.outputs` for `_route`."""
+        self.runtime.log[topic_of(record, EMBEDDED_TOPICS)].append(record)
+        session.outputs.extend(self.runtime.fold(record))
         session.folds += 1
         item = log_entry(record)
         if item is not None:
@@ -218,6 +286,83 @@ class LiveFolds:
                 session.ids.add(entry_id)
         elif isinstance(record, CommandEnvelope) and record.payload.name == "compact":
             session.compacts.append((record.seq, record.time))
+
+    def _route(self, session: LiveSession) -> None:
+        """Deliver the session's outputs, then fold its backlog, until a request goes to the
+        model (or nothing is left): `EmbeddedRuntime.route`'s order, paused at each model
+        call. Caller holds `lock`."""
+        while not session.asking:
+            if session.outputs:
+                envelope = session.outputs.popleft()
+                self.runtime.log[topic_of(envelope, EMBEDDED_TOPICS)].append(envelope)
+                if not isinstance(envelope, FlushRequestEnvelope):
+                    continue
+                if self._answers is None or self._recorded(session, envelope):
+                    self._fold_answer(session, self.runtime.answerer.answer(envelope).envelope)
+                else:
+                    session.asking = True
+                    self._answers.submit(session, envelope)
+            elif session.backlog:
+                record = session.backlog.popleft()
+                if isinstance(record, DeadLetter):
+                    session.dead_letters += 1
+                else:
+                    self._fold(session, record)
+            else:
+                return
+
+    def _fold_answer(self, session: LiveSession, answer: CompactionEnvelope) -> None:
+        """Fold one answer of the session; what it raises joins `session.outputs`."""
+        self.runtime.log[COMPACTION_EVENTS].append(answer)
+        session.outputs.extend(self.runtime.fold(answer))
+        session.folds += 1  # the state moved: a kept render is of the state before
+
+    def _recorded(self, session: LiveSession, request: FlushRequestEnvelope) -> bool:
+        """Whether the session's journal holds the answer (a restart folding its file again):
+        then it is folded at once, no thread, no model."""
+        if session.journal is None or not isinstance(request, PruningRequestEnvelope):
+            return False
+        request_id = (request.payload.model_extra or {}).get("request_id")
+        return isinstance(request_id, str) and session.journal.get(request_id) is not None
+
+    def _answer(self, session: LiveSession, request: FlushRequestEnvelope) -> None:
+        """Ask the model for one request's answer (on a pool thread, without `lock`), fold it
+        and what waited behind it, and wake the calls waiting for the session."""
+        try:
+            if isinstance(request, LedgerRequestEnvelope):
+                with self._passes:
+                    answer = self.runtime.answerer.answer(request)
+            else:
+                answer = self.runtime.answerer.answer(request)
+        except Exception as exc:
+            # The answerer turns a model's failure into an error answer (step.py); what still
+            # raises (the journal's disk, say) leaves the session waiting, as it left the
+            # synchronous fold's barrier up.
+            log.warning(
+                "live: a flush was not answered",
+                extra={"session": session.session_id, "error": type(exc).__name__},
+            )
+            return
+        with self.lock:
+            session.asking = False
+            self._fold_answer(session, answer.envelope)
+            self._route(session)
+        if self.on_lines is not None:
+            self.on_lines(session.session_id)
+
+    def settle(self, timeout_s: float | None = None) -> int:
+        """Wait until no answer is out (at most `timeout_s`); how many still are."""
+        return 0 if self._answers is None else self._answers.wait(timeout_s)
+
+    def close(self, timeout_s: float | None = None) -> int:
+        """Wait (at most `timeout_s`) for the answers out to be folded, then end the pool's
+        threads and ask the model nothing more; how many answers were still out (asked again at
+        the next start, unless one comes back before the process ends: it is journaled)."""
+        if self._answers is None:
+            return 0
+        left = self._answers.wait(timeout_s)
+        self._answers.stop()
+        return left
 
     def _journal(self, session_id: str) -> AnswerJournal | None:
         session = self.sessions.get(session_id)
@@ -235,13 +380,15 @@ class LiveFolds:
     def rendered(self, session_id: str, epoch_of: Callable[[Store, str], int]) -> Rendered:
         """The session's view now, with its tokens, encoded messages and `epoch_of(store,
         session_id)` read with it; rendered again only once the session folded anything since
-        the last call. Takes `lock` itself."""
+        the last call (`Rendered.settled` says whether an answer was with the model then).
+        Takes `lock` itself."""
         with self.lock:
             session = self.sessions[session_id]
             state = session.state()
             cached = session.rendered
             if cached is not None and cached.state == state:
                 return cached
+            is_settled = session.settled
             view = self.view(session_id)
             epoch = epoch_of(self.runtime.store, session_id)
         # The counts (and the encodings, when an answer asks for one) read only the view's
@@ -265,7 +412,7 @@ class LiveFolds:
             identities = cached.identities + message_identities(grown)
         else:
             identities = message_identities(view.unpruned)
-        rendered = Rendered(state, epoch, view, tokens, identities)
+        rendered = Rendered(state, is_settled, epoch, view, tokens, identities)
         with self.lock:
             if session.state() == state:
                 session.rendered = rendered
@@ -300,3 +447,66 @@ class LiveFolds:
         """The session's projections (`sessionfold fold --json`'s document)."""
         session = self.sessions[session_id]
         return self.runtime.session_state(session_id, session.dead_letters)
+
+
+class _AnswerPool:
+    """Up to `threads` answers at once, on daemon threads: a model that never answers must not
+    keep the process from exiting (`LiveFolds.close` bounds the wait for it)."""
+
+    def __init__(
+        self, threads: int, answer: Callable[[LiveSession, FlushRequestEnvelope], None]
+    ) -> None:
+        self.size = threads
+        self._answer = answer
+        self._queue: queue.SimpleQueue[tuple[LiveSession, FlushRequestEnvelope] | None] = (
+            queue.SimpleQueue()
+        )
+        self._threads: list[threading.Thread] = []
+        self._out = 0  # submitted and not answered yet
+        self._idle = threading.Condition()
+        self._stopped = False
+
+    def submit(self, session: LiveSession, request: FlushRequestEnvelope) -> None:
+        """Have `answer(session, request)` run on a pool thread (not once stopped: the request
+        is asked again at the next start)."""
+        with self._idle:
+            if self._stopped:
+                return
+            self._out += 1
+            if not self._threads:  # started with the first request: most runs never ask one
+                for n in range(self.size):
+                    thread = threading.Thread(
+                        target=self._run, name=f"sessionfold-answer-{n}", daemon=True
+                    )
+                    thread.start()
+                    self._threads.append(thread)
+        self._queue.put((session, request))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            try:
+                self._answer(*item)
+            except Exception as exc:  # a pool thread must outlive one failed fold
+                log.warning("live: an answer failed", extra={"error": type(exc).__name__})
+            finally:
+                with self._idle:
+                    self._out -= 1
+                    self._idle.notify_all()
+
+    def wait(self, timeout_s: float | None) -> int:
+        """Wait until no answer is out (at most `timeout_s`); how many still are."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._out == 0, timeout_s)
+            return self._out
+
+    def stop(self) -> None:
+        """End the threads once the answers queued before are done; ask nothing more (an
+        answer back after the stop is still journaled, and folded, but raises no new call)."""
+        with self._idle:
+            self._stopped = True
+            threads, self._threads = self._threads, []
+        for _ in threads:
+            self._queue.put(None)

@@ -1,11 +1,13 @@
 """The live API `sessionfold serve` answers: what a running pi agent asks before each model call.
 
 - `POST /sessions/{id}/context` `{"leaf", "messages", "wait_ms"?}`: waits (bounded) until the
-  leaf entry is folded, then renders the context as `sessionfold context FILE --format json`
-  does for the file as read so far; `changed` false means "keep pi's own array" (nothing pruned,
-  or pi's array is not the one the file gives: `reason` says which). `stale` when the wait ran
-  out. `epoch` counts the flush attempts folded: the answer only changes when it moves.
-  The checks and the answers' shapes are live_contract.py's, shared with the fold workers.
+  leaf entry is folded and no flush of the session is with the model (`LiveSession.settled`;
+  other sessions' flushes never hold it up), then renders the context as `sessionfold context
+  FILE --format json` does for the file as read so far; `changed` false means "keep pi's own
+  array" (nothing pruned, or pi's array is not the one the file gives: `reason` says which).
+  `stale` when the wait ran out. `epoch` counts the flush attempts folded: the answer only
+  changes when it moves. The checks and the answers' shapes are live_contract.py's, shared
+  with the fold workers.
 - `POST /sessions/{id}/compact`: the rule ledger's compaction pass over the file as it is, as
   `sessionfold ledger compact FILE` runs it: `{"status": "summary", "summary", "details",
   "span_record"}`, or `{"status": "fallback", "reason"}` so pi's own compaction runs.
@@ -42,7 +44,7 @@ from sessionfold.projections.views.chains import resolve_ref
 from sessionfold.projections.views.recall import recall_text
 from sessionfold.streams.publishing.session_file import read_session_file
 from sessionfold.streams.runtime.ledger_loop import fold_records
-from sessionfold.streams.runtime.live import LiveFolds, Rendered
+from sessionfold.streams.runtime.live import LiveFolds, LiveSession, Rendered
 from sessionfold.streams.web import live_contract as contract
 from sessionfold.streams.web.auth import token_middleware
 from sessionfold.streams.web.live_contract import (
@@ -102,18 +104,25 @@ class LiveApi:
             raise _bad(str(exc)) from None
         leaf, wait = asked.leaf, asked.wait_s
         started = time.monotonic()
-        found = await self._wait_for(
-            session_id, leaf, started + wait, started + min(wait, UNKNOWN_GRACE_S)
-        )
-        if found == "unknown":
-            # pi writes a new session's file only once its first model call has answered:
-            # nothing of it is there to prune yet.
-            return _json(contract.unchanged(session_id, leaf, 0, "unknown-session", stale=False))
-        kept = self._kept(session_id, asked) if found == "folded" else None
-        if kept is None:
-            kept = await asyncio.get_running_loop().run_in_executor(
-                self._renders, self._context_now, session_id, asked, found != "folded"
+        while True:
+            found = await self._wait_for(
+                session_id, leaf, started + wait, started + min(wait, UNKNOWN_GRACE_S)
             )
+            if found == "unknown":
+                # pi writes a new session's file only once its first model call has answered:
+                # nothing of it is there to prune yet.
+                return _json(
+                    contract.unchanged(session_id, leaf, 0, "unknown-session", stale=False)
+                )
+            kept = self._kept(session_id, asked) if found == "folded" else None
+            if kept is None:
+                kept = await asyncio.get_running_loop().run_in_executor(
+                    self._renders, self._context_now, session_id, asked, found != "folded"
+                )
+            if kept is not None:
+                break
+            # A flush of the session went to the model between the wait and the render: wait
+            # for its answer too (within the same bound).
         head, field, payload = kept
         return _json(head, spliced=None if payload is None else (field, payload))
 
@@ -128,13 +137,16 @@ class LiveApi:
         rendered = None if session is None else session.rendered
         if session is None or rendered is None or rendered.state != session.state():
             return None
+        if not rendered.settled:
+            return None  # a stale call's render, half a flush
         return self._answer(session_id, request, False, rendered)
 
     async def _wait_for(
         self, session_id: str, leaf: str | None, deadline: float, unknown_until: float
     ) -> Literal["folded", "unknown", "stale"]:
-        """`folded` once the leaf (with none, the session) is folded; `unknown` when no file
-        holds the session by `unknown_until`; `stale` when the leaf is not folded by `deadline`.
+        """`folded` once the leaf (with none, the session) is folded and the session is
+        settled (no answer of it with the model: `LiveSession.settled`); `unknown` when no
+        file holds the session by `unknown_until`; `stale` when that is not so by `deadline`.
 
         The look takes no lock and no thread (a dict and a set lookup): waiting calls cost the
         tailer nothing. A poll that folded lines of the session wakes them (`_woken`); the
@@ -143,13 +155,13 @@ class LiveApi:
         step = WAKE_STEP_S if self._hooked else WAIT_STEP_S
         while True:
             session = self.live.sessions.get(session_id)
-            if session is not None and (leaf is None or leaf in session.ids):
+            if _done(session, leaf):
                 return "folded"  # most calls: no event made, nothing for the tailer to wake
-            # Taken before the look again: a fold after it sets this one (the tailer wakes
-            # only the sessions that have one, after it folded their lines).
+            # Taken before the look again: a fold after it sets this one (the tailer and the
+            # answers wake only the sessions that have one, after they folded theirs).
             woken = self._woken.setdefault(session_id, asyncio.Event())
             session = self.live.sessions.get(session_id)
-            if session is not None and (leaf is None or leaf in session.ids):
+            if _done(session, leaf):
                 return "folded"
             now = time.monotonic()
             if session is None:
@@ -163,7 +175,7 @@ class LiveApi:
                 left = deadline - now
                 if left <= 0:
                     return "stale"
-            if not poked:
+            if not poked and (session is None or session.settled):
                 # pi writes the leaf entry before it asks: one poll now most likely folds it
                 # (once a call: a leaf that never comes must not keep the tailer polling).
                 self.live.wanted.set()
@@ -180,11 +192,13 @@ class LiveApi:
 
     def _context_now(
         self, session_id: str, request: ContextRequest, stale: bool
-    ) -> tuple[dict[str, Any], str, bytes | None]:
-        """The answer's fields, and its encoded array (or patch) when it carries one."""
-        return self._answer(
-            session_id, request, stale, self.live.rendered(session_id, contract.epoch_of)
-        )
+    ) -> tuple[dict[str, Any], str, bytes | None] | None:
+        """The answer's fields, and its encoded array (or patch) when it carries one; None
+        when, not `stale`, the session is no longer settled (wait for its answer first)."""
+        rendered = self.live.rendered(session_id, contract.epoch_of)
+        if not stale and not rendered.settled:
+            return None  # half a flush, which no synchronous fold shows (a rare race)
+        return self._answer(session_id, request, stale, rendered)
 
     def _answer(
         self,
@@ -378,6 +392,11 @@ class LiveApi:
         # The server's own time (W3C Server-Timing): a client tells it from its own delays.
         response.headers["Server-Timing"] = f"total;dur={took * 1000:.3f}"
         return response
+
+
+def _done(session: LiveSession | None, leaf: str | None) -> bool:
+    """Whether a context call for `leaf` (None: any) of `session` may be answered now."""
+    return session is not None and session.settled and (leaf is None or leaf in session.ids)
 
 
 def _route_name(request: web.Request) -> str:
