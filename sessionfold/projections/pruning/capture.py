@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+
+import msgspec
 
 from sessionfold.projections.jsjson import js_head as js_head
 from sessionfold.projections.jsjson import js_length as js_length
@@ -24,9 +25,11 @@ from sessionfold.projections.pruning.entry_facts import result_text as result_te
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
+class Call(msgspec.Struct, frozen=True, gc=False):
     """One tool call with its paired result: what capture, dedup and the summarizer need."""
+
+    # A msgspec struct, not a frozen dataclass: a capture builds one per ready call at every
+    # turn end and flush, and a frozen dataclass's __init__ (a setattr per field) cost ~2 us.
 
     key: str  # occurrence key `id@resultTimestamp`
     tool_call_id: str
@@ -36,7 +39,7 @@ class Call:
     head: str  # first RESULT_HEAD_CHARS of the result text
     seq: int  # sequence number of the toolResult entry: the pointer to the original
     is_error: bool = False
-    arguments: dict[str, Any] = field(default_factory=dict)
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
     result_ts: int | float | None = None
     assistant_seq: int | None = None  # sequence number of the assistant entry with the call
 
@@ -46,8 +49,7 @@ class Call:
         return max(0, self.raw_chars - js_length(self.head))
 
 
-@dataclass(frozen=True, slots=True)
-class Batch:
+class Batch(msgspec.Struct, frozen=True, gc=False):
     """The ready calls of one assistant turn (or of one user turn once grouped)."""
 
     turn_index: int
@@ -117,7 +119,7 @@ def group_batches(
             and previous.group == batch.group
         ):
             texts = [t for t in (previous.assistant_text, batch.assistant_text) if t]
-            result[-1] = replace(
+            result[-1] = msgspec.structs.replace(
                 batch,
                 calls=previous.calls + batch.calls,
                 assistant_text="\n\n".join(texts),

@@ -9,7 +9,9 @@ longer than their raw output, and says what was processed.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+
+from msgspec.structs import replace
 
 from sessionfold.events.flush import (
     AttemptOutcome,

@@ -10,7 +10,8 @@ record. Rows: `q/<request id>` (the outstanding plan), `f/<n>` (frontier history
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+
+from msgspec.structs import replace
 
 from sessionfold.events.envelope import Envelope, FlushMetricsEnvelope, OpaquePayload
 from sessionfold.events.flush import (

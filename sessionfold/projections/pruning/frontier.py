@@ -8,8 +8,10 @@ survive, unless that call is no longer among them (the miss rule keeps them all)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+from msgspec.structs import replace
 
 from sessionfold.events.flush import Frontier, FrontierOutcome
 from sessionfold.projections.pruning.capture import Batch, Call
