@@ -84,6 +84,61 @@ def turn_end(session: Session, seq: int, time: str | None) -> list[Envelope]:
 
 def _push_live_batch(session: Session, turn: int) -> bool:
     """Live capture of the turn's batch: spill oversized results, trim, count it as queued."""
+    left = live_batch_left(session, turn)
+    if left is None:
+        left = _spilled_batch_left(session, turn)
+    if left:
+        session.head["queued"] += 1
+    return left
+
+
+def live_batch_left(session: Session, turn: int) -> bool | None:
+    """Whether the turn's batch keeps a call after the frontier's trim, read off its rows
+    without building the batch; None when a result may spill (`_spilled_batch_left` decides).
+
+    At most turn ends nothing spills and the batch is thrown away once trimmed: this is
+    `turn_batch`, `_eager_spill` and `trim_batch` for that case, without a Call per call."""
+    store, sid = session.store, session.session_id
+    window = store.get(row_key(sid, "w", turn))
+    facts = store.get(row_key(sid, "a", window["a"])) if window is not None else None
+    if window is None or facts is None:
+        return False
+    threshold = session.config.spillThreshold
+    protection = session.protection
+    protected = protection.memo
+    results = window["r"]
+    summarized = index.summarized_check(store, sid)
+    ids: list[str] = []  # the calls the trim keeps before the frontier's own rule
+    for call in facts["calls"]:
+        seq = results.get(call["id"])
+        result = store.get(row_key(sid, "r", seq)) if seq is not None else None
+        if result is None:
+            continue
+        pair = (call["name"], call["path"])
+        hit = protected.get(pair)
+        if hit is None:
+            hit = protected[pair] = protection.protects(*pair)
+        if hit:
+            continue
+        if result["raw"] >= threshold:
+            return None
+        if not summarized(result["key"]):
+            ids.append(call["id"])
+    if not ids:
+        return False
+    mark = mark_of(session.head["frontier"])
+    if mark is None or turn > mark.last_attempted_turn_index:
+        return True
+    if turn < mark.last_attempted_turn_index:
+        return False
+    if mark.last_attempted_tool_call_id not in ids:
+        return True  # miss: the frontier call is gone, the trim keeps everything
+    return ids.index(mark.last_attempted_tool_call_id) + 1 < len(ids)
+
+
+def _spilled_batch_left(session: Session, turn: int) -> bool:
+    """`live_batch_left` for a turn with a result at the spill threshold: the batch is built,
+    its oversized results spilled (written to the index), the rest trimmed."""
     batch = turn_batch(session, turn)
     if batch is None:
         return False
@@ -91,10 +146,7 @@ def _push_live_batch(session: Session, turn: int) -> bool:
     if batch is None:
         return False
     summarized = index.summarized_check(session.store, session.session_id)
-    if trim_batch(batch, mark_of(session.head["frontier"]), summarized) is None:
-        return False
-    session.head["queued"] += 1
-    return True
+    return trim_batch(batch, mark_of(session.head["frontier"]), summarized) is not None
 
 
 def _eager_spill(session: Session, batch: Batch) -> Batch | None:
