@@ -71,8 +71,9 @@ write is an idempotent overwrite, and values read from the store are never mutat
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, cast
+
+import msgspec
 
 from sessionfold.projections.pruning import context_metrics as metrics
 from sessionfold.projections.pruning.entry_facts import NO_CUSTOM_TYPE, EntryFacts, entry_facts
@@ -90,8 +91,7 @@ from sessionfold.projections.pruning.records import (
 from sessionfold.projections.store import Store, key
 
 
-@dataclass(frozen=True, slots=True)
-class Appended:
+class Appended(msgspec.Struct, frozen=True, gc=False):
     """What an entry changed on the branch: the message row that joined it, and/or a switch."""
 
     row: MessageRow | None

@@ -8,9 +8,9 @@ survive, unless that call is no longer among them (the miss rule keeps them all)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import msgspec
 from msgspec.structs import replace
 
 from sessionfold.events.flush import Frontier, FrontierOutcome
@@ -66,8 +66,7 @@ def trim_batches(
     return [batch for batch in kept if batch is not None]
 
 
-@dataclass(frozen=True, slots=True)
-class Processed:
+class Processed(msgspec.Struct, frozen=True, gc=False):
     """One batch a flush processed: what it kept, what dedup took, and how it ended."""
 
     batch: Batch
