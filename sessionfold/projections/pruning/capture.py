@@ -75,9 +75,12 @@ def normalize_text(text: str) -> str:
 def content_hash(tool_name: str, text: str) -> str:
     """SHA-1 hex of `toolName + NUL + normalize(text)`, as UTF-8 (lone surrogates as U+FFFD)."""
     data = f"{tool_name}\0{normalize_text(text)}"
-    if not data.isascii():  # ASCII holds no surrogate: the scan is skipped
-        data = _LONE_SURROGATE.sub("\ufffd", data)
-    return hashlib.sha1(data.encode("utf-8")).hexdigest()
+    try:
+        # The strict encoder refuses only lone surrogates: text without one is not scanned.
+        encoded = data.encode("utf-8")
+    except UnicodeEncodeError:
+        encoded = _LONE_SURROGATE.sub("\ufffd", data).encode("utf-8")
+    return hashlib.sha1(encoded).hexdigest()
 
 
 def result_record(tool_name: str, text: str) -> tuple[str, str]:
