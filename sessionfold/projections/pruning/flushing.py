@@ -10,6 +10,7 @@ record. Rows: `q/<request id>` (the outstanding plan), `f/<n>` (frontier history
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from msgspec.structs import replace
 
@@ -18,7 +19,6 @@ from sessionfold.events.flush import (
     AttemptOutcome,
     CompactionPayload,
     FlushMetricsPayload,
-    Frontier,
     MetricsSnapshot,
     Trigger,
 )
@@ -32,7 +32,7 @@ from sessionfold.projections.pruning.flush_pipeline import (
     walk_answers,
 )
 from sessionfold.projections.pruning.flush_request import plan_from_row, plan_row, request_envelope
-from sessionfold.projections.pruning.frontier import mark_of, trim_batch
+from sessionfold.projections.pruning.frontier import frontier_row, mark_of, trim_batch
 from sessionfold.projections.pruning.records import (
     AttemptInfo,
     FrontierRow,
@@ -324,21 +324,22 @@ def finish_flush(
     stats["input_tokens"] += walk.usage.input_tokens
     stats["output_tokens"] += walk.usage.output_tokens
     stats["cost"] += walk.usage.cost
-    frontier = walk.frontier
+    frontier = frontier_row(walk.processed)
     if frontier is not None:
         _set_frontier(session, frontier)
     head["queued"] = walk.unprocessed  # pushed back to the front of the queue
     return [_record_attempt(session, info, len(walk.processed), walk.outcome)]
 
 
-def _set_frontier(session: Session, frontier: Frontier) -> None:
+def _set_frontier(session: Session, frontier: dict[str, Any]) -> None:
+    """Store the frontier a flush left (`Frontier.model_dump()`) and move what depends on it."""
     head, store, sid = session.head, session.store, session.session_id
-    head["frontier"] = frontier.model_dump()
+    head["frontier"] = frontier
     head["fn"] += 1
     leaf = metrics.on_frontier(store, sid, head["frontier"])  # the leaf: no move changes it
     moved: FrontierRow = {"frontier": head["frontier"], "leaf": leaf}
     store.put(row_key(sid, "f", head["fn"]), moved)
-    _collect_dead_turns(session, frontier.last_attempted_turn_index)
+    _collect_dead_turns(session, frontier["last_attempted_turn_index"])
 
 
 def _collect_dead_turns(session: Session, frontier_turn: int) -> None:

@@ -95,6 +95,37 @@ def flush_outcome(processed: Sequence[Processed]) -> FrontierOutcome:
     return next((kind for kind in _PRECEDENCE if kind in kinds), "skipped-trivial")
 
 
+def frontier_row(processed: Sequence[Processed]) -> dict[str, Any] | None:
+    """`frontier_after(processed).model_dump()`, built without the model: a flush stores its
+    frontier in the head as this dict, and validating fields it made itself was pure cost."""
+    if not processed:
+        return None
+    last = processed[-1]
+    tail = last.kept or last.deduped or last.batch.calls
+    call = tail[-1]
+    turn, timestamp = last.batch.turn_index, last.batch.timestamp
+    if not (
+        type(call.tool_call_id) is str
+        and type(call.tool_name) is str
+        and type(turn) is int
+        and type(timestamp) is int
+    ):
+        # Not what capture builds (a damaged row): the model validates, or refuses, as ever.
+        frontier = frontier_after(processed)
+        return None if frontier is None else frontier.model_dump()
+    return {
+        "last_attempted_tool_call_id": call.tool_call_id,
+        "last_attempted_tool_name": call.tool_name,
+        "last_attempted_turn_index": turn,
+        "last_attempted_timestamp": timestamp,
+        "attempted_batch_count": len(processed),
+        "attempted_tool_call_count": sum(len(p.kept) + len(p.deduped) for p in processed),
+        "raw_char_count": sum(p.raw_chars for p in processed),
+        "summary_char_count": sum(p.summary_chars for p in processed),
+        "outcome": flush_outcome(processed),
+    }
+
+
 def frontier_after(processed: Sequence[Processed]) -> Frontier | None:
     """The frontier a flush leaves: the last call of its last processed batch; None if none."""
     if not processed:
