@@ -10,7 +10,7 @@ record. Rows: `q/<request id>` (the outstanding plan), `f/<n>` (frontier history
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, get_args
 
 from msgspec.structs import replace
 
@@ -359,24 +359,61 @@ def _collect_dead_turns(session: Session, frontier_turn: int) -> None:
     session.head["pending"] = alive
 
 
-def _record_attempt(
-    session: Session, info: AttemptInfo, processed: int, outcome: AttemptOutcome
-) -> FlushMetricsEnvelope:
-    """The one flush-metrics record of an attempt, kept in state and returned as an envelope."""
+_TRIGGERS = frozenset(get_args(Trigger))
+_OUTCOMES = frozenset(get_args(AttemptOutcome))
+_SNAPSHOT_FIELDS = tuple(MetricsSnapshot.model_fields)
+
+
+def metrics_record(
+    session_id: str, info: AttemptInfo, processed: int, outcome: AttemptOutcome
+) -> dict[str, Any]:
+    """An attempt's flush-metrics record: `FlushMetricsPayload(...).model_dump(mode="json")`,
+    built as the dict itself when every field is what the fold writes (plain ints and strings,
+    the snapshot's three counts); else through the model, which validates or refuses."""
+    snapshot = info["metrics"]
+    time = info["time"]
+    if (
+        type(info["id"]) is str
+        and type(info["seq"]) is int
+        and type(info["captured"]) is int
+        and type(processed) is int
+        and info["trigger"] in _TRIGGERS
+        and outcome in _OUTCOMES
+        and (time is None or type(time) is str)
+        and tuple(snapshot) == _SNAPSHOT_FIELDS
+        and all(type(value) is int for value in snapshot.values())
+        and type(session_id) is str
+    ):
+        return {
+            "request_id": info["id"],
+            "session_id": session_id,
+            "seq": info["seq"],
+            "trigger": info["trigger"],
+            "captured_batches": info["captured"],
+            "processed_batches": processed,
+            "outcome": outcome,
+            "metrics": dict(snapshot),
+            "time": time,
+        }
     payload = FlushMetricsPayload(
         request_id=info["id"],
-        session_id=session.session_id,
+        session_id=session_id,
         seq=info["seq"],
         trigger=info["trigger"],
         captured_batches=info["captured"],
         processed_batches=processed,
         outcome=outcome,
-        metrics=MetricsSnapshot(**info["metrics"]),
-        time=info["time"],
+        metrics=MetricsSnapshot(**snapshot),
+        time=time,
     )
-    # Dumped once: the state row and the envelope's payload are the same JSON (`wrap` would
-    # dump the payload again).
-    record = payload.model_dump(mode="json")
+    return payload.model_dump(mode="json")
+
+
+def _record_attempt(
+    session: Session, info: AttemptInfo, processed: int, outcome: AttemptOutcome
+) -> FlushMetricsEnvelope:
+    """The one flush-metrics record of an attempt, kept in state and returned as an envelope."""
+    record = metrics_record(session.session_id, info, processed, outcome)
     session.store.put(row_key(session.session_id, "m", info["n"]), record)
     log.info(
         "flush attempt",
