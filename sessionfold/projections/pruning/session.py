@@ -93,10 +93,12 @@ class Session:
     head: PruneHead
     config: PruneConfig
     protection: metrics.Protection
+    #: The head record's key (built once per fold step: read at the start, written at the end).
+    head_key: str = ""
 
     def save(self) -> None:
         """Write the head record."""
-        self.store.put(row_key(self.session_id, "h"), self.head)
+        self.store.put(self.head_key or row_key(self.session_id, "h"), self.head)
 
     @property
     def busy(self) -> bool:
@@ -111,10 +113,13 @@ def load_head(store: Store, session_id: str) -> PruneHead:
 
 def open_session(store: Store, session_id: str, base: PruneConfig) -> Session:
     """The session's state under the runtime config `base` and its own overrides."""
-    head = load_head(store, session_id)
+    head_key = row_key(session_id, "h")
+    head: PruneHead = store.get(head_key) or new_head()
     config = effective_config(base, head["config"])
-    session = Session(store, session_id, base, head, config, _protection(config))
-    _sync_protection(session)
+    _, protection, wanted = _protection_of(config)
+    session = Session(store, session_id, base, head, config, protection, head_key)
+    if head["prot"] != wanted:
+        _sync_protection(session)
     return session
 
 
