@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+
+import msgspec
 
 from sessionfold.projections.jsjson import js_head as js_head
 from sessionfold.projections.jsjson import js_length as js_length
@@ -24,9 +25,11 @@ from sessionfold.projections.pruning.entry_facts import result_text as result_te
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
+class Call(msgspec.Struct, frozen=True, gc=False):
     """One tool call with its paired result: what capture, dedup and the summarizer need."""
+
+    # A msgspec struct, not a frozen dataclass: a capture builds one per ready call at every
+    # turn end and flush, and a frozen dataclass's __init__ (a setattr per field) cost ~2 us.
 
     key: str  # occurrence key `id@resultTimestamp`
     tool_call_id: str
@@ -36,7 +39,7 @@ class Call:
     head: str  # first RESULT_HEAD_CHARS of the result text
     seq: int  # sequence number of the toolResult entry: the pointer to the original
     is_error: bool = False
-    arguments: dict[str, Any] = field(default_factory=dict)
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
     result_ts: int | float | None = None
     assistant_seq: int | None = None  # sequence number of the assistant entry with the call
 
@@ -46,8 +49,7 @@ class Call:
         return max(0, self.raw_chars - js_length(self.head))
 
 
-@dataclass(frozen=True, slots=True)
-class Batch:
+class Batch(msgspec.Struct, frozen=True, gc=False):
     """The ready calls of one assistant turn (or of one user turn once grouped)."""
 
     turn_index: int
@@ -73,9 +75,12 @@ def normalize_text(text: str) -> str:
 def content_hash(tool_name: str, text: str) -> str:
     """SHA-1 hex of `toolName + NUL + normalize(text)`, as UTF-8 (lone surrogates as U+FFFD)."""
     data = f"{tool_name}\0{normalize_text(text)}"
-    if not data.isascii():  # ASCII holds no surrogate: the scan is skipped
-        data = _LONE_SURROGATE.sub("\ufffd", data)
-    return hashlib.sha1(data.encode("utf-8")).hexdigest()
+    try:
+        # The strict encoder refuses only lone surrogates: text without one is not scanned.
+        encoded = data.encode("utf-8")
+    except UnicodeEncodeError:
+        encoded = _LONE_SURROGATE.sub("\ufffd", data).encode("utf-8")
+    return hashlib.sha1(encoded).hexdigest()
 
 
 def result_record(tool_name: str, text: str) -> tuple[str, str]:
@@ -117,7 +122,7 @@ def group_batches(
             and previous.group == batch.group
         ):
             texts = [t for t in (previous.assistant_text, batch.assistant_text) if t]
-            result[-1] = replace(
+            result[-1] = msgspec.structs.replace(
                 batch,
                 calls=previous.calls + batch.calls,
                 assistant_text="\n\n".join(texts),

@@ -352,7 +352,16 @@ def _eligible(store: Store, session_id: str, mx: ContextMetricsState, row: Messa
     """Summarization-eligible: not summarized (by occurrence key) and not protected."""
     if _marked(store, session_id, mx, row["occ"]):
         return False
-    return not _protection_of(mx).protects(row["tool"], row.get("path"))
+    protection = _protection_of(mx)
+    tool, path = row["tool"], row.get("path")
+    if type(tool) is not str:
+        return not protection.protects(tool, path)  # a malformed name: maybe not hashable
+    # The globs run once per (tool, path) pair: every result joining the branch asks.
+    pair = (tool, path)
+    hit = protection.memo.get(pair)
+    if hit is None:
+        hit = protection.memo[pair] = protection.protects(tool, path)
+    return not hit
 
 
 def _counted(store: Store, session_id: str, mx: ContextMetricsState, row: MessageRow) -> bool:

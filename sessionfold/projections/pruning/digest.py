@@ -71,8 +71,9 @@ write is an idempotent overwrite, and values read from the store are never mutat
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, cast
+
+import msgspec
 
 from sessionfold.projections.pruning import context_metrics as metrics
 from sessionfold.projections.pruning.entry_facts import NO_CUSTOM_TYPE, EntryFacts, entry_facts
@@ -90,8 +91,7 @@ from sessionfold.projections.pruning.records import (
 from sessionfold.projections.store import Store, key
 
 
-@dataclass(frozen=True, slots=True)
-class Appended:
+class Appended(msgspec.Struct, frozen=True, gc=False):
     """What an entry changed on the branch: the message row that joined it, and/or a switch."""
 
     row: MessageRow | None
@@ -115,7 +115,10 @@ def apply_facts(
     entry_id = facts.id
     if facts.kind == "session" or entry_id is None:
         return None  # the header is not in the tree; an entry without an id cannot be placed
-    stored: DigestHead | None = store.get(key(session_id, "h"))
+    # Each key is built once per entry: the head's and the node's are read and written here.
+    head_key = key(session_id, "h")
+    node_key = key(session_id, "t", entry_id)
+    stored: DigestHead | None = store.get(head_key)
     if stored is None:
         state = metrics.empty_head()
     else:
@@ -123,10 +126,14 @@ def apply_facts(
         mx = stored["mx"].copy()
         mx["gx"] = list(mx["gx"])
         state = {**stored, "mx": mx}
-    if _folded_before(store, session_id, state, entry_id):
-        return None  # an id already folded: pi never reuses one (the reader dead-letters it)
-    parent = _parent_of(store, session_id, state, facts.parent, entry_id)
-    return _append(store, session_id, state, entry_id, parent, facts, seq)
+    known: TreeNode | None = store.get(node_key)
+    if known is not None and known["k"] < state["k"]:
+        return None  # an id already folded: pi never reuses one (see _folded_before)
+    parent = facts.parent
+    if parent is None or parent != state["leaf"] or parent == entry_id:
+        parent = _parent_of(store, session_id, state, parent, entry_id)
+    # else: appended to the leaf (nearly every entry), a node the tree holds: no lookup.
+    return _append(store, session_id, state, entry_id, parent, facts, seq, node_key, head_key)
 
 
 def apply_placeholder(
@@ -178,9 +185,13 @@ def _append(
     parent: str | None,
     facts: EntryFacts | None,
     seq: int | None,
+    node_key: str | None = None,
+    head_key: str | None = None,
 ) -> Appended | None:
-    """Put an entry's node under `parent` (moving the branch there first) and make it the leaf."""
-    node_key = key(session_id, "t", entry_id)
+    """Put an entry's node under `parent` (moving the branch there first) and make it the leaf;
+    `node_key` and `head_key` are the entry's node's and the head's keys when at hand."""
+    if node_key is None:
+        node_key = key(session_id, "t", entry_id)
     switched = parent != state["leaf"]
     if switched:
         _move_branch(store, session_id, state, parent)
@@ -193,7 +204,8 @@ def _append(
     state["leaf"] = entry_id
     state["last"] = entry_id
     state["k"] += 1
-    store.put(key(session_id, "h"), state)  # last: the commit point of the whole event
+    # Last: the commit point of the whole event.
+    store.put(head_key if head_key is not None else key(session_id, "h"), state)
     if row is None and not switched:
         return None
     return Appended(row, switched)

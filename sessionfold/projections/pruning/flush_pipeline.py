@@ -9,7 +9,10 @@ longer than their raw output, and says what was processed.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+
+import msgspec
+from msgspec.structs import replace
 
 from sessionfold.events.flush import (
     AttemptOutcome,
@@ -23,8 +26,7 @@ from sessionfold.projections.pruning.capture import Batch, Call, js_length, raw_
 from sessionfold.projections.pruning.frontier import Processed, flush_outcome, frontier_after
 
 
-@dataclass(frozen=True, slots=True)
-class PlannedBatch:
+class PlannedBatch(msgspec.Struct, frozen=True, gc=False):
     """A captured batch after dedup: its kept calls, its aliased ones, its fate and its refs."""
 
     batch: Batch  # with only the kept calls
@@ -93,8 +95,7 @@ def _disposition(
     return "summarize"
 
 
-@dataclass(frozen=True, slots=True)
-class Summary:
+class Summary(msgspec.Struct, frozen=True, gc=False):
     """A summary that survived the oversize check: it is indexed under its refs."""
 
     index: int

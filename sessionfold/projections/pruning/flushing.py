@@ -10,14 +10,15 @@ record. Rows: `q/<request id>` (the outstanding plan), `f/<n>` (frontier history
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from typing import Any, get_args
+
+from msgspec.structs import replace
 
 from sessionfold.events.envelope import Envelope, FlushMetricsEnvelope, OpaquePayload
 from sessionfold.events.flush import (
     AttemptOutcome,
     CompactionPayload,
     FlushMetricsPayload,
-    Frontier,
     MetricsSnapshot,
     Trigger,
 )
@@ -31,7 +32,7 @@ from sessionfold.projections.pruning.flush_pipeline import (
     walk_answers,
 )
 from sessionfold.projections.pruning.flush_request import plan_from_row, plan_row, request_envelope
-from sessionfold.projections.pruning.frontier import mark_of, trim_batch
+from sessionfold.projections.pruning.frontier import frontier_row, mark_of, trim_batch
 from sessionfold.projections.pruning.records import (
     AttemptInfo,
     FrontierRow,
@@ -83,6 +84,61 @@ def turn_end(session: Session, seq: int, time: str | None) -> list[Envelope]:
 
 def _push_live_batch(session: Session, turn: int) -> bool:
     """Live capture of the turn's batch: spill oversized results, trim, count it as queued."""
+    left = live_batch_left(session, turn)
+    if left is None:
+        left = _spilled_batch_left(session, turn)
+    if left:
+        session.head["queued"] += 1
+    return left
+
+
+def live_batch_left(session: Session, turn: int) -> bool | None:
+    """Whether the turn's batch keeps a call after the frontier's trim, read off its rows
+    without building the batch; None when a result may spill (`_spilled_batch_left` decides).
+
+    At most turn ends nothing spills and the batch is thrown away once trimmed: this is
+    `turn_batch`, `_eager_spill` and `trim_batch` for that case, without a Call per call."""
+    store, sid = session.store, session.session_id
+    window = store.get(row_key(sid, "w", turn))
+    facts = store.get(row_key(sid, "a", window["a"])) if window is not None else None
+    if window is None or facts is None:
+        return False
+    threshold = session.config.spillThreshold
+    protection = session.protection
+    protected = protection.memo
+    results = window["r"]
+    summarized = index.summarized_check(store, sid)
+    ids: list[str] = []  # the calls the trim keeps before the frontier's own rule
+    for call in facts["calls"]:
+        seq = results.get(call["id"])
+        result = store.get(row_key(sid, "r", seq)) if seq is not None else None
+        if result is None:
+            continue
+        pair = (call["name"], call["path"])
+        hit = protected.get(pair)
+        if hit is None:
+            hit = protected[pair] = protection.protects(*pair)
+        if hit:
+            continue
+        if result["raw"] >= threshold:
+            return None
+        if not summarized(result["key"]):
+            ids.append(call["id"])
+    if not ids:
+        return False
+    mark = mark_of(session.head["frontier"])
+    if mark is None or turn > mark.last_attempted_turn_index:
+        return True
+    if turn < mark.last_attempted_turn_index:
+        return False
+    if mark.last_attempted_tool_call_id not in ids:
+        return True  # miss: the frontier call is gone, the trim keeps everything
+    return ids.index(mark.last_attempted_tool_call_id) + 1 < len(ids)
+
+
+def _spilled_batch_left(session: Session, turn: int) -> bool:
+    """`live_batch_left` for a turn with a result at the spill threshold: the batch is built,
+    its oversized results spilled (written to the index), the rest trimmed."""
     batch = turn_batch(session, turn)
     if batch is None:
         return False
@@ -90,10 +146,7 @@ def _push_live_batch(session: Session, turn: int) -> bool:
     if batch is None:
         return False
     summarized = index.summarized_check(session.store, session.session_id)
-    if trim_batch(batch, mark_of(session.head["frontier"]), summarized) is None:
-        return False
-    session.head["queued"] += 1
-    return True
+    return trim_batch(batch, mark_of(session.head["frontier"]), summarized) is not None
 
 
 def _eager_spill(session: Session, batch: Batch) -> Batch | None:
@@ -271,21 +324,22 @@ def finish_flush(
     stats["input_tokens"] += walk.usage.input_tokens
     stats["output_tokens"] += walk.usage.output_tokens
     stats["cost"] += walk.usage.cost
-    frontier = walk.frontier
+    frontier = frontier_row(walk.processed)
     if frontier is not None:
         _set_frontier(session, frontier)
     head["queued"] = walk.unprocessed  # pushed back to the front of the queue
     return [_record_attempt(session, info, len(walk.processed), walk.outcome)]
 
 
-def _set_frontier(session: Session, frontier: Frontier) -> None:
+def _set_frontier(session: Session, frontier: dict[str, Any]) -> None:
+    """Store the frontier a flush left (`Frontier.model_dump()`) and move what depends on it."""
     head, store, sid = session.head, session.store, session.session_id
-    head["frontier"] = frontier.model_dump()
+    head["frontier"] = frontier
     head["fn"] += 1
     leaf = metrics.on_frontier(store, sid, head["frontier"])  # the leaf: no move changes it
     moved: FrontierRow = {"frontier": head["frontier"], "leaf": leaf}
     store.put(row_key(sid, "f", head["fn"]), moved)
-    _collect_dead_turns(session, frontier.last_attempted_turn_index)
+    _collect_dead_turns(session, frontier["last_attempted_turn_index"])
 
 
 def _collect_dead_turns(session: Session, frontier_turn: int) -> None:
@@ -305,24 +359,61 @@ def _collect_dead_turns(session: Session, frontier_turn: int) -> None:
     session.head["pending"] = alive
 
 
-def _record_attempt(
-    session: Session, info: AttemptInfo, processed: int, outcome: AttemptOutcome
-) -> FlushMetricsEnvelope:
-    """The one flush-metrics record of an attempt, kept in state and returned as an envelope."""
+_TRIGGERS = frozenset(get_args(Trigger))
+_OUTCOMES = frozenset(get_args(AttemptOutcome))
+_SNAPSHOT_FIELDS = tuple(MetricsSnapshot.model_fields)
+
+
+def metrics_record(
+    session_id: str, info: AttemptInfo, processed: int, outcome: AttemptOutcome
+) -> dict[str, Any]:
+    """An attempt's flush-metrics record: `FlushMetricsPayload(...).model_dump(mode="json")`,
+    built as the dict itself when every field is what the fold writes (plain ints and strings,
+    the snapshot's three counts); else through the model, which validates or refuses."""
+    snapshot = info["metrics"]
+    time = info["time"]
+    if (
+        type(info["id"]) is str
+        and type(info["seq"]) is int
+        and type(info["captured"]) is int
+        and type(processed) is int
+        and info["trigger"] in _TRIGGERS
+        and outcome in _OUTCOMES
+        and (time is None or type(time) is str)
+        and tuple(snapshot) == _SNAPSHOT_FIELDS
+        and all(type(value) is int for value in snapshot.values())
+        and type(session_id) is str
+    ):
+        return {
+            "request_id": info["id"],
+            "session_id": session_id,
+            "seq": info["seq"],
+            "trigger": info["trigger"],
+            "captured_batches": info["captured"],
+            "processed_batches": processed,
+            "outcome": outcome,
+            "metrics": dict(snapshot),
+            "time": time,
+        }
     payload = FlushMetricsPayload(
         request_id=info["id"],
-        session_id=session.session_id,
+        session_id=session_id,
         seq=info["seq"],
         trigger=info["trigger"],
         captured_batches=info["captured"],
         processed_batches=processed,
         outcome=outcome,
-        metrics=MetricsSnapshot(**info["metrics"]),
-        time=info["time"],
+        metrics=MetricsSnapshot(**snapshot),
+        time=time,
     )
-    # Dumped once: the state row and the envelope's payload are the same JSON (`wrap` would
-    # dump the payload again).
-    record = payload.model_dump(mode="json")
+    return payload.model_dump(mode="json")
+
+
+def _record_attempt(
+    session: Session, info: AttemptInfo, processed: int, outcome: AttemptOutcome
+) -> FlushMetricsEnvelope:
+    """The one flush-metrics record of an attempt, kept in state and returned as an envelope."""
+    record = metrics_record(session.session_id, info, processed, outcome)
     session.store.put(row_key(session.session_id, "m", info["n"]), record)
     log.info(
         "flush attempt",

@@ -58,12 +58,15 @@ log = logging.getLogger(__name__)
 
 def apply(store: Store, envelope: Envelope, config: PruneConfig = DEFAULT_CONFIG) -> list[Envelope]:
     """Fold one envelope into the session's state; return the envelopes it produces."""
-    if isinstance(envelope, CompactionEnvelope):
-        return _apply_compaction(store, envelope, config)
-    if envelope.kind not in SESSION_EVENT_KINDS or envelope.kind == Kind.WORLD:
-        # The fold's own outputs are not its inputs; a World snapshot (unsequenced) is the
-        # ledger's alone.
-        return []
+    # An entry (nearly every event) is a session event: the kind check, which hashes the
+    # enum member in Python, is for the other envelopes.
+    if type(envelope) is not EntryEnvelope:
+        if isinstance(envelope, CompactionEnvelope):
+            return _apply_compaction(store, envelope, config)
+        if envelope.kind not in SESSION_EVENT_KINDS or envelope.kind == Kind.WORLD:
+            # The fold's own outputs are not its inputs; a World snapshot (unsequenced) is the
+            # ledger's alone.
+            return []
     session = pruning.open_session(store, envelope.session_id, config)
     admitted = guard.admit(session, envelope)
     if admitted is None:

@@ -8,8 +8,10 @@ survive, unless that call is no longer among them (the miss rule keeps them all)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
+
+import msgspec
+from msgspec.structs import replace
 
 from sessionfold.events.flush import Frontier, FrontierOutcome
 from sessionfold.projections.pruning.capture import Batch, Call
@@ -64,8 +66,7 @@ def trim_batches(
     return [batch for batch in kept if batch is not None]
 
 
-@dataclass(frozen=True, slots=True)
-class Processed:
+class Processed(msgspec.Struct, frozen=True, gc=False):
     """One batch a flush processed: what it kept, what dedup took, and how it ended."""
 
     batch: Batch
@@ -92,6 +93,37 @@ def flush_outcome(processed: Sequence[Processed]) -> FrontierOutcome:
     """Any real summary wins, then oversized, then fully deduped, else trivial (§5.5 step 12)."""
     kinds = {p.kind for p in processed}
     return next((kind for kind in _PRECEDENCE if kind in kinds), "skipped-trivial")
+
+
+def frontier_row(processed: Sequence[Processed]) -> dict[str, Any] | None:
+    """`frontier_after(processed).model_dump()`, built without the model: a flush stores its
+    frontier in the head as this dict, and validating fields it made itself was pure cost."""
+    if not processed:
+        return None
+    last = processed[-1]
+    tail = last.kept or last.deduped or last.batch.calls
+    call = tail[-1]
+    turn, timestamp = last.batch.turn_index, last.batch.timestamp
+    if not (
+        type(call.tool_call_id) is str
+        and type(call.tool_name) is str
+        and type(turn) is int
+        and type(timestamp) is int
+    ):
+        # Not what capture builds (a damaged row): the model validates, or refuses, as ever.
+        frontier = frontier_after(processed)
+        return None if frontier is None else frontier.model_dump()
+    return {
+        "last_attempted_tool_call_id": call.tool_call_id,
+        "last_attempted_tool_name": call.tool_name,
+        "last_attempted_turn_index": turn,
+        "last_attempted_timestamp": timestamp,
+        "attempted_batch_count": len(processed),
+        "attempted_tool_call_count": sum(len(p.kept) + len(p.deduped) for p in processed),
+        "raw_char_count": sum(p.raw_chars for p in processed),
+        "summary_char_count": sum(p.summary_chars for p in processed),
+        "outcome": flush_outcome(processed),
+    }
 
 
 def frontier_after(processed: Sequence[Processed]) -> Frontier | None:

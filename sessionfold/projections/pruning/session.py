@@ -93,10 +93,12 @@ class Session:
     head: PruneHead
     config: PruneConfig
     protection: metrics.Protection
+    #: The head record's key (built once per fold step: read at the start, written at the end).
+    head_key: str = ""
 
     def save(self) -> None:
         """Write the head record."""
-        self.store.put(row_key(self.session_id, "h"), self.head)
+        self.store.put(self.head_key or row_key(self.session_id, "h"), self.head)
 
     @property
     def busy(self) -> bool:
@@ -111,10 +113,13 @@ def load_head(store: Store, session_id: str) -> PruneHead:
 
 def open_session(store: Store, session_id: str, base: PruneConfig) -> Session:
     """The session's state under the runtime config `base` and its own overrides."""
-    head = load_head(store, session_id)
+    head_key = row_key(session_id, "h")
+    head: PruneHead = store.get(head_key) or new_head()
     config = effective_config(base, head["config"])
-    session = Session(store, session_id, base, head, config, _protection(config))
-    _sync_protection(session)
+    _, protection, wanted = _protection_of(config)
+    session = Session(store, session_id, base, head, config, protection, head_key)
+    if head["prot"] != wanted:
+        _sync_protection(session)
     return session
 
 
@@ -133,26 +138,32 @@ def effective_config(base: PruneConfig, overrides: dict[str, Any]) -> PruneConfi
 #: One Protection per config object, kept across events so its memo of answers outlives a fold
 #: step: by identity (hashing a config hashes every field, on every event), with the config
 #: kept alive beside it so its id cannot be taken by another.
-_PROTECTIONS: dict[int, tuple[PruneConfig, metrics.Protection]] = {}
+#: Beside it, the head's `prot` the config wants (built once, not at every event).
+_PROTECTIONS: dict[int, tuple[PruneConfig, metrics.Protection, list[list[str]]]] = {}
 
 
-def _protection(config: PruneConfig) -> metrics.Protection:
+def _protection_of(config: PruneConfig) -> tuple[PruneConfig, metrics.Protection, list[list[str]]]:
     found = _PROTECTIONS.get(id(config))
     if found is not None and found[0] is config:
-        return found[1]
+        return found
     if len(_PROTECTIONS) >= 256:
         _PROTECTIONS.clear()
     protection = metrics.Protection(config.protectedTools, config.protectedPaths)
-    _PROTECTIONS[id(config)] = (config, protection)
-    return protection
+    wanted = [list(config.protectedTools), list(config.protectedPaths)]
+    found = _PROTECTIONS[id(config)] = (config, protection, wanted)
+    return found
+
+
+def _protection(config: PruneConfig) -> metrics.Protection:
+    return _protection_of(config)[1]
 
 
 def _sync_protection(session: Session) -> None:
     """Keep the metrics' protection config equal to the effective one (the gap depends on it)."""
-    wanted = [list(session.config.protectedTools), list(session.config.protectedPaths)]
+    wanted = _protection_of(session.config)[2]
     if session.head["prot"] != wanted:
         metrics.set_protection(session.store, session.session_id, session.protection)
-        session.head["prot"] = wanted
+        session.head["prot"] = [list(part) for part in wanted]  # the cached lists stay apart
 
 
 def set_overrides(session: Session, settings: dict[str, Any]) -> None:

@@ -35,6 +35,18 @@ FLUSH_METRICS = EMBEDDED_TOPICS.flush_metrics
 DEAD_LETTERS = EMBEDDED_TOPICS.dead_letters
 TOPICS = tuple(EMBEDDED_TOPICS.all())
 
+#: The embedded topic of each envelope class seen: `topic_of` decides by class alone, and its
+#: pattern match tries every case for each session event.
+_TOPIC_OF_CLASS: dict[type, str] = {}
+
+
+def _topic(record: Envelope | DeadLetter) -> str:
+    """`topic_of(record, EMBEDDED_TOPICS)`, looked up by the record's class."""
+    topic = _TOPIC_OF_CLASS.get(type(record))
+    if topic is None:
+        topic = _TOPIC_OF_CLASS[type(record)] = topic_of(record, EMBEDDED_TOPICS)
+    return topic
+
 
 class EmbeddedRuntime:
     """An in-process log per topic, a DictStore, the fold and a summarizer, in one loop."""
@@ -64,16 +76,18 @@ class EmbeddedRuntime:
 
     def publish(self, record: Envelope | DeadLetter) -> None:
         """Append one input record to its topic and fold everything that follows from it."""
-        self.log[topic_of(record, EMBEDDED_TOPICS)].append(record)
+        self.log[_topic(record)].append(record)
         if not isinstance(record, DeadLetter):
-            self.route(self.fold(record))
+            outputs = self.fold(record)
+            if outputs:  # most events produce nothing to route
+                self.route(outputs)
 
     def route(self, outputs: Iterable[Envelope]) -> None:
         """Deliver outputs until none is left: requests are answered and their answers folded."""
         queue = deque(outputs)
         while queue:
             envelope = queue.popleft()
-            self.log[topic_of(envelope, EMBEDDED_TOPICS)].append(envelope)
+            self.log[_topic(envelope)].append(envelope)
             if isinstance(envelope, FlushRequestEnvelope):
                 compaction = self.answerer.answer(envelope).envelope
                 self.log[COMPACTION_EVENTS].append(compaction)
