@@ -498,3 +498,48 @@ def test_error_locations_tried_at_their_possible_starts_are_the_scans(text: str)
     for pattern in (ledger_values._ERROR_LOCATION, ledger_values._PORT):
         tried = [(m.start(), m.group(0)) for m in ledger_values._scanned(pattern, text, lowered)]
         assert tried == [(m.start(), m.group(0)) for m in pattern.finditer(text)]
+
+
+#: Pieces of every output pattern's matches and near misses: its words in the case it takes
+#: and in others, digits (ASCII and other decimal digits, which \d takes), word characters
+#: before them, "[" at a line's start and elsewhere, hashes, addresses, and separators.
+_OUTPUT_PIECES = st.sampled_from(
+    (
+        *_WORDS,
+        " passed",
+        " failed",
+        " errors",
+        " tests",
+        "\u0663",
+        "\u0661\u0662",
+        "x3",
+        "_",
+        "[",
+        "\n[",
+        "[main 1a2b3c4]",
+        "localhost:80",
+        "127.0.0.1:3000",
+        "[::1]:8080",
+        "a[::]:9",
+        "Took ",
+        "took 3s",
+        "Done in 12s",
+        "3 ",
+        "12",
+        *_SEPARATORS,
+    )
+)
+
+
+@settings(max_examples=3000)
+@given(st.lists(_OUTPUT_PIECES, max_size=40).map("".join))
+def test_every_output_pattern_tried_at_its_possible_starts_finds_the_scans_matches(
+    text: str,
+) -> None:
+    """Property: each output pattern, tried only where its words (or a line's "[", or the
+    digits before a total's word) can start a match, finds the spans a scan of every position
+    finds."""
+    lowered = text.lower() if text.isascii() else None
+    for pattern in ledger_values._NEEDS:
+        tried = [m.span() for m in ledger_values._scanned(pattern, text, lowered)]
+        assert tried == [m.span() for m in pattern.finditer(text)], pattern.pattern

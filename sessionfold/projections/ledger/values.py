@@ -17,7 +17,7 @@ and tail are not read.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 # The group ends at the line's last non-space character; a lazy `.*?` before `\s*$` found that
@@ -88,29 +88,37 @@ _NEEDS: dict[re.Pattern[str], tuple[str, ...]] = {
 }
 
 
-#: The patterns of `_NEEDS` that ignore case (a RegexFlag test per scan costs an enum call).
-_IGNORE_CASE = frozenset(p for p in _NEEDS if p.flags & re.IGNORECASE)
-
-
 def _scanned(pattern: re.Pattern[str], output: str, lowered: str | None) -> list[re.Match[str]]:
-    """`pattern`'s matches in `output`; none, unscanned, when the output holds none of the
-    words the pattern needs (`lowered`: the ASCII output in lower case, else None).
+    """`pattern`'s matches in `output` (one of `_NEEDS`' patterns; `lowered`: the ASCII output
+    in lower case, else None), as `pattern.finditer(output)` finds them.
 
-    Two patterns are tried only where a match can start, which finds what a scan of every
-    position finds (`_matches_from`): a port where "port" stands (in ASCII text), an error
-    location at the start of the name before a location suffix."""
-    if pattern is _PORT and lowered is not None:
-        return _matches_from(pattern, output, _occurrences(lowered, "port"))
-    text = lowered if pattern in _IGNORE_CASE else output
-    if text is not None and not any(map(text.__contains__, _NEEDS[pattern])):
-        return []
+    No pattern scans every position: each is tried only where a match can start
+    (`_matches_from`), found with `str.find` (and a regex for the error locations' suffixes):
+    - an address, a timing: where one of its words stands (every match starts with one);
+    - a commit made: at the start of a line that starts with "[";
+    - a test total: at the start of the digits before " passed", " failed", ...;
+    - a port: where "port" stands in ASCII text (any case; other text is scanned);
+    - an error location: at the start of the name before each location suffix, when the
+      output holds "error" or "warning" in any case (ASCII text; other text is tried always).
+    A pattern's words were looked for one by one before: the dict look-ups and the pattern's
+    hash (its compiled code) cost as much as the looks."""
     if pattern is _ERROR_LOCATION:
+        if lowered is not None and "error" not in lowered and "warning" not in lowered:
+            return []
         return _matches_from(pattern, output, _location_starts(output))
-    return list(pattern.finditer(output))
+    if pattern is _PORT:
+        if lowered is None:
+            return list(pattern.finditer(output))
+        return _matches_from(pattern, output, _word_starts(lowered, ("port",)))
+    if pattern is _TESTS:
+        return _matches_from(pattern, output, _test_total_starts(output))
+    if pattern is _COMMIT_MADE:
+        return _matches_from(pattern, output, _line_starts(output, "["))
+    return _matches_from(pattern, output, _word_starts(output, _NEEDS[pattern]))
 
 
 def _matches_from(
-    pattern: re.Pattern[str], output: str, starts: Iterator[int]
+    pattern: re.Pattern[str], output: str, starts: Iterable[int]
 ) -> list[re.Match[str]]:
     """`pattern.finditer(output)` when every match starts at one of `starts` (ascending): the
     match at each start that no earlier match covers, as the scan would find it there (a
@@ -124,12 +132,51 @@ def _matches_from(
     return found
 
 
-def _occurrences(text: str, word: str) -> Iterator[int]:
-    """Where `word` starts in `text`, ascending."""
-    at = text.find(word)
+def _word_starts(text: str, words: tuple[str, ...]) -> list[int]:
+    """Where any of `words` starts in `text`, ascending, each position once."""
+    found: list[int] = []
+    for word in words:
+        at = text.find(word)
+        while at >= 0:
+            found.append(at)
+            at = text.find(word, at + 1)
+    if len(words) > 1 and found:
+        return sorted(set(found))
+    return found
+
+
+def _line_starts(text: str, first: str) -> list[int]:
+    """Where a line starts with the character `first` in `text`, ascending (a line starts
+    at the text's start and after each "\n", as re.M's `^` does)."""
+    found = [0] if text.startswith(first) else []
+    at = text.find("\n" + first)
     while at >= 0:
-        yield at
-        at = text.find(word, at + 1)
+        found.append(at + 1)
+        at = text.find("\n" + first, at + 1)
+    return found
+
+
+# A run of digits as `_TESTS`' \d+ takes them, read backwards from a total's word.
+_DIGITS = re.compile(r"\d*")
+
+
+def _test_total_starts(output: str) -> list[int]:
+    """Where a test total can start in `output`, ascending: at the first of the digits that
+    end where one of its words (" passed", " failed", ...) starts. Each run of digits ends at
+    a space and the next starts after that word's letters, so the starts ascend as the words
+    do."""
+    ends = _word_starts(output, _NEEDS[_TESTS])
+    if not ends:
+        return []
+    backwards = output[::-1]
+    size = len(output)
+    starts = []
+    for end in ends:
+        digits = _DIGITS.match(backwards, size - end)  # `*`: it always matches
+        run = 0 if digits is None else digits.end() - (size - end)
+        if run:
+            starts.append(end - run)
+    return starts
 
 
 # An error location's suffix ("(12,5)" or ":12:5"), found by its first character (a ':' or a
@@ -156,6 +203,11 @@ def _location_starts(output: str) -> Iterator[int]:
             yield at - name
 
 
+# A command that counts lines, and one that logs commits: looked for only in a command that
+# holds "wc" or "git" (most do not; a search reads every character).
+_WC_COMMAND = re.compile(r"(?:^|[\s;&|])wc\s+-l\b")
+
+
 def command_values(command: str, output: str) -> list[tuple[str, str]]:
     """(value, what) pairs a command's output shows, in output order, without repeats."""
     found: list[tuple[str, str]] = []
@@ -168,7 +220,7 @@ def command_values(command: str, output: str) -> list[tuple[str, str]]:
             seen.add(value)
             found.append((value, what))
 
-    if re.search(r"(?:^|[\s;&|])wc\s+-l\b", command):
+    if "wc" in command and _WC_COMMAND.search(command):
         for line in output.splitlines():
             match = _WC_LINE.match(line)
             if match:
@@ -178,7 +230,7 @@ def command_values(command: str, output: str) -> list[tuple[str, str]]:
         add(match.group("loc"), "error location")
     for match in _scanned(_COMMIT_MADE, output, lowered):
         add(match.group("hash"), "commit made")
-    if _GIT_LOG.search(command):
+    if "git" in command and _GIT_LOG.search(command):
         for line in output.splitlines()[:1]:
             match = _LOG_LINE.match(line.strip())
             if match:
