@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_ledger_verify import Session
 
@@ -524,6 +524,9 @@ _OUTPUT_PIECES = st.sampled_from(
         "Took ",
         "took 3s",
         "Done in 12s",
+        "port 8080",
+        "Port\t42",
+        "import 80",
         "3 ",
         "12",
         *_SEPARATORS,
@@ -532,6 +535,8 @@ _OUTPUT_PIECES = st.sampled_from(
 
 
 @settings(max_examples=3000)
+@example("port 8080 x")  # a port at the text's start, and a word character at its end
+@example("127.0.0.1:3000 [::1]:80 took 3s")
 @given(st.lists(_OUTPUT_PIECES, max_size=40).map("".join))
 def test_every_output_pattern_tried_at_its_possible_starts_finds_the_scans_matches(
     text: str,

@@ -88,20 +88,27 @@ _NEEDS: dict[re.Pattern[str], tuple[str, ...]] = {
 }
 
 
+#: A timing's words as ASCII text holds them lower-cased: an ASCII output whose lower case holds
+#: none of these holds none of the timing's words (one look for both cases of a word).
+_TIMING_LOWER = ("took", "duration", "elapsed", "time:", "done in", "finished in", "completed in")
+
+
 def _scanned(pattern: re.Pattern[str], output: str, lowered: str | None) -> list[re.Match[str]]:
     """`pattern`'s matches in `output` (one of `_NEEDS`' patterns; `lowered`: the ASCII output
     in lower case, else None), as `pattern.finditer(output)` finds them.
 
     No pattern scans every position: each is tried only where a match can start
     (`_matches_from`), found with `str.find` (and a regex for the error locations' suffixes):
-    - an address, a timing: where one of its words stands (every match starts with one);
+    - a timing, an address: where one of its words stands (every match starts with one), in
+      ASCII text looked for only when its lower case holds a timing word, an address's
+      IPv4 words only where ".0." stands and its IPv6 ones only where "[" does;
     - a commit made: at the start of a line that starts with "[";
     - a test total: at the start of the digits before " passed", " failed", ...;
     - a port: where "port" stands in ASCII text (any case; other text is scanned);
     - an error location: at the start of the name before each location suffix, when the
       output holds "error" or "warning" in any case (ASCII text; other text is tried always).
-    A pattern's words were looked for one by one before: the dict look-ups and the pattern's
-    hash (its compiled code) cost as much as the looks."""
+    A `find` costs about a nanosecond a character (a one-character one, a fraction), so the
+    looks are as few as the words allow."""
     if pattern is _ERROR_LOCATION:
         if lowered is not None and "error" not in lowered and "warning" not in lowered:
             return []
@@ -109,12 +116,39 @@ def _scanned(pattern: re.Pattern[str], output: str, lowered: str | None) -> list
     if pattern is _PORT:
         if lowered is None:
             return list(pattern.finditer(output))
-        return _matches_from(pattern, output, _word_starts(lowered, ("port",)))
+        return _matches_from(pattern, output, _port_starts(lowered))
     if pattern is _TESTS:
         return _matches_from(pattern, output, _test_total_starts(output))
     if pattern is _COMMIT_MADE:
         return _matches_from(pattern, output, _line_starts(output, "["))
-    return _matches_from(pattern, output, _word_starts(output, _NEEDS[pattern]))
+    if pattern is _TIMING:
+        if lowered is not None and not any(map(lowered.__contains__, _TIMING_LOWER)):
+            return []
+        return _matches_from(pattern, output, _word_starts(output, _NEEDS[_TIMING]))
+    if pattern is _ADDRESS:
+        return _matches_from(pattern, output, _address_starts(output))
+    raise ValueError("not an output pattern")  # pragma: no cover
+
+
+def _port_starts(lowered: str) -> list[int]:
+    """Where "port" stands in ASCII text `lowered` after no word character (the pattern's
+    \\b: "import", "report" and "support" are not tried)."""
+    return [
+        at
+        for at in _word_starts(lowered, ("port",))
+        if not at or not (lowered[at - 1].isalnum() or lowered[at - 1] == "_")
+    ]
+
+
+def _address_starts(output: str) -> list[int]:
+    """Where an address's words stand in `output`, ascending: "localhost:", the IPv4 words
+    where ".0." does (both hold it), the IPv6 ones where "[" does."""
+    words: tuple[str, ...] = ("localhost:",)
+    if ".0." in output:
+        words += ("127.0.0.1:", "0.0.0.0:")
+    if "[" in output:
+        words += ("[::]:", "[::1]:")
+    return _word_starts(output, words)
 
 
 def _matches_from(
@@ -148,6 +182,8 @@ def _word_starts(text: str, words: tuple[str, ...]) -> list[int]:
 def _line_starts(text: str, first: str) -> list[int]:
     """Where a line starts with the character `first` in `text`, ascending (a line starts
     at the text's start and after each "\n", as re.M's `^` does)."""
+    if first not in text:
+        return []  # a one-character look is the cheapest
     found = [0] if text.startswith(first) else []
     at = text.find("\n" + first)
     while at >= 0:
@@ -156,26 +192,18 @@ def _line_starts(text: str, first: str) -> list[int]:
     return found
 
 
-# A run of digits as `_TESTS`' \d+ takes them, read backwards from a total's word.
-_DIGITS = re.compile(r"\d*")
-
-
 def _test_total_starts(output: str) -> list[int]:
-    """Where a test total can start in `output`, ascending: at the first of the digits that
-    end where one of its words (" passed", " failed", ...) starts. Each run of digits ends at
-    a space and the next starts after that word's letters, so the starts ascend as the words
-    do."""
-    ends = _word_starts(output, _NEEDS[_TESTS])
-    if not ends:
-        return []
-    backwards = output[::-1]
-    size = len(output)
+    """Where a test total can start in `output`, ascending: at the first of the decimal digits
+    (what \\d takes: `str.isdecimal`) that end where one of its words (" passed", " failed",
+    ...) starts. Each run of digits ends at a space and the next starts after that word's
+    letters, so the starts ascend as the words do, and no digit is read twice."""
     starts = []
-    for end in ends:
-        digits = _DIGITS.match(backwards, size - end)  # `*`: it always matches
-        run = 0 if digits is None else digits.end() - (size - end)
-        if run:
-            starts.append(end - run)
+    for end in _word_starts(output, _NEEDS[_TESTS]):
+        start = end
+        while start and output[start - 1].isdecimal():
+            start -= 1
+        if start < end:
+            starts.append(start)
     return starts
 
 
