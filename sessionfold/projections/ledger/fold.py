@@ -358,7 +358,7 @@ class LedgerFold:
                 return
         if isinstance(call, dict) or tool in commands.SHELL_TOOLS:
             command = call.get("command", "") if isinstance(call, dict) else ""
-            outcome = commands.result_outcome(message)
+            outcome = commands.result_outcome(message, facts.text)
             self._command(
                 head,
                 command,
