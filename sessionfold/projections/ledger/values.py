@@ -17,7 +17,9 @@ and tail are not read.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
+from itertools import accumulate
 from typing import Any
 
 # The group ends at the line's last non-space character; a lazy `.*?` before `\s*$` found that
@@ -374,6 +376,83 @@ def shapes(text: str) -> list[str]:
     return list(found)
 
 
+#: What the runs of a text show (`_run_values`), by run: one `value_signals` call reads many
+#: texts of one span, whose runs repeat (names, paths), and each error line again.
+RunMemo = dict[str, tuple[str, ...]]
+
+
+def _run_values(run: str) -> tuple[str, ...]:
+    """The values one run of `_SHAPE_RUN` shows, in order (repeats kept): none without a
+    hint, else `_SHAPE_AT_START`'s matches without trailing ".:," and at least
+    `_MIN_CHARS` long."""
+    if _SHAPE_HINT.search(run) is None:
+        return ()
+    values = (value.rstrip(".:,") for value in _SHAPE_AT_START.findall(run))
+    return tuple(value for value in values if len(value) >= _MIN_CHARS)
+
+
+def _shapes(text: str, memo: RunMemo) -> list[str]:
+    """`shapes(text)`, each run read once per `memo` (a run's values do not depend on
+    what stands around it: see `_SHAPE_RUN`)."""
+    found: dict[str, None] = {}
+    for run in _SHAPE_RUN.findall(text):
+        values = memo.get(run)
+        if values is None:
+            values = memo[run] = _run_values(run)
+        for value in values:
+            found[value] = None
+    return list(found)
+
+
+#: The words `_DEFINES` starts with: each of its matches starts where one stands after no
+#: word character.
+_DEFINE_WORDS = (
+    "function",
+    "class",
+    "interface",
+    "type",
+    "enum",
+    "struct",
+    "trait",
+    "def",
+    "fn",
+    "const",
+    "let",
+    "var",
+)
+
+
+def _defined_names(output: str) -> list[str]:
+    """The names `_DEFINES` finds in `output` (`finditer`'s), tried only where one of its
+    words stands after no word character (its leading \\b) instead of at every position."""
+    starts = [
+        at
+        for at in _word_starts(output, _DEFINE_WORDS)
+        if not at or not (output[at - 1].isalnum() or output[at - 1] == "_")
+    ]
+    return [match.group("name") for match in _matches_from(_DEFINES, output, starts)]
+
+
+def _error_lines(output: str) -> list[str]:
+    """The lines of `output` (`splitlines`) that report a failure (`_reports_failure`), in
+    order. In ASCII text, the lines that hold the words' occurrences in the lower-cased
+    output (no word holds a line break), found with a `find` per occurrence instead of a look
+    for every word in every line; other text is read line by line."""
+    if not output.isascii():
+        if not _reports_failure(output):
+            return []
+        return [line for line in output.splitlines() if _reports_failure(line)]
+    lowered = output.lower()
+    occurrences = _word_starts(lowered, _ERROR_WORDS)
+    if not occurrences:
+        return []
+    # Where each line ends, its line break included: a word at `at` is in the first line
+    # that ends after it.
+    ends = list(accumulate(map(len, output.splitlines(keepends=True))))
+    lines = output.splitlines()
+    return [lines[i] for i in sorted({bisect_right(ends, at) for at in occurrences})]
+
+
 def _unclipped(text: str) -> str:
     """A text a prompt clipped ("…" at its end) without the word the clip cut."""
     if not text.endswith("…"):
@@ -403,6 +482,7 @@ def value_signals(
     defined: set[str] = set()
     on_error: set[str] = set()
     recent_from = len(commands) - RECENT_COMMANDS
+    memo: RunMemo = {}
 
     def shown(value: str, position: int, turn: str, kind: str = "") -> None:
         signals, _, _, read_as = found.get(value, (set(), 0, "", ""))
@@ -422,40 +502,37 @@ def value_signals(
                 shown(value, position, turn, str(kind))
                 found[value][0].add("read")
         output = without_cut(str(command.get("output") or ""))
-        for value in shapes(output):
+        for value in _shapes(output, memo):
             shown(value, position, turn)
-        defined.update(match.group("name") for match in _DEFINES.finditer(output))
-        # No match of the pattern spans a line break: an output it misses whole has no error
-        # line, and the search per line is skipped.
-        for line in output.splitlines() if _reports_failure(output) else ():
-            if _reports_failure(line):
-                on_error.update(shapes(line))
-        for value in shapes(_unclipped(str(command.get("command") or ""))):
+        defined.update(_defined_names(output))
+        for line in _error_lines(output):
+            on_error.update(_shapes(line, memo))
+        for value in _shapes(_unclipped(str(command.get("command") or "")), memo):
             written.add(value)
             turns_of.setdefault(value, set()).add(turn)
     for error in errors or []:
-        for value in shapes(str(error.get("head") or "")):
+        for value in _shapes(str(error.get("head") or ""), memo):
             on_error.add(value)
             turns_of.setdefault(value, set()).add(str(error.get("id")))
     named: set[str] = set()
     for message in messages or []:
-        for value in shapes(str(message.get("text") or "")):
+        for value in _shapes(str(message.get("text") or ""), memo):
             named.add(value)
             turns_of.setdefault(value, set()).add(str(message.get("id")))
     for value, (signals, _, _, _) in found.items():
         if value in written:
             signals.add("operand" if "/" in value else "command")
-        signals.update(
-            name
-            for name, holds in (
-                ("defined", value in defined),
-                ("error", value in on_error),
-                ("user", value in named),
-                ("repeated", len(turns_of[value]) >= 2),
-                ("again", len(turns_of[value]) >= 3),
-            )
-            if holds
-        )
+        if value in defined:
+            signals.add("defined")
+        if value in on_error:
+            signals.add("error")
+        if value in named:
+            signals.add("user")
+        turns = len(turns_of[value])
+        if turns >= 2:
+            signals.add("repeated")
+            if turns >= 3:
+                signals.add("again")
     return found
 
 
