@@ -256,10 +256,15 @@ def _first_error_line(text: str) -> str | None:
     """
     if text.isascii() or not any(map(text.__contains__, _ASCII_FOLDS)):
         lowered = text.encode("ascii", "replace").lower()
-        found = [at for at in map(lowered.find, _ERROR_WORDS_BYTES) if at >= 0]
-        if not found:
+        # Each word is looked for only before the earliest one found so far (no word is
+        # another's prefix, so two never start at one place).
+        at = size = len(lowered)
+        for word in _ERROR_WORDS_BYTES:
+            found = lowered.find(word, 0, at + len(word) - 1)
+            if found >= 0:
+                at = found
+        if at == size:
             return None
-        at = min(found)
     else:
         match = _ERROR_LINE.search(text)
         if match is None:

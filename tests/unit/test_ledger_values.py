@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_ledger_verify import Session
 
@@ -498,3 +498,128 @@ def test_error_locations_tried_at_their_possible_starts_are_the_scans(text: str)
     for pattern in (ledger_values._ERROR_LOCATION, ledger_values._PORT):
         tried = [(m.start(), m.group(0)) for m in ledger_values._scanned(pattern, text, lowered)]
         assert tried == [(m.start(), m.group(0)) for m in pattern.finditer(text)]
+
+
+#: Pieces of every output pattern's matches and near misses: its words in the case it takes
+#: and in others, digits (ASCII and other decimal digits, which \d takes), word characters
+#: before them, "[" at a line's start and elsewhere, hashes, addresses, and separators.
+_OUTPUT_PIECES = st.sampled_from(
+    (
+        *_WORDS,
+        " passed",
+        " failed",
+        " errors",
+        " tests",
+        "\u0663",
+        "\u0661\u0662",
+        "x3",
+        "_",
+        "[",
+        "\n[",
+        "[main 1a2b3c4]",
+        "localhost:80",
+        "127.0.0.1:3000",
+        "[::1]:8080",
+        "a[::]:9",
+        "Took ",
+        "took 3s",
+        "Done in 12s",
+        "port 8080",
+        "Port\t42",
+        "import 80",
+        "3 ",
+        "12",
+        *_SEPARATORS,
+    )
+)
+
+
+@settings(max_examples=3000)
+@example("port 8080 x")  # a port at the text's start, and a word character at its end
+@example("127.0.0.1:3000 [::1]:80 took 3s")
+@given(st.lists(_OUTPUT_PIECES, max_size=40).map("".join))
+def test_every_output_pattern_tried_at_its_possible_starts_finds_the_scans_matches(
+    text: str,
+) -> None:
+    """Property: each output pattern, tried only where its words (or a line's "[", or the
+    digits before a total's word) can start a match, finds the spans a scan of every position
+    finds."""
+    lowered = text.lower() if text.isascii() else None
+    for pattern in ledger_values._NEEDS:
+        tried = [m.span() for m in ledger_values._scanned(pattern, text, lowered)]
+        assert tried == [m.span() for m in pattern.finditer(text)], pattern.pattern
+
+
+@settings(max_examples=1000)
+@given(
+    st.lists(
+        st.one_of(st.lists(_SHAPE_PIECES, max_size=30).map("".join), st.text(max_size=80)),
+        max_size=6,
+    )
+)
+def test_shapes_read_through_one_memo_of_runs_are_each_texts_shapes(texts: list[str]) -> None:
+    """Property: texts read one after another through one memo of their runs' values (as
+    `value_signals` reads a span) each get the values the whole scan finds in them alone."""
+    memo: ledger_values.RunMemo = {}
+    for text in texts:
+        assert ledger_values._shapes(text, memo) == _shapes_whole(text)
+
+
+#: The code `_DEFINES` reads: its words, the same words inside others, what may follow them.
+_DEFINE_PIECES = st.sampled_from(
+    (
+        "function",
+        "class",
+        "interface",
+        "type",
+        "enum",
+        "struct",
+        "trait",
+        "def",
+        "fn",
+        "const",
+        "let",
+        "var",
+        "function*",
+        "classy",
+        "undef",
+        "_let",
+        "é",
+        "x",
+        "$a",
+        "name",
+        " ",
+        "\n",
+        "\t",
+        "(",
+        "=",
+        "9",
+    )
+)
+
+
+@settings(max_examples=2000)
+@given(st.one_of(st.lists(_DEFINE_PIECES, max_size=30).map("".join), st.text(max_size=80)))
+def test_defined_names_tried_where_a_word_stands_are_the_scans(text: str) -> None:
+    """Property: the names `_DEFINES` finds tried only where its words start after no word
+    character are the names its scan of every position finds, in order."""
+    scanned = [m.group("name") for m in ledger_values._DEFINES.finditer(text)]
+    assert ledger_values._defined_names(text) == scanned
+
+
+_LINE_BREAKS = ("\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028")
+
+
+@settings(max_examples=2000)
+@given(
+    st.lists(
+        st.one_of(_ERROR_PIECES, st.sampled_from(_LINE_BREAKS), st.sampled_from(("x", " "))),
+        max_size=30,
+    ).map("".join)
+    | st.text(max_size=80)
+)
+def test_error_lines_found_by_their_words_are_the_lines_the_scan_finds(text: str) -> None:
+    """Property: the lines found where the error words stand in the lower-cased output are
+    the lines that each report a failure, read one by one, in order."""
+    expected = [line for line in text.splitlines() if _ERROR_LINE_SCAN.search(line) is not None]
+    assert ledger_values._error_lines(text) == expected

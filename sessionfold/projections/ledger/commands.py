@@ -70,14 +70,16 @@ def command_text(arguments: dict[str, Any]) -> str:
     return shlex.join(command)
 
 
-def result_outcome(message: dict[str, Any]) -> Outcome:
-    """The outcome of a bash tool result: `details.exitCode`, else pi's trailing exit line."""
+def result_outcome(message: dict[str, Any], text: str | None = None) -> Outcome:
+    """The outcome of a bash tool result: `details.exitCode`, else pi's trailing exit line.
+    `text`: the message's text (`message_text`), when the caller has it already."""
     details = message.get("details")
     if isinstance(details, dict):
         code = details.get("exitCode")
         if isinstance(code, int) and not isinstance(code, bool):
             return Outcome(code, "ok" if code == 0 else "failed")
-    text = message_text(message)
+    if text is None:
+        text = message_text(message)
     leading = _LEADING_EXIT.match(text)
     if leading:
         code = int(leading.group(1))
@@ -109,16 +111,32 @@ def error_head(text: str, limit: int, *, last: bool = False) -> str:
     """The line that best names an error, capped: the first meaningful one, or the last.
 
     Bash output ends with pi's exit line, the failing program's last words just before it
-    (`last=True`); other tools state their error first.
+    (`last=True`: the last line of the last 30 meaningful ones that tells of a failure, else
+    the last meaningful one); other tools state their error first. Lines are read from the end
+    (or the start) only as far as the answer needs: a long output's other lines are not
+    stripped and matched.
     """
-    lines = [line.strip() for line in text.splitlines()]
-    meaningful = [line for line in lines if line and not _NOISE.match(line)]
-    if not meaningful:
-        return ""
+    lines = text.splitlines()
     if not last:
-        return meaningful[0][:limit]
-    telling = [line for line in meaningful[-30:] if _TELLING.search(line)]
-    return (telling or meaningful)[-1][:limit]
+        for line in lines:
+            line = line.strip()
+            if line and not _NOISE.match(line):
+                return line[:limit]
+        return ""
+    newest = None
+    read = 0
+    for line in reversed(lines):
+        line = line.strip()
+        if not line or _NOISE.match(line):
+            continue
+        if _TELLING.search(line):
+            return line[:limit]
+        if newest is None:
+            newest = line
+        read += 1
+        if read == 30:
+            break
+    return "" if newest is None else newest[:limit]
 
 
 def excerpt(text: str, limit: int) -> str:

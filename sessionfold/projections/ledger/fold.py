@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Any, Unpack, cast
+from typing import Any, Unpack
 
 import orjson
 from pydantic import ValidationError
@@ -54,7 +54,6 @@ from sessionfold.projections.ledger.records import (
 from sessionfold.projections.ledger.rules import lift_check
 from sessionfold.projections.ledger.state import (
     ledger_key,
-    load_head,
     new_head,
     open_rows,
     snapshot,
@@ -92,11 +91,13 @@ class LedgerFold:
 
     def apply(self, envelope: Envelope) -> list[PassRequest]:
         """Fold one envelope; return the pass requests it raises (zero or one)."""
-        if isinstance(envelope, CompactionEnvelope):
+        if isinstance(envelope, EntryEnvelope):
+            pass  # a session event (the common one, told apart first)
+        elif isinstance(envelope, CompactionEnvelope):
             return self.apply_pass(envelope.payload.model_dump())
-        if envelope.kind not in SESSION_EVENT_KINDS:
+        elif envelope.kind not in SESSION_EVENT_KINDS:
             return []
-        if isinstance(envelope, WorldEnvelope):
+        elif isinstance(envelope, WorldEnvelope):
             return self._world(envelope)
         head = self._head(envelope.session_id)
         if envelope.seq <= head["seq"]:
@@ -110,7 +111,7 @@ class LedgerFold:
             head["buffer"].append(envelope.seq)
             self._put_head(head)
             return []
-        requests = self._drain(head)
+        requests = self._drain(head) if head["buffer"] else []
         if head["pending"] is not None:
             head["buffer"].append(envelope.seq)
             self.store.put(
@@ -149,9 +150,12 @@ class LedgerFold:
     # --- head, rows, anomalies ----------------------------------------------------------
 
     def _head(self, session_id: str) -> LedgerHead:
-        head = load_head(self.store, session_id)
-        if head is None:
+        # `load_head`, without a call per key: the head is read at every event.
+        head: LedgerHead | None = self.store.get(f"{session_id}/ledger/head")
+        if not isinstance(head, dict):
             return new_head(session_id)
+        if head.get("stateFormat") == STATE_FORMAT:
+            return head  # this build's format: nothing to check
         try:
             check_state_format(head.get("stateFormat"), "stored ledger state")
         except StateFormatError as exc:
@@ -161,7 +165,8 @@ class LedgerFold:
         return head
 
     def _put_head(self, head: LedgerHead) -> None:
-        self.store.put(ledger_key(head["session"], "head"), head)
+        session = head["session"]
+        self.store.put(f"{session}/ledger/head", head)  # ledger_key(session, "head")
 
     def _put_row(self, head: LedgerHead, kind: str, row: LedgerRow) -> int:
         number: int = head["n"].get(kind, 0) + 1  # .get: a head from before a kind existed
@@ -281,7 +286,7 @@ class LedgerFold:
         seq: int,
         cleanup: list[str],
     ) -> None:
-        message = cast(dict[str, Any], facts.message)
+        message: dict[str, Any] = facts.message  # type: ignore[assignment]  # a message's facts
         role = facts.role
         span = head["span"] + 1
         config = self.config
@@ -343,7 +348,7 @@ class LedgerFold:
         span: int,
         cleanup: list[str],
     ) -> None:
-        message = cast(dict[str, Any], facts.message)
+        message: dict[str, Any] = facts.message  # type: ignore[assignment]  # a result's facts
         call_id = facts.call_id
         call_key = ledger_key(head["session"], "call", call_id) if call_id is not None else ""
         call = self.store.get(call_key) if call_key else None
@@ -358,7 +363,7 @@ class LedgerFold:
                 return
         if isinstance(call, dict) or tool in commands.SHELL_TOOLS:
             command = call.get("command", "") if isinstance(call, dict) else ""
-            outcome = commands.result_outcome(message)
+            outcome = commands.result_outcome(message, facts.text)
             self._command(
                 head,
                 command,

@@ -17,7 +17,9 @@ and tail are not read.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator
+from itertools import accumulate, chain
 from typing import Any
 
 # The group ends at the line's last non-space character; a lazy `.*?` before `\s*$` found that
@@ -88,29 +90,71 @@ _NEEDS: dict[re.Pattern[str], tuple[str, ...]] = {
 }
 
 
-#: The patterns of `_NEEDS` that ignore case (a RegexFlag test per scan costs an enum call).
-_IGNORE_CASE = frozenset(p for p in _NEEDS if p.flags & re.IGNORECASE)
+#: A timing's words as ASCII text holds them lower-cased: an ASCII output whose lower case holds
+#: none of these holds none of the timing's words (one look for both cases of a word).
+_TIMING_LOWER = ("took", "duration", "elapsed", "time:", "done in", "finished in", "completed in")
 
 
 def _scanned(pattern: re.Pattern[str], output: str, lowered: str | None) -> list[re.Match[str]]:
-    """`pattern`'s matches in `output`; none, unscanned, when the output holds none of the
-    words the pattern needs (`lowered`: the ASCII output in lower case, else None).
+    """`pattern`'s matches in `output` (one of `_NEEDS`' patterns; `lowered`: the ASCII output
+    in lower case, else None), as `pattern.finditer(output)` finds them.
 
-    Two patterns are tried only where a match can start, which finds what a scan of every
-    position finds (`_matches_from`): a port where "port" stands (in ASCII text), an error
-    location at the start of the name before a location suffix."""
-    if pattern is _PORT and lowered is not None:
-        return _matches_from(pattern, output, _occurrences(lowered, "port"))
-    text = lowered if pattern in _IGNORE_CASE else output
-    if text is not None and not any(map(text.__contains__, _NEEDS[pattern])):
-        return []
+    No pattern scans every position: each is tried only where a match can start
+    (`_matches_from`), found with `str.find` (and a regex for the error locations' suffixes):
+    - a timing, an address: where one of its words stands (every match starts with one), in
+      ASCII text looked for only when its lower case holds a timing word, an address's
+      IPv4 words only where ".0." stands and its IPv6 ones only where "[" does;
+    - a commit made: at the start of a line that starts with "[";
+    - a test total: at the start of the digits before " passed", " failed", ...;
+    - a port: where "port" stands in ASCII text (any case; other text is scanned);
+    - an error location: at the start of the name before each location suffix, when the
+      output holds "error" or "warning" in any case (ASCII text; other text is tried always).
+    A `find` costs about a nanosecond a character (a one-character one, a fraction), so the
+    looks are as few as the words allow."""
     if pattern is _ERROR_LOCATION:
+        if lowered is not None and "error" not in lowered and "warning" not in lowered:
+            return []
         return _matches_from(pattern, output, _location_starts(output))
-    return list(pattern.finditer(output))
+    if pattern is _PORT:
+        if lowered is None:
+            return list(pattern.finditer(output))
+        return _matches_from(pattern, output, _port_starts(lowered))
+    if pattern is _TESTS:
+        return _matches_from(pattern, output, _test_total_starts(output))
+    if pattern is _COMMIT_MADE:
+        return _matches_from(pattern, output, _line_starts(output, "["))
+    if pattern is _TIMING:
+        if lowered is not None and not any(map(lowered.__contains__, _TIMING_LOWER)):
+            return []
+        return _matches_from(pattern, output, _word_starts(output, _NEEDS[_TIMING]))
+    if pattern is _ADDRESS:
+        return _matches_from(pattern, output, _address_starts(output))
+    raise ValueError("not an output pattern")  # pragma: no cover
+
+
+def _port_starts(lowered: str) -> list[int]:
+    """Where "port" stands in ASCII text `lowered` after no word character (the pattern's
+    \\b: "import", "report" and "support" are not tried)."""
+    return [
+        at
+        for at in _word_starts(lowered, ("port",))
+        if not at or not (lowered[at - 1].isalnum() or lowered[at - 1] == "_")
+    ]
+
+
+def _address_starts(output: str) -> list[int]:
+    """Where an address's words stand in `output`, ascending: "localhost:", the IPv4 words
+    where ".0." does (both hold it), the IPv6 ones where "[" does."""
+    words: tuple[str, ...] = ("localhost:",)
+    if ".0." in output:
+        words += ("127.0.0.1:", "0.0.0.0:")
+    if "[" in output:
+        words += ("[::]:", "[::1]:")
+    return _word_starts(output, words)
 
 
 def _matches_from(
-    pattern: re.Pattern[str], output: str, starts: Iterator[int]
+    pattern: re.Pattern[str], output: str, starts: Iterable[int]
 ) -> list[re.Match[str]]:
     """`pattern.finditer(output)` when every match starts at one of `starts` (ascending): the
     match at each start that no earlier match covers, as the scan would find it there (a
@@ -124,12 +168,45 @@ def _matches_from(
     return found
 
 
-def _occurrences(text: str, word: str) -> Iterator[int]:
-    """Where `word` starts in `text`, ascending."""
-    at = text.find(word)
+def _word_starts(text: str, words: tuple[str, ...]) -> list[int]:
+    """Where any of `words` starts in `text`, ascending, each position once."""
+    found: list[int] = []
+    for word in words:
+        at = text.find(word)
+        while at >= 0:
+            found.append(at)
+            at = text.find(word, at + 1)
+    if len(words) > 1 and found:
+        return sorted(set(found))
+    return found
+
+
+def _line_starts(text: str, first: str) -> list[int]:
+    """Where a line starts with the character `first` in `text`, ascending (a line starts
+    at the text's start and after each "\n", as re.M's `^` does)."""
+    if first not in text:
+        return []  # a one-character look is the cheapest
+    found = [0] if text.startswith(first) else []
+    at = text.find("\n" + first)
     while at >= 0:
-        yield at
-        at = text.find(word, at + 1)
+        found.append(at + 1)
+        at = text.find("\n" + first, at + 1)
+    return found
+
+
+def _test_total_starts(output: str) -> list[int]:
+    """Where a test total can start in `output`, ascending: at the first of the decimal digits
+    (what \\d takes: `str.isdecimal`) that end where one of its words (" passed", " failed",
+    ...) starts. Each run of digits ends at a space and the next starts after that word's
+    letters, so the starts ascend as the words do, and no digit is read twice."""
+    starts = []
+    for end in _word_starts(output, _NEEDS[_TESTS]):
+        start = end
+        while start and output[start - 1].isdecimal():
+            start -= 1
+        if start < end:
+            starts.append(start)
+    return starts
 
 
 # An error location's suffix ("(12,5)" or ":12:5"), found by its first character (a ':' or a
@@ -156,6 +233,11 @@ def _location_starts(output: str) -> Iterator[int]:
             yield at - name
 
 
+# A command that counts lines, and one that logs commits: looked for only in a command that
+# holds "wc" or "git" (most do not; a search reads every character).
+_WC_COMMAND = re.compile(r"(?:^|[\s;&|])wc\s+-l\b")
+
+
 def command_values(command: str, output: str) -> list[tuple[str, str]]:
     """(value, what) pairs a command's output shows, in output order, without repeats."""
     found: list[tuple[str, str]] = []
@@ -168,7 +250,7 @@ def command_values(command: str, output: str) -> list[tuple[str, str]]:
             seen.add(value)
             found.append((value, what))
 
-    if re.search(r"(?:^|[\s;&|])wc\s+-l\b", command):
+    if "wc" in command and _WC_COMMAND.search(command):
         for line in output.splitlines():
             match = _WC_LINE.match(line)
             if match:
@@ -178,7 +260,7 @@ def command_values(command: str, output: str) -> list[tuple[str, str]]:
         add(match.group("loc"), "error location")
     for match in _scanned(_COMMIT_MADE, output, lowered):
         add(match.group("hash"), "commit made")
-    if _GIT_LOG.search(command):
+    if "git" in command and _GIT_LOG.search(command):
         for line in output.splitlines()[:1]:
             match = _LOG_LINE.match(line.strip())
             if match:
@@ -294,6 +376,80 @@ def shapes(text: str) -> list[str]:
     return list(found)
 
 
+#: What the runs of a text show (`_run_values`), by run: one `value_signals` call reads many
+#: texts of one span, whose runs repeat (names, paths), and each error line again.
+RunMemo = dict[str, tuple[str, ...]]
+
+
+def _run_values(run: str) -> tuple[str, ...]:
+    """The values one run of `_SHAPE_RUN` shows, in order (repeats kept): none without a
+    hint, else `_SHAPE_AT_START`'s matches without trailing ".:," and at least
+    `_MIN_CHARS` long."""
+    if _SHAPE_HINT.search(run) is None:
+        return ()
+    values = (value.rstrip(".:,") for value in _SHAPE_AT_START.findall(run))
+    return tuple(value for value in values if len(value) >= _MIN_CHARS)
+
+
+def _shapes(text: str, memo: RunMemo) -> list[str]:
+    """`shapes(text)`, each run read once per `memo` (a run's values do not depend on
+    what stands around it: see `_SHAPE_RUN`)."""
+    runs = _SHAPE_RUN.findall(text)
+    for run in set(runs).difference(memo):
+        memo[run] = _run_values(run)
+    # The runs' values in text order, first occurrences kept, without a Python step per run.
+    return list(dict.fromkeys(chain.from_iterable(map(memo.__getitem__, runs))))
+
+
+#: The words `_DEFINES` starts with: each of its matches starts where one stands after no
+#: word character.
+_DEFINE_WORDS = (
+    "function",
+    "class",
+    "interface",
+    "type",
+    "enum",
+    "struct",
+    "trait",
+    "def",
+    "fn",
+    "const",
+    "let",
+    "var",
+)
+
+
+def _defined_names(output: str) -> list[str]:
+    """The names `_DEFINES` finds in `output` (`finditer`'s), tried only where one of its
+    words stands after no word character (its leading \\b) instead of at every position."""
+    starts = [
+        at
+        for at in _word_starts(output, _DEFINE_WORDS)
+        if not at or not (output[at - 1].isalnum() or output[at - 1] == "_")
+    ]
+    return [match.group("name") for match in _matches_from(_DEFINES, output, starts)]
+
+
+def _error_lines(output: str) -> list[str]:
+    """The lines of `output` (`splitlines`) that report a failure (`_reports_failure`), in
+    order. In ASCII text, the lines that hold the words' occurrences in the lower-cased
+    output (no word holds a line break), found with a `find` per occurrence instead of a look
+    for every word in every line; other text is read line by line."""
+    if not output.isascii():
+        if not _reports_failure(output):
+            return []
+        return [line for line in output.splitlines() if _reports_failure(line)]
+    lowered = output.lower()
+    occurrences = _word_starts(lowered, _ERROR_WORDS)
+    if not occurrences:
+        return []
+    # Where each line ends, its line break included: a word at `at` is in the first line
+    # that ends after it.
+    ends = list(accumulate(map(len, output.splitlines(keepends=True))))
+    lines = output.splitlines()
+    return [lines[i] for i in sorted({bisect_right(ends, at) for at in occurrences})]
+
+
 def _unclipped(text: str) -> str:
     """A text a prompt clipped ("…" at its end) without the word the clip cut."""
     if not text.endswith("…"):
@@ -323,6 +479,7 @@ def value_signals(
     defined: set[str] = set()
     on_error: set[str] = set()
     recent_from = len(commands) - RECENT_COMMANDS
+    memo: RunMemo = {}
 
     def shown(value: str, position: int, turn: str, kind: str = "") -> None:
         signals, _, _, read_as = found.get(value, (set(), 0, "", ""))
@@ -342,40 +499,37 @@ def value_signals(
                 shown(value, position, turn, str(kind))
                 found[value][0].add("read")
         output = without_cut(str(command.get("output") or ""))
-        for value in shapes(output):
+        for value in _shapes(output, memo):
             shown(value, position, turn)
-        defined.update(match.group("name") for match in _DEFINES.finditer(output))
-        # No match of the pattern spans a line break: an output it misses whole has no error
-        # line, and the search per line is skipped.
-        for line in output.splitlines() if _reports_failure(output) else ():
-            if _reports_failure(line):
-                on_error.update(shapes(line))
-        for value in shapes(_unclipped(str(command.get("command") or ""))):
+        defined.update(_defined_names(output))
+        for line in _error_lines(output):
+            on_error.update(_shapes(line, memo))
+        for value in _shapes(_unclipped(str(command.get("command") or "")), memo):
             written.add(value)
             turns_of.setdefault(value, set()).add(turn)
     for error in errors or []:
-        for value in shapes(str(error.get("head") or "")):
+        for value in _shapes(str(error.get("head") or ""), memo):
             on_error.add(value)
             turns_of.setdefault(value, set()).add(str(error.get("id")))
     named: set[str] = set()
     for message in messages or []:
-        for value in shapes(str(message.get("text") or "")):
+        for value in _shapes(str(message.get("text") or ""), memo):
             named.add(value)
             turns_of.setdefault(value, set()).add(str(message.get("id")))
     for value, (signals, _, _, _) in found.items():
         if value in written:
             signals.add("operand" if "/" in value else "command")
-        signals.update(
-            name
-            for name, holds in (
-                ("defined", value in defined),
-                ("error", value in on_error),
-                ("user", value in named),
-                ("repeated", len(turns_of[value]) >= 2),
-                ("again", len(turns_of[value]) >= 3),
-            )
-            if holds
-        )
+        if value in defined:
+            signals.add("defined")
+        if value in on_error:
+            signals.add("error")
+        if value in named:
+            signals.add("user")
+        turns = len(turns_of[value])
+        if turns >= 2:
+            signals.add("repeated")
+            if turns >= 3:
+                signals.add("again")
     return found
 
 
