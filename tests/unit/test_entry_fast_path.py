@@ -3,6 +3,7 @@ and the envelope it builds without validation is the one validation builds."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -190,4 +191,16 @@ def test_the_readers_envelope_is_the_validated_one(
             encode(built)
         return
     assert encode(built) == wire
-    assert decode(wire) == built
+    if finite(entry):  # orjson writes NaN and infinities as null (never read from JSON)
+        assert decode(wire) == built
+
+
+def finite(value: Any) -> bool:
+    """Whether a JSON-like value holds no NaN or infinite float."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(finite(v) for v in value.values())
+    if isinstance(value, list):
+        return all(finite(v) for v in value)
+    return True
