@@ -332,69 +332,71 @@ class EntryError(ValueError):
 # --- the common shapes, checked without pydantic -----------------------------------------------
 #
 # The reader checks every entry (`check_entry`). Most lines of a session are messages of three
-# roles whose fields have their plain JSON types: those are recognised here, field by field, by
-# exact type, and only what this accepts skips pydantic. Anything else (another entry type or
-# role, a field of another type that lax validation might coerce or refuse) goes to
-# `parse_entry`, so the verdict is always pydantic's (a property test holds this to it).
+# roles and a few small entry types whose fields have their plain JSON types: those are
+# recognised here, field by field, by exact type, and only what this accepts skips pydantic.
+# Anything else (another entry type or role, a field of another type that lax validation might
+# coerce or refuse) goes to `parse_entry`, so the verdict is always pydantic's (a property test
+# holds this to it).
 
+_NONE = type(None)
 _STR = (str,)
-_BOOL = (bool,)
-_DICT = (dict,)
-_OPT_STR = (str, type(None))
-_NUMBER = (int, float)
-_OPT_NUMBER = (int, float, type(None))
-_OPT_INT = (int, type(None))
-_OPT_BOOL = (bool, type(None))
+_OPT_STR = (str, _NONE)
+_OPT_NUMBER = (int, float, _NONE)
+_OPT_BOOL = (bool, _NONE)
+#: What `dict.get` returns for a required field that is not there: no type accepts it.
+_ABSENT: Any = object()
 
-#: Per block type: (field, the exact types it may have, whether it must be present).
-_BLOCK_FIELDS: dict[str, tuple[tuple[str, tuple[type, ...], bool], ...]] = {
-    "text": (("text", _STR, True), ("textSignature", _OPT_STR, False)),
+#: A field: its name, what stands for it when it is absent (a valid value when it may be
+#: left out, else `_ABSENT`), and the exact types its value may have.
+Fields = tuple[tuple[str, Any, tuple[type, ...]], ...]
+
+#: Per block type, its fields.
+_BLOCK_FIELDS: dict[str, Fields] = {
+    "text": (("text", _ABSENT, _STR), ("textSignature", None, _OPT_STR)),
     "thinking": (
-        ("thinking", _STR, True),
-        ("thinkingSignature", _OPT_STR, False),
-        ("redacted", _OPT_BOOL, False),
+        ("thinking", _ABSENT, _STR),
+        ("thinkingSignature", None, _OPT_STR),
+        ("redacted", None, _OPT_BOOL),
     ),
     "toolCall": (
-        ("id", _STR, True),
-        ("name", _STR, True),
-        ("arguments", _DICT, False),
-        ("thoughtSignature", _OPT_STR, False),
-        ("partialJson", _OPT_STR, False),
+        ("id", _ABSENT, _STR),
+        ("name", _ABSENT, _STR),
+        ("arguments", {}, (dict,)),
+        ("thoughtSignature", None, _OPT_STR),
+        ("partialJson", None, _OPT_STR),
     ),
 }
-_MESSAGE_FIELDS: dict[str, tuple[tuple[str, tuple[type, ...], bool], ...]] = {
-    "user": (("timestamp", _OPT_NUMBER, False),),
+_MESSAGE_FIELDS: dict[str, Fields] = {
+    "user": (("timestamp", None, _OPT_NUMBER),),
     "assistant": (
-        ("api", _OPT_STR, False),
-        ("provider", _OPT_STR, False),
-        ("model", _OPT_STR, False),
-        ("stopReason", _OPT_STR, False),
-        ("errorMessage", _OPT_STR, False),
-        ("timestamp", _OPT_NUMBER, False),
+        ("api", None, _OPT_STR),
+        ("provider", None, _OPT_STR),
+        ("model", None, _OPT_STR),
+        ("stopReason", None, _OPT_STR),
+        ("errorMessage", None, _OPT_STR),
+        ("timestamp", None, _OPT_NUMBER),
     ),
     "toolResult": (
-        ("toolCallId", _STR, True),
-        ("toolName", _OPT_STR, False),
-        ("isError", _BOOL, False),
-        ("timestamp", _OPT_NUMBER, False),
+        ("toolCallId", _ABSENT, _STR),
+        ("toolName", None, _OPT_STR),
+        ("isError", False, (bool,)),
+        ("timestamp", None, _OPT_NUMBER),
     ),
+}
+#: Entry types other than message, by their own fields (the common ones: id, parentId, timestamp).
+_ENTRY_FIELDS: dict[str, Fields] = {
+    "thinking_level_change": (("thinkingLevel", _ABSENT, _STR),),
+    "model_change": (("provider", None, _OPT_STR), ("modelId", None, _OPT_STR)),
 }
 _USAGE_INTS = ("input", "output", "cacheRead", "cacheWrite")
 _COST_FIELDS = ("input", "output", "cacheRead", "cacheWrite", "total")
 
 
-def _fields_ok(
-    value: dict[str, Any], fields: tuple[tuple[str, tuple[type, ...], bool], ...]
-) -> bool:
-    for name, types, required in fields:
-        if name in value:
-            found = value[name]
-            # bool is an int subclass: only a field that names bool takes one.
-            if type(found) is bool and bool not in types:
-                return False
-            if not isinstance(found, types):
-                return False
-        elif required:
+def _fields_ok(value: dict[str, Any], fields: Fields) -> bool:
+    # Exact types: bool is an int subclass, and only a field that names bool takes one. A loop,
+    # not all() over a generator: this runs for most lines, and the generator costs more.
+    for name, absent, types in fields:  # noqa: SIM110
+        if type(value.get(name, absent)) not in types:
             return False
     return True
 
@@ -407,8 +409,11 @@ def _blocks_ok(content: Any) -> bool:
             return False
         kind = block.get("type")
         fields = _BLOCK_FIELDS.get(kind) if type(kind) is str else None
-        if fields is None or not _fields_ok(block, fields):
-            return False  # an image, an unknown type or an odd field: pydantic decides
+        if fields is None:
+            return False  # an image or an unknown type: pydantic decides
+        for name, absent, types in fields:
+            if type(block.get(name, absent)) not in types:
+                return False
     return True
 
 
@@ -418,33 +423,34 @@ def _usage_ok(usage: Any) -> bool:
     if type(usage) is not dict:
         return False
     for name in _USAGE_INTS:
-        if name in usage and type(usage[name]) is not int:
+        if type(usage.get(name, 0)) is not int:
             return False
-    if "totalTokens" in usage and type(usage["totalTokens"]) not in (int, type(None)):
+    if type(usage.get("totalTokens")) not in (int, _NONE):
         return False
     cost = usage.get("cost")
     if cost is None:
         return True
     if type(cost) is not dict:
         return False
-    return all(name not in cost or _plain_number(cost[name]) for name in _COST_FIELDS)
-
-
-def _plain_number(value: Any) -> bool:
-    """A float, or an int a float holds (pydantic's float takes it as it is)."""
-    return type(value) is float or (type(value) is int and -(2**53) <= value <= 2**53)
+    for name in _COST_FIELDS:
+        value = cost.get(name, 0.0)
+        if type(value) is not float and not (type(value) is int and -(2**53) <= value <= 2**53):
+            return False  # a float, or an int a float holds (pydantic's float takes it as it is)
+    return True
 
 
 def is_common_entry(raw: dict[str, Any]) -> bool:
-    """True when `raw` is a message entry of a common shape that `parse_entry` accepts (a
-    user, assistant or tool result message with plain JSON field types); False means: ask
-    `parse_entry`, never that the entry is invalid."""
-    if raw.get("type") != "message" or type(raw.get("id")) is not str:
+    """True when `raw` is an entry of a common shape that `parse_entry` accepts (a user,
+    assistant or tool result message with plain JSON field types, a thinking level or model
+    change); False means: ask `parse_entry`, never that the entry is invalid."""
+    if type(raw.get("id")) is not str:
         return False
-    if type(raw.get("parentId")) not in (str, type(None)):
+    if type(raw.get("parentId")) not in _OPT_STR or type(raw.get("timestamp")) not in _OPT_STR:
         return False
-    if type(raw.get("timestamp")) not in (str, type(None)):
-        return False
+    kind = raw.get("type")
+    if kind != "message":
+        fields = _ENTRY_FIELDS.get(kind) if type(kind) is str else None
+        return fields is not None and _fields_ok(raw, fields)
     message = raw.get("message")
     if type(message) is not dict:
         return False

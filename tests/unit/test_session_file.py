@@ -160,6 +160,19 @@ def test_missing_header_dead_letters_every_line(tmp_path: Path) -> None:
     assert len(records) == 2
 
 
+@pytest.mark.parametrize("kind", [[], {}, ["session"], {"type": "session"}])
+def test_a_first_object_typed_by_an_array_or_object_is_a_dead_letter(
+    tmp_path: Path, kind: object
+) -> None:
+    """Format detection reads a first object's `type` only as a string: an unhashable one is an
+    object that names no format, dead-lettered for the missing header, never a crash."""
+    first = json.dumps({"type": kind, "payload": {}}).encode()
+    records = list(read_session_file(_write(tmp_path, [first, HEADER])))
+    assert isinstance(records[0], DeadLetter)
+    assert (records[0].error, records[0].reason) == ("HeaderError", "no session header before it")
+    assert len(records) == 2 and not isinstance(records[1], DeadLetter)
+
+
 def test_unknown_entry_types_and_fields_are_kept(tmp_path: Path) -> None:
     """An unknown entry type and an unknown field pass through unchanged."""
     odd = b'{"type":"hologram","id":"z","parentId":null,"beam":[1,2]}'

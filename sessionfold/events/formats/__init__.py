@@ -45,7 +45,7 @@ def detect(value: Any) -> Format | None:
     kind = value.get("type")
     if kind == "session":
         return "pi"
-    if kind in CODEX_TYPES and isinstance(value.get("payload"), dict):
+    if isinstance(kind, str) and kind in CODEX_TYPES and isinstance(value.get("payload"), dict):
         return "codex"
     if is_claude_code(value):
         return "claude-code"

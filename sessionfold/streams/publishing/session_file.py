@@ -33,10 +33,13 @@ import stat
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
+from itertools import chain
 from pathlib import Path
 from typing import IO, Any
 
-from sessionfold.events.entries import EntryError, check_entry
+import orjson
+
+from sessionfold.events.entries import EntryError, check_entry, is_common_entry
 from sessionfold.events.envelope import (
     MAX_ENTRY_BYTES,
     EntryEnvelope,
@@ -112,6 +115,14 @@ def most_envelope_bytes(line_size: int, session_id: str, producer: str) -> int:
     """
     names = _CHAR_BYTES * (len(session_id) + len(producer))
     return ENVELOPE_GROWTH * line_size + names + ENVELOPE_FIELDS_BYTES
+
+
+def bound_fits_up_to(session_id: str, producer: str) -> int:
+    """The longest line whose envelope's bound (`most_envelope_bytes`) fits on the topics: an
+    entry of a line no longer than this fits without being measured."""
+    key = len(session_id.encode())
+    spare = MAX_MESSAGE_BYTES - RECORD_OVERHEAD_BYTES - key
+    return (spare - most_envelope_bytes(0, session_id, producer)) // ENVELOPE_GROWTH
 
 
 def envelope_fits(envelope: EntryEnvelope, line_size: int) -> bool:
@@ -206,33 +217,44 @@ def raw_lines(handle: IO[bytes], offset: int, limit: int, final: bool = True) ->
     tailing reader sees it complete later. A line longer than `limit` is read past in chunks
     and yielded as a bounded prefix with `too_long` set.
     """
+    for data, length, size, too_long in _line_tuples(handle, offset, limit, final):
+        yield RawLine(data, length, size, too_long)
+
+
+def _line_tuples(
+    handle: IO[bytes], offset: int, limit: int, final: bool
+) -> Iterator[tuple[bytes, int, int, bool]]:
+    """`raw_lines` as (data, length, size, too_long) tuples: the reader's loop takes a line
+    in a fraction of what building a frozen RawLine costs."""
     handle.seek(offset)
+    readline = handle.readline
+    first_size = min(limit + 1, _SKIP_CHUNK)
     while True:
-        chunk = _read_at_most(handle, limit + 1)
+        chunk = readline(first_size)
+        if len(chunk) >= _SKIP_CHUNK and not chunk.endswith(b"\n"):
+            chunk = _read_rest(handle, chunk, limit + 1)
         if len(chunk) > limit and not chunk.endswith(b"\n"):
             line = _skipped_line(handle, chunk, final)
             if line is None:
                 return
+            data, length, size, too_long = line.data, line.length, line.size, True
         elif not chunk or (not chunk.endswith(b"\n") and not final):
             return
         else:
-            body = chunk.rstrip(b"\r\n")
-            line = RawLine(body, len(chunk), len(body))
-        if offset == 0 and line.data.startswith(BOM):
-            line = replace(line, data=line.data[len(BOM) :])
-        offset += line.length
-        yield line
+            data = chunk.rstrip(b"\r\n")
+            length, size, too_long = len(chunk), len(data), False
+        if offset == 0 and data.startswith(BOM):
+            data = data[len(BOM) :]
+        offset += length
+        yield data, length, size, too_long
 
 
-def _read_at_most(handle: IO[bytes], size: int) -> bytes:
-    """A line, or its first `size` bytes, read a chunk at a time.
+def _read_rest(handle: IO[bytes], first: bytes, size: int) -> bytes:
+    """A line, or its first `size` bytes, of which `first` (a full chunk) was read.
 
     One `readline(size)` with a size of many MiB costs time in proportion to the size even for a
     short line; chunks keep the common short line one small call.
     """
-    first = handle.readline(min(size, _SKIP_CHUNK))
-    if len(first) < _SKIP_CHUNK or first.endswith(b"\n"):
-        return first
     pieces, total = [first], len(first)
     while total < size:
         piece = handle.readline(min(size - total, _SKIP_CHUNK))
@@ -406,13 +428,40 @@ class SessionFileReader:
         # before the position before the first line is read (`_catch_up`).
         self._rebuild = start.format != "pi"
         self._closed = start.held == 0  # no group was open at the position (see _catch_up)
-        # Where reading got (the position is where resuming must start: see ReadPosition).
-        self._cursor = replace(start, held=0)
+        # Where reading got (the position is where resuming must start: see ReadPosition), as
+        # `_cursor`: a position and a run of common lines read past it since (`_common_line`).
+        self._at = replace(start, held=0)
+        self._run = 0  # lines, each one entry that took one seq
+        self._run_bytes = 0
         self._replay_to = start.line + start.held  # held lines re-read: their records went out
         self._mark: tuple[int, int] | None = None  # (offset, line) before the open group
+        self._fast = True  # lines of common entries skip the general path (`_common_line`)
+        self._fits = ("", 0)  # a session id and its `bound_fits_up_to`
         self._deep = False  # a line since the translator last held nothing may nest deep
         if start.held:
             self._mark = (start.offset, start.line)
+
+    @property
+    def _cursor(self) -> ReadPosition:
+        """Where reading got (past the run of common lines, which is then folded in)."""
+        if self._run:
+            at, run = self._at, self._run
+            self._at = ReadPosition(
+                at.offset + self._run_bytes,
+                at.line + run,
+                at.next_seq + run,
+                at.entries + run,
+                at.session_id,
+                at.version,
+                at.format,
+            )
+            self._run = self._run_bytes = 0
+        return self._at
+
+    @_cursor.setter
+    def _cursor(self, value: ReadPosition) -> None:
+        self._at = value
+        self._run = self._run_bytes = 0
 
     @property
     def position(self) -> ReadPosition:
@@ -474,8 +523,8 @@ class SessionFileReader:
 
     def records(self, final: bool = True) -> Iterator[Record]:
         """Yield what the file holds past the current position, record by record."""
-        for records in self.lines(final):
-            yield from records
+        # chain flattens the lists in C: a generator a level costs per record.
+        yield from chain.from_iterable(self.lines(final))
 
     def lines(self, final: bool = True) -> Iterator[list[Record]]:
         """Yield the records of each line past the current position, a list per line.
@@ -486,33 +535,37 @@ class SessionFileReader:
         the line complete on a later call. `final` also closes the group held at the end of a
         file of another format (its entries come as one more list).
         """
-        yield from self._read(final, close=final)
+        return self._read(final, close=final)  # a generator: nothing is read before it is asked
 
     def _read(self, final: bool, close: bool) -> Iterator[list[Record]]:
         """`lines`, with the closing of the held group at the end apart (`close`)."""
         if self._rebuild:
             self._catch_up(self._cursor.offset)
         with open_session_file(self.path) as handle:
-            for line in raw_lines(handle, self._cursor.offset, self.max_line, final):
+            lines = _line_tuples(handle, self._cursor.offset, self.max_line, final)
+            for data, length, size, too_long in lines:
+                if self._fast and not too_long and self._translator is None:
+                    envelope = self._common_line(data, length)
+                    if envelope is not None:
+                        yield [envelope]
+                        continue
                 start = self._cursor.offset
                 line_no = self._cursor.line + 1
                 replaying = line_no <= self._replay_to
                 seq, counted = self._cursor.next_seq, self._cursor.entries
-                if line.too_long:
-                    letter = self._dead(
-                        line_no, TOO_LONG_ERROR, TOO_LONG_REASON, line.data, size=line.size
-                    )
+                if too_long:
+                    letter = self._dead(line_no, TOO_LONG_ERROR, TOO_LONG_REASON, data, size=size)
                     records: list[Record] = [letter, *self._placeholder(None, letter)]
-                elif line.size > MAX_ENTRY_BYTES:
-                    letter = self._dead(line_no, ENTRY_TOO_LARGE_ERROR, ENTRY_TOO_LARGE, line.data)
+                elif size > MAX_ENTRY_BYTES:
+                    letter = self._dead(line_no, ENTRY_TOO_LARGE_ERROR, ENTRY_TOO_LARGE, data)
                     records = [letter, *self._placeholder(None, letter)]
                 else:
                     held = start - self._mark[0] if self._mark is not None else 0
                     if self._translator is not None or self._cursor.version == 0:
                         limit = MAX_DEPTH - TRANSLATOR_NESTING
-                        self._deep = self._deep or may_be_too_deep(line.data, limit)
-                    records = list(self._line_records(line.data, line_no, held + line.length))
-                self._cursor = self._cursor.past_line(line.length, line_no)
+                        self._deep = self._deep or may_be_too_deep(data, limit)
+                    records = list(self._line_records(data, line_no, held + length))
+                self._cursor = self._cursor.past_line(length, line_no)
                 self._note_group(start, line_no)
                 if replaying:
                     # Read when this line was first read: the seqs its records took and the
@@ -529,6 +582,63 @@ class SessionFileReader:
                 records += self._entry_records(entry, b"", self._cursor.line, size)
             if records:
                 yield records
+
+    def _common_line(self, data: bytes, length: int) -> EntryEnvelope | None:
+        """The envelope of a line of a pi file past its header that holds one entry of a
+        common shape (`is_common_entry`) with a new id, its envelope fitting on the topics,
+        the reader moved past the line; None, the reader unchanged, for any other line.
+
+        What the general path (`_line_records`) makes of such a line, in one step: most lines
+        are these, and the general path's generators and positions cost more than the rest.
+        A line it refuses is read again by the general path (parsed twice: rare lines only).
+        """
+        position = self._at
+        session_id = position.session_id
+        ids = self._ids
+        if (
+            session_id is None
+            or position.version == 0
+            or ids is None
+            or self._mark is not None
+            or position.line < self._replay_to
+            or len(data) > MAX_ENTRY_BYTES
+        ):
+            return None
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return None
+        # As `split_line` reads a line orjson parses; a header's type goes the general way.
+        if type(value) is not dict or value.get("type") == "session":
+            return None
+        # `may_be_too_deep(data)`, spelled out: this runs for most lines.
+        if data.count(b"[") + data.count(b"{") > MAX_DEPTH and too_deep(value):
+            return None
+        run = self._run
+        entry = migrate_entry(value, position.version, session_id, position.entries + run)
+        if not is_common_entry(entry):
+            return None
+        entry_id = entry["id"]
+        if entry_id in ids:
+            return None
+        envelope = entry_envelope(
+            session_id,
+            position.next_seq + run,
+            self.producer,
+            entry.get("timestamp"),
+            entry,
+            position.line + run + 1,
+        )
+        fits = self._fits
+        if fits[0] != session_id:
+            fits = self._fits = (session_id, bound_fits_up_to(session_id, self.producer))
+        if len(data) > fits[1] and not envelope_fits(envelope, len(data)):
+            return None
+        ids.add(entry_id)
+        self._run = run + 1
+        self._run_bytes += length
+        self._deep = False  # as `_note_group` leaves a reader without a translator
+        return envelope
 
     def _note_group(self, start: int, line_no: int) -> None:
         """Remember where the translator's open group starts (the position to resume at)."""
@@ -715,7 +825,8 @@ def read_session_file(path: Path | str, format: str | None = None) -> Iterator[R
 
     `format` forces the file's format; None detects it (see SessionFileReader).
     """
-    yield from SessionFileReader(path, format=format).records(final=True)
+    reader = SessionFileReader(path, format=format)
+    yield from chain.from_iterable(reader.lines(final=True))
 
 
 def is_header(value: Any) -> bool:
