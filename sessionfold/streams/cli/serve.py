@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -49,6 +50,12 @@ DISCOVER_EVERY_S = 0.5
 #: How long a stop waits for the answers still with the model, seconds: one that comes back
 #: in time is journaled and folded; one that does not is asked again at the next start.
 SHUTDOWN_GRACE_S = 30.0
+#: The GIL's switch interval in serve, seconds (Python's default: 0.005). The event loop gives
+#: up the GIL at each socket call and waits up to an interval to get it back from the tailer and
+#: the render thread: a shorter one halves a caught-up call's median as a client sees it at 50
+#: and 200 busy sessions (bench/live_context.py --node; docs/live.md), though serve's own time
+#: of the call grows a little.
+SWITCH_INTERVAL_S = 0.001
 
 
 def register(app: typer.Typer) -> None:
@@ -129,6 +136,7 @@ def register(app: typer.Typer) -> None:
         api = LiveApi(live, wait_s, diff_model)
         quiet_bad_requests()
         freeze_after_full_collections()  # the sessions' entries and state live as long as serve
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         asyncio.run(_serve(err, live, api, token, bind, port, poll_ms / 1000))
 
 
