@@ -69,15 +69,6 @@ class Protection:
             return False
         return glob_match(self.protected_paths, path.replace("\\", "/"))
 
-    def protects_once(self, tool_name: str, path: str | None) -> bool:
-        """`protects`, its globs run once per (tool name, path) pair (`memo`): the folds ask
-        at every result that joins the branch or a batch."""
-        pair = (tool_name, path)
-        hit = self.memo.get(pair)
-        if hit is None:
-            hit = self.memo[pair] = self.protects(tool_name, path)
-        return hit
-
     def to_json(self) -> dict[str, list[str]]:
         """The config as stored in the head record."""
         return {"tools": list(self.protected_tools), "paths": list(self.protected_paths)}
@@ -365,7 +356,12 @@ def _eligible(store: Store, session_id: str, mx: ContextMetricsState, row: Messa
     tool, path = row["tool"], row.get("path")
     if type(tool) is not str:
         return not protection.protects(tool, path)  # a malformed name: maybe not hashable
-    return not protection.protects_once(tool, path)
+    # The globs run once per (tool, path) pair: every result joining the branch asks.
+    pair = (tool, path)
+    hit = protection.memo.get(pair)
+    if hit is None:
+        hit = protection.memo[pair] = protection.protects(tool, path)
+    return not hit
 
 
 def _counted(store: Store, session_id: str, mx: ContextMetricsState, row: MessageRow) -> bool:

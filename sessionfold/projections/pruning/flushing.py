@@ -105,6 +105,7 @@ def live_batch_left(session: Session, turn: int) -> bool | None:
         return False
     threshold = session.config.spillThreshold
     protection = session.protection
+    protected = protection.memo
     results = window["r"]
     summarized = index.summarized_check(store, sid)
     ids: list[str] = []  # the calls the trim keeps before the frontier's own rule
@@ -113,7 +114,11 @@ def live_batch_left(session: Session, turn: int) -> bool | None:
         result = store.get(row_key(sid, "r", seq)) if seq is not None else None
         if result is None:
             continue
-        if protection.protects_once(call["name"], call["path"]):
+        pair = (call["name"], call["path"])
+        hit = protected.get(pair)
+        if hit is None:
+            hit = protected[pair] = protection.protects(*pair)
+        if hit:
             continue
         if result["raw"] >= threshold:
             return None

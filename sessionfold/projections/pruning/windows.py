@@ -166,12 +166,17 @@ def turn_batch(session: Session, turn: int) -> Batch | None:
         return None
     calls = []
     protection = session.protection
+    protected = protection.memo  # (name, path) -> bool: the globs run once per pair
     for call in facts["calls"]:
         seq = window["r"].get(call["id"])
         result = store.get(row_key(sid, "r", seq)) if seq is not None else None
         if result is None:
             continue
-        if protection.protects_once(call["name"], call["path"]):
+        pair = (call["name"], call["path"])
+        hit = protected.get(pair)
+        if hit is None:
+            hit = protected[pair] = protection.protects(*pair)
+        if hit:
             continue
         calls.append(
             Call(
