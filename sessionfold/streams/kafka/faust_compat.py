@@ -47,6 +47,10 @@ def missing_internals() -> list[str]:
     """The private names this module uses that the installed libraries lack (none: all fine)."""
     # Instance attributes are checked through the class annotations that declare them.
     checks = {
+        "faust Consumer._getmany(active_partitions, timeout)": list(
+            inspect.signature(ThreadDelegateConsumer._getmany).parameters
+        )[1:]
+        == ["active_partitions", "timeout"],
         "faust Consumer._add_gap": inspect.iscoroutinefunction(getattr(Consumer, "_add_gap", None)),
         "faust Consumer._committed_offset": "_committed_offset" in _annotations(Consumer),
         "faust Consumer.unacked": isinstance(getattr(Consumer, "unacked", None), property),
@@ -181,6 +185,25 @@ def forget_unacked(consumer: Any, message: Any) -> None:
     back to be read again would otherwise hold the rebalance for ever.
     """
     getattr(consumer, "unacked", set()).discard(message)
+
+
+def fetch_only_asked_partitions(consumer: Any) -> None:
+    """Hand each fetch a copy of the partitions Faust asks it for (`Consumer._getmany`).
+
+    Faust passes its live set of active partitions, which a fetch waiting at aiokafka (up to a
+    second) keeps reading: as a rebalance begins Faust empties that set, and aiokafka's
+    `Fetcher.fetched_records` takes an empty set as "every partition". The fetch then hands over
+    records of partitions nobody asked for, such as the changelog partition the new recovery has
+    just sought back to its start, and Faust drops them as not active with aiokafka's position
+    past them: that recovery waits for them for ever (a worker kept answering 503 "recovering").
+    """
+    getmany = consumer._getmany
+
+    async def getmany_asked(active_partitions: Any, timeout: float) -> Any:
+        asked = None if active_partitions is None else frozenset(active_partitions)
+        return await getmany(active_partitions=asked, timeout=timeout)
+
+    consumer._getmany = getmany_asked
 
 
 def _aiokafka_consumer(app: Any) -> Any:
@@ -488,6 +511,7 @@ __all__ = [
     "commit_only_as_member",
     "committed_offset",
     "disable_gap_booking",
+    "fetch_only_asked_partitions",
     "forget_unacked",
     "missing_internals",
     "partition_dbs",

@@ -299,6 +299,7 @@ def make_app(
     app.timer(1.0, name="reread-skipped")(offsets.retry)
 
     async def tune_consumer() -> None:
+        faust_compat.fetch_only_asked_partitions(app.consumer)  # before the first fetch
         await shorten_fetch_wait(app, settings.fetch_wait_s)
         await commit_only_as_member(app)
 
