@@ -99,8 +99,8 @@ def live_batch_left(session: Session, turn: int) -> bool | None:
     At most turn ends nothing spills and the batch is thrown away once trimmed: this is
     `turn_batch`, `_eager_spill` and `trim_batch` for that case, without a Call per call."""
     store, sid = session.store, session.session_id
-    window = store.get(row_key(sid, "w", turn))
-    facts = store.get(row_key(sid, "a", window["a"])) if window is not None else None
+    window = store.get(f"{sid}/pr/w/{turn}")
+    facts = store.get(f"{sid}/pr/a/{window['a']}") if window is not None else None
     if window is None or facts is None:
         return False
     threshold = session.config.spillThreshold
@@ -111,7 +111,7 @@ def live_batch_left(session: Session, turn: int) -> bool | None:
     ids: list[str] = []  # the calls the trim keeps before the frontier's own rule
     for call in facts["calls"]:
         seq = results.get(call["id"])
-        result = store.get(row_key(sid, "r", seq)) if seq is not None else None
+        result = store.get(f"{sid}/pr/r/{seq}") if seq is not None else None
         if result is None:
             continue
         pair = (call["name"], call["path"])
@@ -190,7 +190,7 @@ def _eager_spill(session: Session, batch: Batch) -> Batch | None:
 
 def _forget_result(session: Session, call: Call) -> None:
     """Drop a result's captured facts once it is indexed: the index and the log hold it now."""
-    session.store.delete(row_key(session.session_id, "r", call.seq))
+    session.store.delete(f"{session.session_id}/pr/r/{call.seq}")
 
 
 # --- flush (reference §5.5) ------------------------------------------------------------------
@@ -230,7 +230,7 @@ def start_flush(session: Session, trigger: Trigger, seq: int, time: str | None) 
     head["queued"] = 0
     plan = plan_flush(
         batches,
-        lambda hashed: index.canonical_of(session.store, session.session_id, hashed),
+        index.canonical_check(session.store, session.session_id),
         dedup=session.config.dedupByContentHash,
         min_batch_chars=session.config.minBatchChars,
         next_ref=head["next_ref"],
@@ -240,9 +240,8 @@ def start_flush(session: Session, trigger: Trigger, seq: int, time: str | None) 
     if not plan.needs_model:
         return finish_flush(session, plan, walk_answers(plan, {}), info)
     head["out"] = info["id"]
-    session.store.put(
-        row_key(session.session_id, "q", info["id"]), {**info, "plan": plan_row(plan)}
-    )
+    row = plan_row(plan)
+    session.store.put(row_key(session.session_id, "q", info["id"]), {**info, "plan": row})
     return [request_envelope(session, plan, info, seq)]
 
 
@@ -350,12 +349,12 @@ def _collect_dead_turns(session: Session, frontier_turn: int) -> None:
         if turn >= frontier_turn:
             alive.append(turn)
             continue
-        window = store.get(row_key(sid, "w", turn))
+        window = store.get(f"{sid}/pr/w/{turn}")
         if window is not None:
             for seq in window["r"].values():
-                store.delete(row_key(sid, "r", seq))
-            store.delete(row_key(sid, "a", window["a"]))
-        store.delete(row_key(sid, "w", turn))
+                store.delete(f"{sid}/pr/r/{seq}")
+            store.delete(f"{sid}/pr/a/{window['a']}")
+        store.delete(f"{sid}/pr/w/{turn}")
     session.head["pending"] = alive
 
 

@@ -13,8 +13,9 @@ here too: `hold` keeps an event a step stopped at, `take_held` gives it back onc
 from __future__ import annotations
 
 from bisect import insort
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from sessionfold.events.envelope import (
     SCHEMA_VERSION,
@@ -41,10 +42,11 @@ __all__ = [
 ]
 
 
-@dataclass(slots=True)
-class EntryStep:
+class EntryStep(msgspec.Struct, gc=False):
     """One entry on its way through the steps: what each step is handed and leaves for the
     next (`appended` by `append`, `ended` by `tool_windows`)."""
+
+    # A msgspec struct (one per entry, built in C); nothing it holds refers back to it.
 
     session: Session
     facts: EntryFacts
@@ -59,7 +61,8 @@ class EntryStep:
 
 def hold(session: Session, envelope: Envelope) -> None:
     """Keep a session event until the outstanding compaction is applied."""
-    session.store.put(row_key(session.session_id, "held", envelope.seq), _held_row(envelope))
+    held_key = row_key(session.session_id, "held", envelope.seq)
+    session.store.put(held_key, _held_row(envelope))
     insort(session.head["held"], envelope.seq)
 
 
