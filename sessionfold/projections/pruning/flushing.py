@@ -242,7 +242,29 @@ def start_flush(session: Session, trigger: Trigger, seq: int, time: str | None) 
     head["out"] = info["id"]
     row = plan_row(plan)
     session.store.put(row_key(session.session_id, "q", info["id"]), {**info, "plan": row})
+    _remember_plan(info["id"], row, plan)
     return [request_envelope(session, plan, info, seq)]
+
+
+#: The plan of each outstanding request this process stored, with the row it stored: the
+#: answer finds the plan itself when the store hands back that very row (the embedded store
+#: does) instead of rebuilding it (`plan_from_row`, which reads only what the row holds, as
+#: the answer's walk and indexing do). Any other row (a restored state) is read as ever.
+_PLANS: dict[str, tuple[dict[str, Any], FlushPlan]] = {}
+
+
+def _remember_plan(request_id: str, row: dict[str, Any], plan: FlushPlan) -> None:
+    if len(_PLANS) >= 256:
+        _PLANS.clear()  # answers that never came (a dropped runtime): forget them
+    _PLANS[request_id] = (row, plan)
+
+
+def _plan_of(request_id: str, row: dict[str, Any]) -> FlushPlan:
+    """The outstanding plan stored as `row`: the remembered one if `row` is its row."""
+    found = _PLANS.pop(request_id, None)
+    if found is not None and found[0] is row:
+        return found[1]
+    return plan_from_row(row)
 
 
 def _register_aliases(session: Session, plan: FlushPlan) -> None:
@@ -277,7 +299,7 @@ def apply_compaction(session: Session, payload: CompactionPayload) -> list[Envel
     if info is None:
         log.warning("flush plan missing; barrier released", extra={"session": session.session_id})
         return []
-    plan = plan_from_row(info["plan"])
+    plan = _plan_of(payload.request_id, info["plan"])
     answers = {} if payload.error else {r.batch: r for r in payload.results}
     return finish_flush(session, plan, walk_answers(plan, answers), info)
 
