@@ -32,3 +32,27 @@ def test_content_hash_is_the_sha1_of_the_text_with_surrogates_replaced(
 ) -> None:
     """Same hex digest as replacing every surrogate first, for any text and tool name."""
     assert content_hash(tool_name, text) == _oracle(tool_name, text)
+
+
+def _normalize_oracle(text: str) -> str:
+    """normalize_text as first written (§5.3): CRLF to LF, each line's trailing spaces and
+    tabs stripped, the whole text trimmed as JavaScript's `trim`."""
+    text = text.replace("\r\n", "\n")
+    text = "\n".join(line.rstrip(" \t") for line in text.split("\n"))
+    return text.strip(_JS_SPACE)
+
+
+_JS_SPACE = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+    "\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+_LINES = st.lists(
+    st.sampled_from(("a", " ", "\t", "\r", "\n", "\r\n", " \n", "\t\n", "\u3000", "é", "x\ty"))
+    | st.text(max_size=3)
+).map("".join)
+
+
+@given(_LINES)
+def test_normalize_text_is_its_definition(text: str) -> None:
+    """The skips (no CR, no tab, no space before a newline) change nothing."""
+    assert normalize_text(text) == _normalize_oracle(text)

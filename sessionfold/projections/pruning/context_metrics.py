@@ -255,14 +255,14 @@ def empty_head() -> DigestHead:
 
 def peek_head(store: Store, session_id: str) -> DigestHead:
     """The stored head record itself, to read and never change (no copy: a reader's fast path)."""
-    stored: DigestHead | None = store.get(key(session_id, "h"))
+    stored: DigestHead | None = store.get(f"{session_id}/h")
     return empty_head() if stored is None else stored
 
 
 def load_head(store: Store, session_id: str) -> DigestHead:
     """A private copy of the head record to change and put back (never mutate a stored value:
     with a dict store that would write before the event's commit point)."""
-    stored: DigestHead | None = store.get(key(session_id, "h"))
+    stored: DigestHead | None = store.get(f"{session_id}/h")
     if stored is None:
         return empty_head()
     mx = stored["mx"].copy()
@@ -271,7 +271,7 @@ def load_head(store: Store, session_id: str) -> DigestHead:
 
 
 def _row(store: Store, session_id: str, n: int) -> MessageRow:
-    return cast(MessageRow, store.get(key(session_id, "m", n)))
+    return cast(MessageRow, store.get(f"{session_id}/m/{n}"))  # key(session_id, "m", n)
 
 
 def fold_row(store: Store, session_id: str, state: DigestHead, row: MessageRow) -> None:
@@ -400,13 +400,13 @@ def on_frontier(store: Store, session_id: str, frontier: Mapping[str, Any] | Non
     mx["fr"] = wanted
     located = _locate(store, session_id, state, wanted, mx)
     if located is None and mx["gb"] < 0:
-        store.put(key(session_id, "h"), state)  # still the whole-branch window: same gap
+        store.put(f"{session_id}/h", state)  # still the whole-branch window: same gap
         return state["leaf"]
     if located is not None and located[0] >= mx["gb"]:
         _advance_boundary(store, session_id, state, *located)
     else:
         _recompute_gap(store, session_id, state, located)
-    store.put(key(session_id, "h"), state)
+    store.put(f"{session_id}/h", state)
     return state["leaf"]
 
 
@@ -434,7 +434,8 @@ def _locate(
     # Turns only grow along the branch: start from the old boundary when it is not past it.
     start = mx["gb"] if 0 <= mx["gt"] <= turn else 0
     for n in range(start, state["n"]):
-        row = _row(store, session_id, n)
+        # _row spelled out in the scan (no call, no cast): the head says the row exists.
+        row: MessageRow = store.get(f"{session_id}/m/{n}")  # type: ignore[assignment]
         if row["role"] == "assistant" and row["turn"] == turn:
             excluded = _excluded_ids(row, call_id)
             return None if excluded is None else (n, excluded)
@@ -449,7 +450,8 @@ def _advance_boundary(
     old = (mx["gb"], mx["gx"], mx["gw"])
     window_end = None
     for n in range(old[0] + 1, state["n"]):
-        row = _row(store, session_id, n)
+        # _row spelled out in the scan (no call, no cast): the head says the row exists.
+        row: MessageRow = store.get(f"{session_id}/m/{n}")  # type: ignore[assignment]
         if row["role"] == "assistant" and n > gb:
             window_end = n  # past here both boundaries count every result
             break
@@ -490,8 +492,8 @@ def on_summarized(store: Store, session_id: str, occurrence_keys: Iterable[str])
         if _marked(store, session_id, mx, occ):
             continue
         # The mark carries this call's epoch; it counts once the head (written last) moves past.
-        store.put(key(session_id, "s", occ), mx["ep"])
-        for n in store.get(key(session_id, "o", occ)) or ():
+        store.put(f"{session_id}/s/{occ}", mx["ep"])
+        for n in store.get(f"{session_id}/o/{occ}") or ():
             row = _row(store, session_id, n) if n < state["n"] else None
             if row is None or row.get("occ") != occ:
                 continue  # a position from an abandoned branch
@@ -500,7 +502,7 @@ def on_summarized(store: Store, session_id: str, occurrence_keys: Iterable[str])
             ) and not protection.protects(row["tool"], row.get("path")):
                 mx["gap"] -= row["tokens"]
     mx["ep"] += 1
-    store.put(key(session_id, "h"), state)
+    store.put(f"{session_id}/h", state)
 
 
 def is_summarized(store: Store, session_id: str, occ: str) -> bool:
@@ -510,7 +512,7 @@ def is_summarized(store: Store, session_id: str, occ: str) -> bool:
 
 def _marked(store: Store, session_id: str, mx: ContextMetricsState, occ: str) -> bool:
     """A committed summarized mark: one left by a call whose head write was lost is not."""
-    epoch = store.get(key(session_id, "s", occ))
+    epoch = store.get(f"{session_id}/s/{occ}")  # key(session_id, "s", occ)
     return epoch is not None and epoch < mx["ep"]
 
 

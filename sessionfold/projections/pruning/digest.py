@@ -116,8 +116,9 @@ def apply_facts(
     if facts.kind == "session" or entry_id is None:
         return None  # the header is not in the tree; an entry without an id cannot be placed
     # Each key is built once per entry: the head's and the node's are read and written here.
-    head_key = key(session_id, "h")
-    node_key = key(session_id, "t", entry_id)
+    # Spelled out as `key` builds them (a call per key cost as much as the formatting).
+    head_key = f"{session_id}/h"
+    node_key = f"{session_id}/t/{entry_id}"
     stored: DigestHead | None = store.get(head_key)
     if stored is None:
         state = metrics.empty_head()
@@ -163,10 +164,10 @@ def is_folded(store: Store, session_id: str, entry_id: Any) -> bool:
     """Whether an entry with this id is already in the session's tree (from an earlier event)."""
     if not isinstance(entry_id, str):
         return False
-    known: TreeNode | None = store.get(key(session_id, "t", entry_id))
+    known: TreeNode | None = store.get(f"{session_id}/t/{entry_id}")  # key(sid, "t", id)
     if known is None:
         return False
-    state: DigestHead | None = store.get(key(session_id, "h"))  # read only: no copy
+    state: DigestHead | None = store.get(f"{session_id}/h")  # read only: no copy
     return known["k"] < (state["k"] if state is not None else 0)
 
 
@@ -317,7 +318,7 @@ def _append_row(
         row["pass"] = True
     elif role == "custom" and facts.custom_type is not NO_CUSTOM_TYPE:
         row["customType"] = facts.custom_type
-    store.put(key(session_id, "m", n), row)
+    store.put(f"{session_id}/m/{n}", row)  # key(session_id, "m", n)
     _index_row(store, session_id, state, row)
     state["n"] = n + 1
     if role == "assistant":
@@ -341,9 +342,9 @@ def _index_row(store: Store, session_id: str, state: DigestHead, row: MessageRow
                     "path": call.get("path"),
                     "g": state["gen"],
                 }
-                store.put(key(session_id, "c", call["id"]), value)
+                store.put(f"{session_id}/c/{call['id']}", value)  # key(sid, "c", id)
     elif role == "toolResult":
-        occ_key = key(session_id, "o", row["occ"])
+        occ_key = f"{session_id}/o/{row['occ']}"  # key(session_id, "o", occ)
         # Keep only positions still below this row: others belong to an abandoned branch.
         kept = [n for n in store.get(occ_key) or () if n < row["n"]]
         store.put(occ_key, [*kept, row["n"]])
@@ -355,7 +356,7 @@ def _nearest_call_path(
     """The `path` arg of the nearest assistant before position n that has call `call_id`."""
     if call_id is None:
         return None
-    found: CallIndex | None = store.get(key(session_id, "c", call_id))
+    found: CallIndex | None = store.get(f"{session_id}/c/{call_id}")  # key(sid, "c", id)
     if found is None:
         return None  # no assistant on any branch ever had this id
     path: str | None = found["path"]

@@ -8,7 +8,7 @@ longer than their raw output, and says what was processed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -132,11 +132,7 @@ def walk_answers(plan: FlushPlan, answers: Mapping[int, BatchResult]) -> Walk:
     """
     processed: list[Processed] = []
     summaries: list[Summary] = []
-    # Every call that answered cost something, whether or not its summary is kept.
-    usage = ModelUsage()
-    for answer in answers.values():
-        if answer.outcome == "summarized":
-            usage = usage.plus(answer.usage)
+    usage = answered_usage(answers.values())
     for index, planned in enumerate(plan.batches):
         deduped = tuple(call for call, _ in planned.deduped)
         kept = planned.batch.calls
@@ -152,6 +148,31 @@ def walk_answers(plan: FlushPlan, answers: Mapping[int, BatchResult]) -> Walk:
         if not oversized:
             summaries.append(Summary(index, text, planned.refs))
     return Walk(tuple(processed), tuple(summaries), len(plan.batches) - len(processed), usage)
+
+
+_NO_USAGE = ModelUsage()  # frozen: one shared zero usage
+
+
+def answered_usage(answers: Iterable[BatchResult]) -> ModelUsage:
+    """What the summarized answers cost together: every call that answered cost something,
+    whether or not its summary is kept. `ModelUsage.plus` over them in order, summed as plain
+    numbers (the same sums, in the same order) and validated once instead of per answer."""
+    input_tokens = output_tokens = calls = 0
+    cost = 0.0
+    summed = False
+    for answer in answers:
+        if answer.outcome == "summarized":
+            usage = answer.usage
+            input_tokens += usage.input_tokens
+            output_tokens += usage.output_tokens
+            cost += usage.cost
+            calls += usage.calls
+            summed = True
+    if not summed:
+        return _NO_USAGE
+    return ModelUsage(
+        input_tokens=input_tokens, output_tokens=output_tokens, cost=cost, calls=calls
+    )
 
 
 def _usable_text(answer: BatchResult | None) -> str | None:

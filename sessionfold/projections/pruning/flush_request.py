@@ -8,7 +8,7 @@ its typed models (`request_payload`, which a test holds equal) and dumping them 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from sessionfold.events.envelope import OpaquePayload, PruningRequestEnvelope
 from sessionfold.events.flush import (
@@ -17,6 +17,7 @@ from sessionfold.events.flush import (
     FlushCall,
     FlushRequestPayload,
     Frontier,
+    FrontierOutcome,
     MetricsSnapshot,
 )
 from sessionfold.projections.pruning.capture import Batch, Call
@@ -48,8 +49,7 @@ def request_envelope(
     """The flush request's envelope: `wrap(request_payload(...), seq)`, built from the plan
     without the typed models (the same JSON, field for field)."""
     raw = session.head["frontier"]
-    # One frontier per request: validated as the typed path does (it may be a restored row).
-    frontier = None if raw is None else Frontier.model_validate(raw).model_dump(mode="json")
+    frontier = None if raw is None else frontier_document(raw)
     snapshot = info["metrics"]
     document: dict[str, Any] = {
         "request_id": info["id"],
@@ -69,6 +69,28 @@ def request_envelope(
         time=info["time"],
         payload=OpaquePayload(**document),
     )
+
+
+_FRONTIER_FIELDS = tuple(Frontier.model_fields)
+_FRONTIER_INTS = _FRONTIER_FIELDS[2:-1]
+_FRONTIER_OUTCOMES = frozenset(get_args(FrontierOutcome))
+
+
+def frontier_document(raw: Any) -> dict[str, Any]:
+    """`Frontier.model_validate(raw).model_dump(mode="json")`: a copy of `raw` when it is what
+    a flush stores (`frontier_row`: every field, in order, of its exact type); anything else
+    (a restored or damaged row) goes through the model, which fills, coerces or refuses."""
+    if (
+        type(raw) is dict
+        and tuple(raw) == _FRONTIER_FIELDS
+        and type(raw["last_attempted_tool_call_id"]) is str
+        and type(raw["last_attempted_tool_name"]) is str
+        and all(type(raw[name]) is int for name in _FRONTIER_INTS)
+        and type(raw["outcome"]) is str
+        and raw["outcome"] in _FRONTIER_OUTCOMES
+    ):
+        return dict(raw)
+    return Frontier.model_validate(raw).model_dump(mode="json")
 
 
 def _batch_document(planned: PlannedBatch) -> dict[str, Any]:

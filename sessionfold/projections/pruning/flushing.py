@@ -99,8 +99,8 @@ def live_batch_left(session: Session, turn: int) -> bool | None:
     At most turn ends nothing spills and the batch is thrown away once trimmed: this is
     `turn_batch`, `_eager_spill` and `trim_batch` for that case, without a Call per call."""
     store, sid = session.store, session.session_id
-    window = store.get(row_key(sid, "w", turn))
-    facts = store.get(row_key(sid, "a", window["a"])) if window is not None else None
+    window = store.get(f"{sid}/pr/w/{turn}")
+    facts = store.get(f"{sid}/pr/a/{window['a']}") if window is not None else None
     if window is None or facts is None:
         return False
     threshold = session.config.spillThreshold
@@ -111,7 +111,7 @@ def live_batch_left(session: Session, turn: int) -> bool | None:
     ids: list[str] = []  # the calls the trim keeps before the frontier's own rule
     for call in facts["calls"]:
         seq = results.get(call["id"])
-        result = store.get(row_key(sid, "r", seq)) if seq is not None else None
+        result = store.get(f"{sid}/pr/r/{seq}") if seq is not None else None
         if result is None:
             continue
         pair = (call["name"], call["path"])
@@ -190,7 +190,7 @@ def _eager_spill(session: Session, batch: Batch) -> Batch | None:
 
 def _forget_result(session: Session, call: Call) -> None:
     """Drop a result's captured facts once it is indexed: the index and the log hold it now."""
-    session.store.delete(row_key(session.session_id, "r", call.seq))
+    session.store.delete(f"{session.session_id}/pr/r/{call.seq}")
 
 
 # --- flush (reference §5.5) ------------------------------------------------------------------
@@ -230,7 +230,7 @@ def start_flush(session: Session, trigger: Trigger, seq: int, time: str | None) 
     head["queued"] = 0
     plan = plan_flush(
         batches,
-        lambda hashed: index.canonical_of(session.store, session.session_id, hashed),
+        index.canonical_check(session.store, session.session_id),
         dedup=session.config.dedupByContentHash,
         min_batch_chars=session.config.minBatchChars,
         next_ref=head["next_ref"],
@@ -240,10 +240,31 @@ def start_flush(session: Session, trigger: Trigger, seq: int, time: str | None) 
     if not plan.needs_model:
         return finish_flush(session, plan, walk_answers(plan, {}), info)
     head["out"] = info["id"]
-    session.store.put(
-        row_key(session.session_id, "q", info["id"]), {**info, "plan": plan_row(plan)}
-    )
+    row = plan_row(plan)
+    session.store.put(row_key(session.session_id, "q", info["id"]), {**info, "plan": row})
+    _remember_plan(info["id"], row, plan)
     return [request_envelope(session, plan, info, seq)]
+
+
+#: The plan of each outstanding request this process stored, with the row it stored: the
+#: answer finds the plan itself when the store hands back that very row (the embedded store
+#: does) instead of rebuilding it (`plan_from_row`, which reads only what the row holds, as
+#: the answer's walk and indexing do). Any other row (a restored state) is read as ever.
+_PLANS: dict[str, tuple[dict[str, Any], FlushPlan]] = {}
+
+
+def _remember_plan(request_id: str, row: dict[str, Any], plan: FlushPlan) -> None:
+    if len(_PLANS) >= 256:
+        _PLANS.clear()  # answers that never came (a dropped runtime): forget them
+    _PLANS[request_id] = (row, plan)
+
+
+def _plan_of(request_id: str, row: dict[str, Any]) -> FlushPlan:
+    """The outstanding plan stored as `row`: the remembered one if `row` is its row."""
+    found = _PLANS.pop(request_id, None)
+    if found is not None and found[0] is row:
+        return found[1]
+    return plan_from_row(row)
 
 
 def _register_aliases(session: Session, plan: FlushPlan) -> None:
@@ -278,7 +299,7 @@ def apply_compaction(session: Session, payload: CompactionPayload) -> list[Envel
     if info is None:
         log.warning("flush plan missing; barrier released", extra={"session": session.session_id})
         return []
-    plan = plan_from_row(info["plan"])
+    plan = _plan_of(payload.request_id, info["plan"])
     answers = {} if payload.error else {r.batch: r for r in payload.results}
     return finish_flush(session, plan, walk_answers(plan, answers), info)
 
@@ -350,12 +371,12 @@ def _collect_dead_turns(session: Session, frontier_turn: int) -> None:
         if turn >= frontier_turn:
             alive.append(turn)
             continue
-        window = store.get(row_key(sid, "w", turn))
+        window = store.get(f"{sid}/pr/w/{turn}")
         if window is not None:
             for seq in window["r"].values():
-                store.delete(row_key(sid, "r", seq))
-            store.delete(row_key(sid, "a", window["a"]))
-        store.delete(row_key(sid, "w", turn))
+                store.delete(f"{sid}/pr/r/{seq}")
+            store.delete(f"{sid}/pr/a/{window['a']}")
+        store.delete(f"{sid}/pr/w/{turn}")
     session.head["pending"] = alive
 
 

@@ -36,12 +36,17 @@ def is_summarized(store: Store, session_id: str, occ: str) -> bool:
 
 def summarized_check(store: Store, session_id: str) -> Callable[[str], bool]:
     """`is_summarized` bound to one session, for the frontier's trim."""
-    return lambda occ: store.get(_k(session_id, "i", occ)) is not None
+    return lambda occ: store.get(f"{session_id}/pr/i/{occ}") is not None
 
 
 def canonical_of(store: Store, session_id: str, content_hash: str) -> str | None:
     """The occurrence key first indexed with this content hash, or None."""
-    return store.get(_k(session_id, "hash", content_hash))
+    return store.get(f"{session_id}/pr/hash/{content_hash}")
+
+
+def canonical_check(store: Store, session_id: str) -> Callable[[str], str | None]:
+    """`canonical_of` bound to one session, for the flush's dedup pass."""
+    return lambda content_hash: store.get(f"{session_id}/pr/hash/{content_hash}")
 
 
 def resolve_ref(store: Store, session_id: str, ref: str) -> str | None:
@@ -84,13 +89,13 @@ def add_batch(
         row = _base_record(call, turn, timestamp)
         if refs:
             row["ref"] = refs[position]
-            store.put(_k(session_id, "ref", refs[position]), call.key)
+            store.put(f"{session_id}/pr/ref/{refs[position]}", call.key)
         if summary_number is not None:
             row["sum"] = summary_number
         if spills:
             row["spill"] = spills[position]
-        store.put(_k(session_id, "i", call.key), row)
-        hash_key = _k(session_id, "hash", call.content_hash)
+        store.put(f"{session_id}/pr/i/{call.key}", row)
+        hash_key = f"{session_id}/pr/hash/{call.content_hash}"
         if store.get(hash_key) is None:
             store.put(hash_key, call.key)
     metrics.on_summarized(store, session_id, [call.key for call in calls])

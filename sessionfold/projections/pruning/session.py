@@ -9,15 +9,17 @@ Everything pruning keeps lives under `key(session_id, "pr", ...)`:
   `m/<n>`: frontier history, the outstanding request's plan, flush-metrics records
   (`flushing.py`); `held/<seq>`: events held by the flush barrier (`steps/`).
 Every event writes the head and at most a few rows; a flush touches the pending turns only.
+The paths every event or flush takes spell their keys out as `row_key` builds them
+(`f"{sid}/pr/w/{turn}"`): a call per key cost as much as formatting it.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+import msgspec
 import orjson
 
 from sessionfold.projections.pruning import context_metrics as metrics
@@ -83,9 +85,11 @@ def new_head() -> PruneHead:
     }
 
 
-@dataclass(slots=True)
-class Session:
+class Session(msgspec.Struct, gc=False):
     """One session's pruning state during one fold step; `save` writes the head back."""
+
+    # A msgspec struct, not a slotted dataclass: one is built per event, and the dataclass's
+    # __init__ is Python. No cycle runs through it (nothing it holds refers back to it).
 
     store: Store
     session_id: str
@@ -113,9 +117,10 @@ def load_head(store: Store, session_id: str) -> PruneHead:
 
 def open_session(store: Store, session_id: str, base: PruneConfig) -> Session:
     """The session's state under the runtime config `base` and its own overrides."""
-    head_key = row_key(session_id, "h")
+    head_key = f"{session_id}/pr/h"
     head: PruneHead = store.get(head_key) or new_head()
-    config = effective_config(base, head["config"])
+    overrides = head["config"]
+    config = effective_config(base, overrides) if overrides else base
     _, protection, wanted = _protection_of(config)
     session = Session(store, session_id, base, head, config, protection, head_key)
     if head["prot"] != wanted:

@@ -80,7 +80,7 @@ def _open_turn(session: Session, row: MessageRow, facts: EntryFacts) -> bool:
         "group": head["group"],
         "calls": calls,
     }
-    session.store.put(row_key(session.session_id, "a", seq), kept)
+    session.store.put(f"{session.session_id}/pr/a/{seq}", kept)
     ids = [c["id"] for c in calls]
     head["win"] = {"turn": turn, "a": seq, "ids": ids, "names": [c["name"] for c in calls]}
     gate["wait"] = list(dict.fromkeys(ids))
@@ -93,7 +93,7 @@ def _close_window(session: Session) -> None:
     win = session.head["win"]
     session.head["win"] = None
     if win is not None and win["turn"] not in session.head["pending"]:
-        session.store.delete(row_key(session.session_id, "a", win["a"]))
+        session.store.delete(f"{session.session_id}/pr/a/{win['a']}")
 
 
 def note_usage_event(session: Session, tokens: int | None, window: int | None) -> None:
@@ -111,15 +111,13 @@ def _pair_result(session: Session, row: MessageRow, facts: EntryFacts) -> bool:
     seq = row.get("seq")
     if win is None or seq is None or call_id not in win["ids"]:
         return False
-    window_key = row_key(session.session_id, "w", win["turn"])
+    window_key = f"{session.session_id}/pr/w/{win['turn']}"
     stored: PendingTurn | None = session.store.get(window_key)
     window: PendingTurn = stored or {"a": win["a"], "r": {}}
     if call_id in window["r"]:
         return False
     name = win["names"][win["ids"].index(call_id)]
-    session.store.put(
-        row_key(session.session_id, "r", seq), _result_facts(session, row, facts, name)
-    )
+    session.store.put(f"{session.session_id}/pr/r/{seq}", _result_facts(session, row, facts, name))
     window["r"][call_id] = seq
     session.store.put(window_key, window)
     if win["turn"] not in head["pending"]:
@@ -160,8 +158,8 @@ def _result_facts(
 def turn_batch(session: Session, turn: int) -> Batch | None:
     """The ready, unprotected calls of one pending turn as a batch (untrimmed)."""
     store, sid = session.store, session.session_id
-    window = store.get(row_key(sid, "w", turn))
-    facts = store.get(row_key(sid, "a", window["a"])) if window is not None else None
+    window = store.get(f"{sid}/pr/w/{turn}")
+    facts = store.get(f"{sid}/pr/a/{window['a']}") if window is not None else None
     if window is None or facts is None:
         return None
     calls = []
@@ -169,7 +167,7 @@ def turn_batch(session: Session, turn: int) -> Batch | None:
     protected = protection.memo  # (name, path) -> bool: the globs run once per pair
     for call in facts["calls"]:
         seq = window["r"].get(call["id"])
-        result = store.get(row_key(sid, "r", seq)) if seq is not None else None
+        result = store.get(f"{sid}/pr/r/{seq}") if seq is not None else None
         if result is None:
             continue
         pair = (call["name"], call["path"])

@@ -13,13 +13,15 @@ here too: `hold` keeps an event a step stopped at, `take_held` gives it back onc
 from __future__ import annotations
 
 from bisect import insort
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from sessionfold.events.envelope import (
     SCHEMA_VERSION,
     EntryEnvelope,
     Envelope,
+    FactsCell,
     Kind,
     entry_envelope,
     from_dict,
@@ -41,10 +43,11 @@ __all__ = [
 ]
 
 
-@dataclass(slots=True)
-class EntryStep:
+class EntryStep(msgspec.Struct, gc=False):
     """One entry on its way through the steps: what each step is handed and leaves for the
     next (`appended` by `append`, `ended` by `tool_windows`)."""
+
+    # A msgspec struct (one per entry, built in C); nothing it holds refers back to it.
 
     session: Session
     facts: EntryFacts
@@ -57,10 +60,25 @@ class EntryStep:
 # --- the flush barrier's buffer: the steps hold an event, the fold takes it back ---------------
 
 
+#: The facts of each entry this process held, with the entry dict they were read from: the
+#: entry taken back finds them when the store hands back that very dict (the embedded store
+#: does) instead of reading the entry again; any other dict (a restored state) is read anew.
+_HELD_FACTS: dict[str, tuple[dict[str, Any], EntryFacts]] = {}
+
+
 def hold(session: Session, envelope: Envelope) -> None:
     """Keep a session event until the outstanding compaction is applied."""
-    session.store.put(row_key(session.session_id, "held", envelope.seq), _held_row(envelope))
+    held_key = row_key(session.session_id, "held", envelope.seq)
+    session.store.put(held_key, _held_row(envelope))
     insort(session.head["held"], envelope.seq)
+    if isinstance(envelope, EntryEnvelope):
+        # The cell `entry_facts.facts_of` keeps its facts in, read here: a call into that
+        # module per held entry would enter it a third time (bench/call_trace.py).
+        cell: FactsCell = envelope.payload.__pydantic_private__["_facts"]  # type: ignore[index]
+        if cell.entry is envelope.payload.entry:
+            if len(_HELD_FACTS) >= 256:
+                _HELD_FACTS.clear()  # held entries never taken back (a dropped runtime)
+            _HELD_FACTS[held_key] = (cell.entry, cell.facts)
 
 
 def take_held(session: Session) -> Envelope | None:
@@ -77,7 +95,7 @@ def take_held(session: Session) -> Envelope | None:
         # An entry was checked when it was first folded: rebuilt without validating its
         # (often long) message again, equal to what `from_dict` builds.
         payload = raw["payload"]
-        return entry_envelope(
+        envelope = entry_envelope(
             raw["session_id"],
             raw["seq"],
             raw["producer"],
@@ -85,6 +103,11 @@ def take_held(session: Session) -> Envelope | None:
             payload["entry"],
             payload["line"],
         )
+        found = _HELD_FACTS.pop(held_key, None)
+        if found is not None and found[0] is payload["entry"]:
+            cell: FactsCell = envelope.payload.__pydantic_private__["_facts"]  # type: ignore[index]
+            cell.entry, cell.facts = found
+        return envelope
     return from_dict(raw)
 
 
