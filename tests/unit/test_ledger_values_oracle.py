@@ -196,3 +196,17 @@ def test_lower_case_keeps_places_and_re_i_letters_but_for_the_fold_breakers() ->
     for text in ("\u0130", "a\u0131", "\u017f", "x\u0130y"):
         assert ledger_values._lowered(text) is None
     assert ledger_values._lowered("\u212a \u00e9") == "k \u00e9"
+
+
+@settings(max_examples=2000)
+@given(
+    st.one_of(
+        st.text(alphabet=st.characters(max_codepoint=127), max_size=120),
+        st.lists(_PIECES, max_size=30).map("".join),
+        st.text(max_size=80),
+    )
+)
+def test_runs_split_from_ascii_text_are_the_run_patterns_matches(text: str) -> None:
+    """Property: the runs of any text, split at C speed from ASCII text, are the ones the
+    run pattern finds, in order."""
+    assert ledger_values._runs(text) == ledger_values._SHAPE_RUN.findall(text)

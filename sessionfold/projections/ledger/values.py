@@ -453,10 +453,27 @@ def _run_values(run: str) -> tuple[str, ...]:
     return tuple(value for value in values if len(value) >= _MIN_CHARS)
 
 
+#: ASCII bytes, each a space unless `_SHAPE_RUN` reads it (\\w is [A-Za-z0-9_] in ASCII).
+_RUN_BYTES = bytes(
+    byte if chr(byte).isascii() and (chr(byte).isalnum() or chr(byte) in "_./@~+-") else 32
+    for byte in range(256)
+)
+
+
+def _runs(text: str) -> list[str]:
+    """`_SHAPE_RUN.findall(text)`: in ASCII text, the words left when every character a run
+    cannot hold is made a space, four characters or longer (a translate and a split at C
+    speed, about half the regex's time); other text through the regex."""
+    if not text.isascii():
+        return _SHAPE_RUN.findall(text)
+    words = text.encode().translate(_RUN_BYTES).decode().split()
+    return [run for run in words if len(run) >= 4]
+
+
 def _shapes(text: str, memo: RunMemo) -> list[str]:
     """`shapes(text)`, each run read once per `memo` (a run's values do not depend on
     what stands around it: see `_SHAPE_RUN`)."""
-    runs = _SHAPE_RUN.findall(text)
+    runs = _runs(text)
     for run in set(runs).difference(memo):
         memo[run] = _run_values(run)
     # The runs' values in text order, first occurrences kept, without a Python step per run.
@@ -494,14 +511,15 @@ def _defined_names(output: str) -> list[str]:
 
 def _error_lines(output: str) -> list[str]:
     """The lines of `output` (`splitlines`) that report a failure (`_reports_failure`), in
-    order. In ASCII text, the lines that hold the words' occurrences in the lower-cased
-    output (no word holds a line break), found with a `find` per occurrence instead of a look
-    for every word in every line; other text is read line by line."""
-    if not output.isascii():
+    order: the lines that hold the words' occurrences in the lower-cased output (`_lowered`,
+    non-ASCII text too; no word holds a line break), found with a `find` per occurrence
+    instead of a look for every word in every line; a text `_lowered` refuses is read line
+    by line."""
+    lowered = _lowered(output)
+    if lowered is None:
         if not _reports_failure(output):
             return []
         return [line for line in output.splitlines() if _reports_failure(line)]
-    lowered = output.lower()
     occurrences = _word_starts(lowered, _ERROR_WORDS)
     if not occurrences:
         return []
