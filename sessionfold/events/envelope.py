@@ -114,6 +114,12 @@ _set_fields = BaseModel.__dict__["__pydantic_fields_set__"].__set__
 _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 _ENTRY_KIND = Kind.ENTRY
+# The fields set of every entry payload and envelope built here, one set each, shared: the
+# models are frozen, so pydantic never adds to them (a copy takes a set of its own first),
+# and two sets fewer per line are two objects fewer for the reader to allocate and the
+# collector to track.
+_PAYLOAD_FIELDS = {"entry", "line"}
+_ENVELOPE_FIELDS = {"session_id", "seq", "producer", "time", "payload"}
 
 
 def entry_envelope(
@@ -142,7 +148,7 @@ def entry_envelope(
         )
     payload = _new(EntryPayload)
     _set_dict(payload, {"entry": entry, "line": line})
-    _set_fields(payload, {"entry", "line"})
+    _set_fields(payload, _PAYLOAD_FIELDS)
     _set_extra(payload, None)
     _set_private(payload, {"_facts": FactsCell()})
     envelope = _new(EntryEnvelope)
@@ -158,7 +164,7 @@ def entry_envelope(
             "payload": payload,
         },
     )
-    _set_fields(envelope, {"session_id", "seq", "producer", "time", "payload"})
+    _set_fields(envelope, _ENVELOPE_FIELDS)
     _set_extra(envelope, None)
     _set_private(envelope, None)
     return envelope

@@ -83,15 +83,20 @@ class Remainder:
     reason: str
 
 
+#: Every byte but "[" and "{": deleted from a line, they leave its opening brackets.
+NOT_OPENING = bytes(byte for byte in range(256) if byte not in b"[{")
+
+
 def may_be_too_deep(data: bytes | str, limit: int = MAX_DEPTH) -> bool:
     """False when the text cannot nest past `limit`: it opens too few arrays and objects.
 
-    Two byte counts at C speed, so the exact walk of `too_deep` runs only for the rare line
-    with many brackets (inside strings too: code in tool output).
+    One pass at C speed, so the exact walk of `too_deep` runs only for the rare line with many
+    brackets (inside strings too: code in tool output): the bytes left when every other is
+    deleted, about two thirds of two counts' time.
     """
     if isinstance(data, str):
         return data.count("[") + data.count("{") > limit
-    return data.count(b"[") + data.count(b"{") > limit
+    return len(data.translate(None, NOT_OPENING)) > limit
 
 
 def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:

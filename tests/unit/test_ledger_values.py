@@ -618,6 +618,8 @@ _LINE_BREAKS = ("\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x8
     ).map("".join)
     | st.text(max_size=80)
 )
+@example("x \u00d7\n\u0131nvalid\nerror \u00e9")  # dotless i: re.I reads "invalid"
+@example("no \u017fuch file\n\u0130NVALID\n\u212a")
 def test_error_lines_found_by_their_words_are_the_lines_the_scan_finds(text: str) -> None:
     """Property: the lines found where the error words stand in the lower-cased output are
     the lines that each report a failure, read one by one, in order."""

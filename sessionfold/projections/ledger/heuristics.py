@@ -152,12 +152,32 @@ def _rule_clause(clause: str) -> bool:
     return False
 
 
+#: What a text holds lower-cased when `_RULE_WORD` or `_FROM_NOW` matches in it: each match
+#: holds one of these ("do not" holds "not", "don't" and "dont" hold "don").
+_RULE_ANCHORS = ("never", "always", "don", "not", "must", "stop", "only", "from", "going")
+#: The characters re.I matches with an ASCII letter that lower() does not make it (dotted
+#: capital I, dotless i, long s): a text holding one is read in full, not looked in.
+_FOLD_BREAKERS = ("\u0130", "\u0131", "\u017f")
+
+
+def _may_rule(text: str) -> bool:
+    """False only when no sentence of `text` can read as a rule: neither `_RULE_WORD` nor
+    `_FROM_NOW` can match in it, as its lower case holds none of `_RULE_ANCHORS` (a few
+    `find`s in place of the ten case-insensitive scans of each sentence)."""
+    if not text.isascii() and any(map(text.__contains__, _FOLD_BREAKERS)):
+        return True
+    return any(map(text.lower().__contains__, _RULE_ANCHORS))
+
+
 def rule_sentences(text: str) -> list[Region]:
     """The sentences of `text` that read as standing rules (empty: the message reads as none)."""
     found: list[Region] = []
+    if not _may_rule(text):
+        return found
     for start, end in sentences(text):
         sentence = text[start:end]
-        if is_question(sentence):
+        # A sentence reads as a rule only where a rule word or "from now on" matches in it.
+        if not _may_rule(sentence) or is_question(sentence):
             continue
         body = _TAG_QUESTION.sub("", sentence)
         says_from_now = bool(_FROM_NOW.search(body)) and not withdraws_itself(body)

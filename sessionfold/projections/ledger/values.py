@@ -65,8 +65,8 @@ def without_cut(text: str) -> str:
 # Words each output pattern cannot match without (any one of them): an output that holds none
 # of them is not scanned by that pattern, whose per-character cost is what the fold spends
 # most on. A case-sensitive pattern's words are looked for in the output as it is; an re.I
-# pattern's in the lower-cased output, and only in ASCII text (re.I equates a few non-ASCII
-# letters with ASCII ones, which lower() does not): other text is always scanned.
+# pattern's in the lower-cased output (`_lowered`), unless the output holds one of the letters
+# re.I equates with an ASCII one that lower() does not make it: that text is scanned.
 _NEEDS: dict[re.Pattern[str], tuple[str, ...]] = {
     _ERROR_LOCATION: ("error", "warning"),
     _COMMIT_MADE: ("[",),
@@ -90,55 +90,76 @@ _NEEDS: dict[re.Pattern[str], tuple[str, ...]] = {
 }
 
 
-#: A timing's words as ASCII text holds them lower-cased: an ASCII output whose lower case holds
-#: none of these holds none of the timing's words (one look for both cases of a word).
+#: A timing's words lower-cased: an output whose lower case holds none of these holds none of
+#: the timing's words (one look for both cases of a word).
 _TIMING_LOWER = ("took", "duration", "elapsed", "time:", "done in", "finished in", "completed in")
+
+#: The characters re.I matches with an ASCII letter that lower() does not make that letter:
+#: dotted capital I (whose lower() is two characters), dotless i and long s. In a text without
+#: them lower() keeps every character's place, and an ASCII letter matches under re.I exactly
+#: the characters lower() makes it (a test checks every code point).
+_FOLD_BREAKERS = ("\u0130", "\u0131", "\u017f")
+
+
+def _lowered(output: str) -> str | None:
+    """`output` lower-cased, character for character, where a look for an ASCII word in it
+    finds every place re.I finds the word in `output`; None when the output holds one of
+    `_FOLD_BREAKERS` (then the re.I patterns scan it)."""
+    if output.isascii():
+        return output.lower()
+    if any(map(output.__contains__, _FOLD_BREAKERS)):
+        return None
+    lowered = output.lower()
+    return lowered if len(lowered) == len(output) else None
 
 
 def _scanned(pattern: re.Pattern[str], output: str, lowered: str | None) -> list[re.Match[str]]:
-    """`pattern`'s matches in `output` (one of `_NEEDS`' patterns; `lowered`: the ASCII output
-    in lower case, else None), as `pattern.finditer(output)` finds them.
+    """`pattern`'s matches in `output` (one of `_NEEDS`' patterns; `lowered`: the output in
+    lower case as `_lowered` gives it, or None), as `pattern.finditer(output)` finds them.
 
     No pattern scans every position: each is tried only where a match can start
-    (`_matches_from`), found with `str.find` (and a regex for the error locations' suffixes):
-    - a timing, an address: where one of its words stands (every match starts with one), in
-      ASCII text looked for only when its lower case holds a timing word, an address's
-      IPv4 words only where ".0." stands and its IPv6 ones only where "[" does;
+    (`_matches_from`), found with `str.find` (and a regex for the error locations' suffixes
+    and a test total's words):
+    - a timing, an address: where one of its words stands (every match starts with one), a
+      timing's in the lower case (seven looks for both cases of its eleven words), an
+      address's IPv4 words only where ".0." stands and its IPv6 ones only where "[" does;
     - a commit made: at the start of a line that starts with "[";
     - a test total: at the start of the digits before " passed", " failed", ...;
-    - a port: where "port" stands in ASCII text (any case; other text is scanned);
-    - an error location: at the start of the name before each location suffix, when the
-      output holds "error" or "warning" in any case (ASCII text; other text is tried always).
+    - a port: where "port" stands in the lower case (any case; with no lower case, scanned);
+    - an error location: at the start of the name before the location suffix that ends
+      where the separator before each "error" or "warning" of the lower case starts (with
+      no lower case, at the start of the name before each location suffix).
     A `find` costs about a nanosecond a character (a one-character one, a fraction), so the
     looks are as few as the words allow."""
     if pattern is _ERROR_LOCATION:
-        if lowered is not None and "error" not in lowered and "warning" not in lowered:
-            return []
-        return _matches_from(pattern, output, _location_starts(output))
+        if lowered is None:
+            return _matches_from(pattern, output, _location_starts(output))
+        return _matches_from(pattern, output, _location_word_starts(output, lowered))
     if pattern is _PORT:
         if lowered is None:
             return list(pattern.finditer(output))
-        return _matches_from(pattern, output, _port_starts(lowered))
+        return _matches_from(pattern, output, _port_starts(lowered, output))
     if pattern is _TESTS:
         return _matches_from(pattern, output, _test_total_starts(output))
     if pattern is _COMMIT_MADE:
         return _matches_from(pattern, output, _line_starts(output, "["))
     if pattern is _TIMING:
-        if lowered is not None and not any(map(lowered.__contains__, _TIMING_LOWER)):
-            return []
-        return _matches_from(pattern, output, _word_starts(output, _NEEDS[_TIMING]))
+        if lowered is None:
+            return _matches_from(pattern, output, _word_starts(output, _NEEDS[_TIMING]))
+        return _matches_from(pattern, output, _word_starts(lowered, _TIMING_LOWER))
     if pattern is _ADDRESS:
         return _matches_from(pattern, output, _address_starts(output))
     raise ValueError("not an output pattern")  # pragma: no cover
 
 
-def _port_starts(lowered: str) -> list[int]:
-    """Where "port" stands in ASCII text `lowered` after no word character (the pattern's
-    \\b: "import", "report" and "support" are not tried)."""
+def _port_starts(lowered: str, output: str) -> list[int]:
+    """Where "port" stands in `lowered` (`output` lower-cased by `_lowered`) after no word
+    character of `output` (the pattern's \\b: "import", "report" and "support" are not
+    tried)."""
     return [
         at
         for at in _word_starts(lowered, ("port",))
-        if not at or not (lowered[at - 1].isalnum() or lowered[at - 1] == "_")
+        if not at or not (output[at - 1].isalnum() or output[at - 1] == "_")
     ]
 
 
@@ -194,13 +215,19 @@ def _line_starts(text: str, first: str) -> list[int]:
     return found
 
 
+# A test total's words (`_NEEDS[_TESTS]`), each starting with a space that no other holds: the
+# scan for the space and the letters after it finds every place one stands, in one read where
+# five finds read the output five times.
+_TEST_WORDS = re.compile(" (?:passed|failed|skipped|error|test)")
+
+
 def _test_total_starts(output: str) -> list[int]:
     """Where a test total can start in `output`, ascending: at the first of the decimal digits
     (what \\d takes: `str.isdecimal`) that end where one of its words (" passed", " failed",
     ...) starts. Each run of digits ends at a space and the next starts after that word's
     letters, so the starts ascend as the words do, and no digit is read twice."""
     starts = []
-    for end in _word_starts(output, _NEEDS[_TESTS]):
+    for end in map(re.Match.start, _TEST_WORDS.finditer(output)):
         start = end
         while start and output[start - 1].isdecimal():
             start -= 1
@@ -216,6 +243,33 @@ def _test_total_starts(output: str) -> list[int]:
 # character to the name's class or to \d, so these two read without it.
 _LOCATION_SUFFIX = re.compile(r":(?=\d+:\d)|\((?=\d+,\d+\))")
 _NAME_CHARS = re.compile(r"[\w./@-]*")
+
+
+# An error location read backwards from where its word stands (in the reversed output): the
+# separator (`\s*[-:]?\s*`), a suffix, and the name's characters. Each part's end is the only
+# one the pattern allows (a suffix ends in a digit or ")", neither a separator's character, and
+# the name runs back to the lookbehind's non-name character), so its match ends where the one
+# match of the pattern that ends in that word can start; possessive, as no part gives back
+# (backtracking would try every split of a long run of spaces, quadratic in its length).
+_LOCATION_BEFORE = re.compile(r"\s*+[-:]?+\s*+(?:\d++:\d++:|\)\d++,\d++\()[\w./@-]++")
+
+
+def _location_word_starts(output: str, lowered: str) -> list[int]:
+    """Where an error location can start in `output`, ascending: for each "error" or "warning"
+    of `lowered` (`output` lower-cased by `_lowered`: re.I's words stand there), the start of
+    the name and suffix that end at the separator before it, if they do. Only the few places
+    the words stand are read, not every ":" and "(" of the output."""
+    words = _word_starts(lowered, ("error", "warning"))
+    if not words:
+        return []
+    backwards = output[::-1]
+    size = len(output)
+    starts = {
+        size - found.end()
+        for at in words
+        if (found := _LOCATION_BEFORE.match(backwards, size - at)) is not None
+    }
+    return sorted(starts)
 
 
 def _location_starts(output: str) -> Iterator[int]:
@@ -236,6 +290,8 @@ def _location_starts(output: str) -> Iterator[int]:
 # A command that counts lines, and one that logs commits: looked for only in a command that
 # holds "wc" or "git" (most do not; a search reads every character).
 _WC_COMMAND = re.compile(r"(?:^|[\s;&|])wc\s+-l\b")
+# A decimal digit, which every value `command_values` reads but a commit's hash holds.
+_DIGIT = re.compile(r"\d")
 
 
 def command_values(command: str, output: str) -> list[tuple[str, str]]:
@@ -250,14 +306,18 @@ def command_values(command: str, output: str) -> list[tuple[str, str]]:
             seen.add(value)
             found.append((value, what))
 
-    if "wc" in command and _WC_COMMAND.search(command):
-        for line in output.splitlines():
-            match = _WC_LINE.match(line)
-            if match:
-                add(match.group(1), "lines, wc -l")
-    lowered = output.lower() if output.isascii() else None
-    for match in _scanned(_ERROR_LOCATION, output, lowered):
-        add(match.group("loc"), "error location")
+    # Every kind but a commit's hash reads a digit (\\d): an output without one (a third to
+    # a half of them) is read for commits only.
+    digits = _DIGIT.search(output) is not None
+    lowered = _lowered(output) if digits else None
+    if digits:
+        if "wc" in command and _WC_COMMAND.search(command):
+            for line in output.splitlines():
+                match = _WC_LINE.match(line)
+                if match:
+                    add(match.group(1), "lines, wc -l")
+        for match in _scanned(_ERROR_LOCATION, output, lowered):
+            add(match.group("loc"), "error location")
     for match in _scanned(_COMMIT_MADE, output, lowered):
         add(match.group("hash"), "commit made")
     if "git" in command and _GIT_LOG.search(command):
@@ -265,6 +325,8 @@ def command_values(command: str, output: str) -> list[tuple[str, str]]:
             match = _LOG_LINE.match(line.strip())
             if match:
                 add(match.group("hash"), "newest commit logged")
+    if not digits:
+        return found
     for match in _scanned(_ADDRESS, output, lowered):
         add(match.group(0), "address")
     for match in _scanned(_PORT, output, lowered):
@@ -391,10 +453,27 @@ def _run_values(run: str) -> tuple[str, ...]:
     return tuple(value for value in values if len(value) >= _MIN_CHARS)
 
 
+#: ASCII bytes, each a space unless `_SHAPE_RUN` reads it (\\w is [A-Za-z0-9_] in ASCII).
+_RUN_BYTES = bytes(
+    byte if chr(byte).isascii() and (chr(byte).isalnum() or chr(byte) in "_./@~+-") else 32
+    for byte in range(256)
+)
+
+
+def _runs(text: str) -> list[str]:
+    """`_SHAPE_RUN.findall(text)`: in ASCII text, the words left when every character a run
+    cannot hold is made a space, four characters or longer (a translate and a split at C
+    speed, about half the regex's time); other text through the regex."""
+    if not text.isascii():
+        return _SHAPE_RUN.findall(text)
+    words = text.encode().translate(_RUN_BYTES).decode().split()
+    return [run for run in words if len(run) >= 4]
+
+
 def _shapes(text: str, memo: RunMemo) -> list[str]:
     """`shapes(text)`, each run read once per `memo` (a run's values do not depend on
     what stands around it: see `_SHAPE_RUN`)."""
-    runs = _SHAPE_RUN.findall(text)
+    runs = _runs(text)
     for run in set(runs).difference(memo):
         memo[run] = _run_values(run)
     # The runs' values in text order, first occurrences kept, without a Python step per run.
@@ -432,14 +511,15 @@ def _defined_names(output: str) -> list[str]:
 
 def _error_lines(output: str) -> list[str]:
     """The lines of `output` (`splitlines`) that report a failure (`_reports_failure`), in
-    order. In ASCII text, the lines that hold the words' occurrences in the lower-cased
-    output (no word holds a line break), found with a `find` per occurrence instead of a look
-    for every word in every line; other text is read line by line."""
-    if not output.isascii():
+    order: the lines that hold the words' occurrences in the lower-cased output (`_lowered`,
+    non-ASCII text too; no word holds a line break), found with a `find` per occurrence
+    instead of a look for every word in every line; a text `_lowered` refuses is read line
+    by line."""
+    lowered = _lowered(output)
+    if lowered is None:
         if not _reports_failure(output):
             return []
         return [line for line in output.splitlines() if _reports_failure(line)]
-    lowered = output.lower()
     occurrences = _word_starts(lowered, _ERROR_WORDS)
     if not occurrences:
         return []

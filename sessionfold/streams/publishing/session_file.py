@@ -54,6 +54,7 @@ from sessionfold.events.lines import (
     DEPTH_ERROR,
     DEPTH_REASON,
     MAX_DEPTH,
+    NOT_OPENING,
     may_be_too_deep,
     split_line,
     too_deep,
@@ -612,7 +613,7 @@ class SessionFileReader:
         if type(value) is not dict or value.get("type") == "session":
             return None
         # `may_be_too_deep(data)`, spelled out: this runs for most lines.
-        if data.count(b"[") + data.count(b"{") > MAX_DEPTH and too_deep(value):
+        if len(data.translate(None, NOT_OPENING)) > MAX_DEPTH and too_deep(value):
             return None
         run = self._run
         entry = migrate_entry(value, position.version, session_id, position.entries + run)
