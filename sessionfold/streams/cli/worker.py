@@ -50,6 +50,7 @@ from sessionfold.streams.web.auth import exposure_warning
 from sessionfold.streams.web.live_contract import DEFAULT_WAIT_S
 from sessionfold.streams.web.live_worker import DEFAULT_CACHED_SESSIONS
 from sessionfold.streams.worker import fault_injection
+from sessionfold.streams.worker.answers import DEFAULT_ANSWER_THREADS
 
 if TYPE_CHECKING:
     import faust
@@ -168,6 +169,16 @@ def register(app: typer.Typer) -> None:
                 "overrides it).",
             ),
         ] = DEFAULT_WAIT_S,
+        answer_threads: Annotated[
+            int,
+            typer.Option(
+                "--answer-threads",
+                envvar="SESSIONFOLD_WORKER_ANSWER_THREADS",
+                min=0,
+                help="Flush requests the summarizer answers at once (one per session at most); "
+                "0 or 1: one at a time.",
+            ),
+        ] = DEFAULT_ANSWER_THREADS,
         loglevel: Annotated[
             str,
             typer.Option(
@@ -243,6 +254,7 @@ def register(app: typer.Typer) -> None:
                 security=security,
                 live_sessions=live_sessions,
                 live_wait_s=live_wait_s,
+                answer_threads=answer_threads,
             )
         except ValidationError as exc:
             fields = ", ".join(str(e["loc"][0]) for e in exc.errors())

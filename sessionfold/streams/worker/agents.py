@@ -13,7 +13,8 @@ Three agents, each a loop over its records:
 - dead-letter count (dead-letters): `count_dead_letter` keeps each session's count, once per
   record, for the state API (the embedded runtime counts the same dead letters).
 - summarize (flush-requests): `SummarizeRuntime` answers a request in a thread (a real model
-  takes seconds; the event loop must keep heart-beating) and sends the compaction: a pruning
+  takes seconds; the event loop must keep heart-beating; several at once with
+  `--answer-threads`, answers.py) and sends the compaction: a pruning
   flush through the model port, a ledger pass through the diff model, with the embedded
   runtime's answerer and failure policy (runtime/step.py), so both runtimes answer alike. An
   answer it cannot send (over the topics' record size, or refused by the producer) is replaced
@@ -29,6 +30,7 @@ import base64
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -915,6 +917,9 @@ class SummarizeRuntime:
 
     `max_record_bytes` is the largest record it sends (the topics' `max.message.bytes`); an
     answer over it, or one the producer refuses, goes out as the step's error answer instead.
+    With `threads` > 1 the model is asked on a pool of its own that many threads wide (the
+    agent then answers that many requests at once, answers.py); ledger passes go one at a time
+    whatever `threads` is (the diff model keeps state per call, which two passes would mix).
     """
 
     def __init__(
@@ -924,12 +929,25 @@ class SummarizeRuntime:
         topics: Topics,
         metrics: Metrics,
         max_record_bytes: int = MAX_MESSAGE_BYTES,
+        threads: int = 0,
     ) -> None:
         self.answerer = answerer
         self.send = send
         self.topics = topics
         self.metrics = metrics
         self.max_record_bytes = max_record_bytes
+        # Its own threads: asyncio's default pool is min(32, CPUs + 4) wide and also resolves
+        # the brokers' host names, which slow model calls must not queue behind.
+        self._threads = (
+            ThreadPoolExecutor(threads, thread_name_prefix="sessionfold-answer")
+            if threads > 1
+            else None
+        )
+        self._passes = asyncio.Lock()
+
+    async def answered(self, record: SourceRecord) -> Any:
+        """Answer one request (or dead-letter it) and wait until the broker has the record."""
+        return await (await self.handle(record))
 
     async def handle(self, record: SourceRecord) -> Awaitable[Any]:
         """Answer one request (or dead-letter it); resolves when the answer is durable."""
@@ -952,11 +970,24 @@ class SummarizeRuntime:
             return ack
         with self.metrics.summarizer_in_progress.track_inprogress():
             started = time.perf_counter()
-            answer = await asyncio.to_thread(self.answerer.answer, request)
+            answer = await self._ask(request)
             seconds = time.perf_counter() - started
         answer, ack = await self._send_answer(request, answer)
         observe_answer(self.metrics, answer.envelope, answer.outcome, seconds)
         return ack
+
+    async def _ask(self, request: FlushRequestEnvelope) -> Answer:
+        """The answerer's answer, asked in a thread (a real model takes seconds)."""
+        if isinstance(request, LedgerRequestEnvelope):
+            async with self._passes:
+                return await self._in_thread(request)
+        return await self._in_thread(request)
+
+    async def _in_thread(self, request: FlushRequestEnvelope) -> Answer:
+        if self._threads is None:
+            return await asyncio.to_thread(self.answerer.answer, request)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, self.answerer.answer, request)
 
     async def _send_answer(
         self, request: FlushRequestEnvelope, answer: Answer

@@ -12,10 +12,11 @@
 
 The `state` table is changelog-backed (keys `sid/...` as the folds write them, values orjson
 bytes: agents.py and kafka/table_store.py). Every agent runs with concurrency 1 (faust #606:
-with more, Faust can commit past an in-flight message). Every worker serves `/metrics` from a
-registry of its own (prometheus.py) and `/health`; every other route asks for the API token when
-one is set (web/auth.py), and the web server binds 127.0.0.1 unless told otherwise. No app exists
-at import time: each call builds a new one.
+with more, Faust can commit past an in-flight message); the summarizer answers up to
+`answer_threads` requests at once within it (answers.py), acknowledged in offset order. Every
+worker serves `/metrics` from a registry of its own (prometheus.py) and `/health`; every other
+route asks for the API token when one is set (web/auth.py), and the web server binds 127.0.0.1
+unless told otherwise. No app exists at import time: each call builds a new one.
 
 The fold agent works in batches (`FoldBatcher`): records that arrive back to back are folded one
 after another and committed together, so a key many of them write goes to the changelog once
@@ -45,6 +46,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -83,6 +85,7 @@ from sessionfold.streams.worker.agents import (
     SourceRecord,
     SummarizeRuntime,
 )
+from sessionfold.streams.worker.answers import DEFAULT_ANSWER_THREADS, AnswerPool
 from sessionfold.streams.worker.prometheus import FleetCollector, Metrics, create
 
 log = logging.getLogger(__name__)
@@ -153,6 +156,9 @@ class WorkerSettings(BaseModel):
     #: a context call waits for its leaf by default.
     live_sessions: int = Field(live_worker.DEFAULT_CACHED_SESSIONS, ge=1)
     live_wait_s: float = Field(DEFAULT_WAIT_S, ge=0)
+    #: Flush requests the summarizer answers at once (one per session at most, answers.py);
+    #: 0 or 1 answers one at a time, as before.
+    answer_threads: int = Field(DEFAULT_ANSWER_THREADS, ge=0)
 
     @field_validator("store")
     @classmethod
@@ -310,8 +316,8 @@ def make_app(
     if settings.summarizes:
         port = model_port or OfflineSummarizer()
         answerer = Answerer(port, diff_model or OfflineModel())
-        runtime = SummarizeRuntime(answerer, send, topics, metrics)
-        _add_summarizer(app, topics, runtime, offsets)
+        runtime = SummarizeRuntime(answerer, send, topics, metrics, threads=settings.answer_threads)
+        _add_summarizer(app, topics, runtime, offsets, settings.answer_threads)
     roles = _roles_by_topic(settings, topics)
     metrics.registry.register(
         FleetCollector(
@@ -1443,14 +1449,27 @@ def _live(
 
 
 def _add_summarizer(
-    app: faust.App, topics: Topics, runtime: SummarizeRuntime, offsets: ContiguousOffsets
+    app: faust.App,
+    topics: Topics,
+    runtime: SummarizeRuntime,
+    offsets: ContiguousOffsets,
+    threads: int,
 ) -> None:
     async def summarize(stream: faust.StreamT[bytes]) -> None:
         """Answer flush requests with compaction events."""
         acks = OrderedAcks()
+        if threads <= 1:
+            async for event in stream.noack().events():
+                if await offsets.admit(event.message):
+                    acks.add(event, await runtime.handle(_record(event.message)))
+            return
+        # Up to `threads` answers out at once, one per session; still acked in offset order.
+        pool: AnswerPool[Any] = AnswerPool(threads, offsets.reread)
         async for event in stream.noack().events():
             if await offsets.admit(event.message):
-                acks.add(event, await runtime.handle(_record(event.message)))
+                record = _record(event.message)
+                answer = partial(runtime.answered, record)
+                acks.add(event, await pool.submit(record.key, event, answer))
 
     app.agent(_topic(app, topics.flush_requests), name="summarize", concurrency=1)(summarize)
 
