@@ -568,18 +568,7 @@ def test_shapes_read_through_one_memo_of_runs_are_each_texts_shapes(texts: list[
 #: The code `_DEFINES` reads: its words, the same words inside others, what may follow them.
 _DEFINE_PIECES = st.sampled_from(
     (
-        "function",
-        "class",
-        "interface",
-        "type",
-        "enum",
-        "struct",
-        "trait",
-        "def",
-        "fn",
-        "const",
-        "let",
-        "var",
+        *ledger_values._DEFINE_WORDS,
         "function*",
         "classy",
         "undef",
