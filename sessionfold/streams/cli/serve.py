@@ -7,9 +7,15 @@ and serves the live API (web/live_api.py) that the pi extension in integrations/
 binds 127.0.0.1 unless `--bind` widens it and wants the API token on every route but `/health`
 and `/metrics` when one is set. A restart folds the files again: the log is the archive.
 
-Threads: the event loop (the routes), the tailer (reads and folds the files), one render thread,
-and `--answer-threads` model calls (runtime/live.py): a slow model delays only the session it
-answers. A stop waits up to `SHUTDOWN_GRACE_S` for the answers still with the model.
+Two processes (spawned, so neither shares the other's GIL): the API process listens on the
+port and answers caught-up context calls from what the fold process handed over (web/
+live_front.py), relaying every other call to it on a Unix socket in a private temporary
+directory; the fold process runs the tailer (reads and folds the files), one render thread,
+`--answer-threads` model calls (runtime/live.py: a slow model delays only the session it
+answers) and the live API (web/live_api.py) on that socket. A stop (SIGTERM, Ctrl-C) closes the
+port, then stops the fold process, which waits up to `SHUTDOWN_GRACE_S` for the answers still
+with the model. A fold process that ends unasked ends serve with exit code 1 and a line saying
+so (never half alive); a fold process whose API process is gone stops on its own.
 """
 
 from __future__ import annotations
@@ -143,6 +149,7 @@ def register(app: typer.Typer) -> None:
                 err.print(f"watching {path}: not there yet", highlight=False)
         fold = _FoldSide(watched, config, ledger_model, answer_threads, wait_s, poll_ms / 1000)
         quiet_bad_requests()
+        freeze_after_full_collections()  # the renders handed over: a few per session, kept
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         code = asyncio.run(_serve(err, fold, token, bind, port, wait_s))
         if code:

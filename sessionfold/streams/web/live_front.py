@@ -201,36 +201,40 @@ class LiveFront:
                 message = await read_frame(reader)
             except asyncio.IncompleteReadError:
                 return
-            kind, session_id = message[0], message[1]
-            if kind == "ready":
+            if message[0] == "ready":
                 if not ready.done():
-                    ready.set_result(session_id)
+                    ready.set_result(message[1])
                 continue
-            handed = self.sessions.get(session_id)
-            if handed is None:
-                handed = self.sessions[session_id] = HandedSession()
-            if kind == "render":
-                _, _, ids, (epoch, tokens, identities, pruned, forms) = message
-                handed.ids.update(ids)
-                handed.kept = KeptRender(epoch, tokens, identities, pruned, forms)
-            elif kind == "form":
-                if handed.kept is not None:
-                    handed.kept.forms[message[2]] = message[3]
-            elif kind == "moved":
-                handed.kept = None
+            self.apply(message)
+
+    def apply(self, message: tuple[Any, ...]) -> None:
+        """Apply one frame of the fold process (`render`, `form` or `moved`)."""
+        kind, session_id = message[0], message[1]
+        handed = self.sessions.get(session_id)
+        if handed is None:
+            handed = self.sessions[session_id] = HandedSession()
+        if kind == "render":
+            _, _, ids, (epoch, tokens, identities, pruned, forms) = message
+            handed.ids.update(ids)
+            handed.kept = KeptRender(epoch, tokens, identities, pruned, forms)
+        elif kind == "form":
+            if handed.kept is not None:
+                handed.kept.forms[message[2]] = message[3]
+        elif kind == "moved":
+            handed.kept = None
 
     # --- the routes -------------------------------------------------------------------------
 
     async def context(self, request: web.Request) -> web.Response:
         """A caught-up call from the render handed over, any other relayed."""
         body = await request.read()
-        answered = self._caught_up(request.match_info["session_id"], body)
+        answered = self.caught_up(request.match_info["session_id"], body)
         if answered is not None:
             self.answered_here += 1
             return answered
         return await self._relay(request, body)
 
-    def _caught_up(self, session_id: str, body: bytes) -> web.Response | None:
+    def caught_up(self, session_id: str, body: bytes) -> web.Response | None:
         """The answer from the session's render handed over, if the call may have it (else
         None: a bad body is the fold process' to refuse, as everything else)."""
         handed = self.sessions.get(session_id)
