@@ -21,6 +21,7 @@ so (never half alive); a fold process whose API process is gone stops on its own
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing
 import signal
@@ -64,6 +65,8 @@ DISCOVER_EVERY_S = 0.5
 #: How long a stop waits for the answers still with the model, seconds: one that comes back
 #: in time is journaled and folded; one that does not is asked again at the next start.
 SHUTDOWN_GRACE_S = 30.0
+#: The fold process' socket's accept queue.
+FOLD_BACKLOG = 4096
 #: How much longer than SHUTDOWN_GRACE_S the API process waits for the fold process to stop
 #: (its tailer's join, its last frames) before it kills it.
 STOP_MARGIN_S = 15.0
@@ -238,8 +241,9 @@ async def _serve(
         pipe.close()
         frames_in.close()
         alive_out.close()
-        socket_path.unlink(missing_ok=True)
-        private.rmdir()
+        with contextlib.suppress(OSError):  # the fold process removes them as it stops
+            socket_path.unlink()
+            private.rmdir()
         if done.is_set():
             err.print("stopped", highlight=False)
 
@@ -292,7 +296,9 @@ async def _fold_serve(
     tailer.start()
     runner = web.AppRunner(api.app(None), access_log=None)
     await runner.setup()
-    site = web.UnixSite(runner, socket_path)
+    # Every relayed call the API process holds open is a connection: room for a fleet's at once
+    # (aiohttp's 128 refused the 200 bench sessions' live calls when they came together).
+    site = web.UnixSite(runner, socket_path, backlog=FOLD_BACKLOG)
     await site.start()
     handover.ready(len(live.sessions))
     done = asyncio.Event()
@@ -309,6 +315,10 @@ async def _fold_serve(
         left = await asyncio.to_thread(live.close, SHUTDOWN_GRACE_S)
         if left:
             print(f"{left} flush answers still out: asked again at the next start", file=sys.stderr)
+        # Gone with the API process too when that one was killed: no socket left behind.
+        with contextlib.suppress(OSError):
+            Path(socket_path).unlink()
+            Path(socket_path).parent.rmdir()
 
 
 def _tail(live: LiveFolds, poll_s: float, stop: threading.Event) -> None:

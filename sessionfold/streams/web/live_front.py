@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 _LENGTH = struct.Struct("!Q")
 #: The form an answer's array takes: a patch to pi's array, or the whole array.
 PATCH, MESSAGES = "patch", "messages"
+#: How many times a relayed call tries to connect to the fold process, and the pause between.
+CONNECT_TRIES = 20
+CONNECT_PAUSE_S = 0.05
 #: The headers of a relayed answer kept as the fold process gave them.
 _KEPT_HEADERS = ("Content-Type", "Retry-After", "WWW-Authenticate")
 
@@ -288,18 +291,25 @@ class LiveFront:
         """The call as it came, to the fold process' API; its answer as it came back."""
         assert self._client is not None
         data = body if request.method == "POST" else None
-        try:
-            async with self._client.request(
-                request.method, request.rel_url, data=data, headers=_content_type(request)
-            ) as answer:
-                payload = await answer.read()
-                headers = {k: answer.headers[k] for k in _KEPT_HEADERS if k in answer.headers}
-                outcome = answer.headers.get(OUTCOME_HEADER)
-                status = answer.status
-        except (aiohttp.ClientError, OSError) as exc:
-            error = type(exc).__name__
-            log.warning("live: the fold process did not answer", extra={"error": error})
-            return json_response({"error": "the fold process is not answering"}, 503)
+        for attempt in range(CONNECT_TRIES):
+            try:
+                async with self._client.request(
+                    request.method, request.rel_url, data=data, headers=_content_type(request)
+                ) as answer:
+                    payload = await answer.read()
+                    headers = {k: answer.headers[k] for k in _KEPT_HEADERS if k in answer.headers}
+                    outcome = answer.headers.get(OUTCOME_HEADER)
+                    status = answer.status
+                break
+            except aiohttp.ClientConnectorError as exc:
+                # Not connected, so nothing was sent: trying again is safe (a full accept
+                # queue refuses a connection at once).
+                if attempt + 1 < CONNECT_TRIES:
+                    await asyncio.sleep(CONNECT_PAUSE_S)
+                    continue
+                return _unanswered(exc)
+            except (aiohttp.ClientError, OSError) as exc:
+                return _unanswered(exc)
         response = web.Response(body=payload, status=status, headers=headers)
         if outcome is not None:
             response.headers[OUTCOME_HEADER] = outcome  # counted (and dropped) by the middleware
@@ -338,6 +348,11 @@ class LiveFront:
         client, self._client = self._client, None
         if client is not None:
             await client.close()
+
+
+def _unanswered(exc: BaseException) -> web.Response:
+    log.warning("live: the fold process did not answer", extra={"error": type(exc).__name__})
+    return json_response({"error": "the fold process is not answering"}, 503)
 
 
 def _content_type(request: web.Request) -> dict[str, str]:
