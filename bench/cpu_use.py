@@ -34,6 +34,26 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def tree_cpu_seconds(pid: int) -> float | None:
+    """`cpu_seconds` of `pid` and of every live process under it (serve's fold process), or
+    None if `pid` is gone."""
+    own = cpu_seconds(pid)
+    if own is None:
+        return None
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return own
+    for task in tasks:
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in children:
+            own += tree_cpu_seconds(int(child)) or 0.0
+    return own
+
+
 def _listening_inodes(port: int) -> set[str]:
     """Socket inodes listening on `port` (any local address, IPv4 or IPv6)."""
     inodes = set()

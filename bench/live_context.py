@@ -20,10 +20,10 @@ pi's array (the unpruned context at that leaf, encoded before the timed part) to
   the extension calls) times the same call once more (`node`), free of this process's delays.
 
 Per level: p50/p99 of both over every call of every repeat (and the median over repeats of each
-run's p99), bytes sent and received per call, serve's CPU use and this process's (the clients',
-on the same CPUs), and the fold's own time for the same leaf events, folded embedded
-(`LiveFolds` in this process, before the timed part) and the ratio of a live call to it, and
-the embedded render (view and encoding) at the same leaves.
+run's p99), bytes sent and received per call, serve's CPU use (its processes together) and
+this process's (the clients', on the same CPUs), and the fold's own time for the same leaf
+events, folded embedded (`LiveFolds` in this process, before the timed part) and the ratio of a
+live call to it, and the embedded render (view and encoding) at the same leaves.
 Then the cost against the session's length: the calls bucketed by pi's array size in
 messages, with the array's bytes, the render's, the live and the caught-up calls' times, and
 the time per array KB (a flat time per KB means no growth beyond the array's own size).
@@ -60,7 +60,7 @@ from typing import Any
 
 import httpx
 import orjson
-from cpu_use import cpu_seconds
+from cpu_use import tree_cpu_seconds
 from fold_profile import top
 
 from sessionfold.streams.kafka.topics import Topics, ensure_topics
@@ -510,13 +510,13 @@ def run_level(
         else worker_serving(watched, bootstrap, load.partitions, sessions)
     )
     with server as (url, pid):
-        cpu_before = cpu_seconds(pid)
+        cpu_before = tree_cpu_seconds(pid)
         client_before = time.process_time()
         started = time.perf_counter()
         samples = asyncio.run(clients(url, files, load))
         wall = time.perf_counter() - started
         client = time.process_time() - client_before
-        cpu_after = cpu_seconds(pid)
+        cpu_after = tree_cpu_seconds(pid)
     cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
     return Run(sessions, samples, wall, cpu, client)
 

@@ -70,3 +70,17 @@ def serving(watched: Path, token: str, poll_ms: int = 5) -> Iterator[Serve]:
         if process.poll() is None:
             process.terminate()
             process.communicate(timeout=20)
+
+
+def fold_process(serve: Serve) -> int:
+    """The pid of serve's fold process (its child that multiprocessing spawned, beside the
+    resource tracker)."""
+    pid = serve.process.pid
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+            if b"spawn_main" in command:
+                return int(child)
+        assert time.monotonic() < deadline, "serve has no fold process"
+        time.sleep(0.05)

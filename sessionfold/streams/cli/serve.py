@@ -7,25 +7,38 @@ and serves the live API (web/live_api.py) that the pi extension in integrations/
 binds 127.0.0.1 unless `--bind` widens it and wants the API token on every route but `/health`
 and `/metrics` when one is set. A restart folds the files again: the log is the archive.
 
-Threads: the event loop (the routes), the tailer (reads and folds the files), one render thread,
-and `--answer-threads` model calls (runtime/live.py): a slow model delays only the session it
-answers. A stop waits up to `SHUTDOWN_GRACE_S` for the answers still with the model.
+Two processes (spawned, so neither shares the other's GIL): the API process listens on the
+port and answers caught-up context calls from what the fold process handed over (web/
+live_front.py), relaying every other call to it on a Unix socket in a private temporary
+directory; the fold process runs the tailer (reads and folds the files), one render thread,
+`--answer-threads` model calls (runtime/live.py: a slow model delays only the session it
+answers) and the live API (web/live_api.py) on that socket. A stop (SIGTERM, Ctrl-C) closes the
+port, then stops the fold process, which waits up to `SHUTDOWN_GRACE_S` for the answers still
+with the model. A fold process that ends unasked ends serve with exit code 1 and a line saying
+so (never half alive); a fold process whose API process is gone stops on its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import multiprocessing
 import signal
 import sys
+import tempfile
 import threading
 import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from sessionfold.projections.pruning.config import PruneConfig
 from sessionfold.streams.cli.ledger import diff_model_for
 from sessionfold.streams.cli.options import (
     ApiToken,
@@ -36,10 +49,12 @@ from sessionfold.streams.cli.options import (
     config_or_exit,
 )
 from sessionfold.streams.cli.worker import model_port_for
+from sessionfold.streams.logs import configure_cli_logging
 from sessionfold.streams.runtime.heap import freeze_after_full_collections
 from sessionfold.streams.runtime.live import DEFAULT_ANSWER_THREADS, LiveFolds
 from sessionfold.streams.web.auth import exposure_warning, quiet_bad_requests
 from sessionfold.streams.web.live_api import DEFAULT_WAIT_S, LiveApi
+from sessionfold.streams.web.live_front import Handover, LiveFront
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +65,11 @@ DISCOVER_EVERY_S = 0.5
 #: How long a stop waits for the answers still with the model, seconds: one that comes back
 #: in time is journaled and folded; one that does not is asked again at the next start.
 SHUTDOWN_GRACE_S = 30.0
+#: The fold process' socket's accept queue.
+FOLD_BACKLOG = 4096
+#: How much longer than SHUTDOWN_GRACE_S the API process waits for the fold process to stop
+#: (its tailer's join, its last frames) before it kills it.
+STOP_MARGIN_S = 15.0
 #: The GIL's switch interval in serve, seconds (Python's default: 0.005). The event loop gives
 #: up the GIL at each socket call and waits up to an interval to get it back from the tailer and
 #: the render thread: a shorter one halves a caught-up call's median as a client sees it at 50
@@ -119,7 +139,7 @@ def register(app: typer.Typer) -> None:
         config = config_or_exit(err, config_file, settings or [])
         token = api_token_or_exit(err, api_token, api_token_file)
         try:
-            diff_model = diff_model_for(ledger_model)
+            diff_model_for(ledger_model)  # refused here, with its reason; made in the fold process
         except ValueError as exc:
             err.print(f"[red]cannot use the ledger model:[/] {exc}", highlight=False)
             raise typer.Exit(2) from None
@@ -130,40 +150,161 @@ def register(app: typer.Typer) -> None:
         for path in watched:
             if not path.exists():
                 err.print(f"watching {path}: not there yet", highlight=False)
-        live = LiveFolds(
-            watched, config, model_port_for(config), diff_model, answer_threads=answer_threads
-        )
-        api = LiveApi(live, wait_s, diff_model)
+        fold = _FoldSide(watched, config, ledger_model, answer_threads, wait_s, poll_ms / 1000)
         quiet_bad_requests()
-        freeze_after_full_collections()  # the sessions' entries and state live as long as serve
+        freeze_after_full_collections()  # the renders handed over: a few per session, kept
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        asyncio.run(_serve(err, live, api, token, bind, port, poll_ms / 1000))
+        code = asyncio.run(_serve(err, fold, token, bind, port, wait_s))
+        if code:
+            raise typer.Exit(code)
+
+
+@dataclass(frozen=True)
+class _FoldSide:
+    """What the fold process is started with (pickled to it: `spawn`)."""
+
+    watched: list[Path]
+    config: PruneConfig
+    ledger_model: str | None
+    answer_threads: int
+    wait_s: float
+    poll_s: float
 
 
 async def _serve(
-    err: Console,
+    err: Console, fold: _FoldSide, token: str | None, bind: str, port: int, wait_s: float
+) -> int:
+    """The API process: start the fold process, serve the routes until a signal (0) or until
+    the fold process ends on its own (1)."""
+    from aiohttp import web
+
+    spawn = multiprocessing.get_context("spawn")
+    private = Path(tempfile.mkdtemp(prefix="sessionfold-serve-"))  # 0700: the socket's dir
+    socket_path = private / "fold.sock"
+    frames_in, frames_out = spawn.Pipe(duplex=False)
+    # The fold process watches `alive_in`: it reads its end (EOF) once this process is gone.
+    alive_in, alive_out = spawn.Pipe(duplex=False)
+    process = spawn.Process(
+        target=_fold_process,
+        args=(fold, str(socket_path), frames_out, alive_in),
+        name="sessionfold-fold",
+    )
+    process.start()
+    frames_out.close()
+    alive_in.close()
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=2**31)
+    pipe = open(frames_in.fileno(), "rb", buffering=0, closefd=False)  # noqa: SIM115
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+    front = LiveFront(str(socket_path), wait_s)
+    ready: asyncio.Future[int] = loop.create_future()
+    receiving = asyncio.create_task(front.receive(reader, ready))
+    ended = asyncio.Event()
+    loop.add_reader(process.sentinel, ended.set)
+    done = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, done.set)
+    runner = web.AppRunner(front.app(token), access_log=None)
+    try:
+        waits = [ready, asyncio.ensure_future(ended.wait()), asyncio.ensure_future(done.wait())]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        if not ready.done():
+            return _fold_ended(err, process) if ended.is_set() else 0
+        await runner.setup()
+        site = web.TCPSite(runner, bind, port)
+        await site.start()
+        bound = runner.addresses[0][1] if runner.addresses else port
+        sessions = ready.result()
+        err.print(f"serving on http://{bind}:{bound} (sessions: {sessions})", highlight=False)
+        stopping = asyncio.ensure_future(done.wait())
+        await asyncio.wait(
+            [stopping, asyncio.ensure_future(ended.wait()), receiving],
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if not done.is_set():
+            # The fold process ended (or closed its pipe) unasked: no half-alive serve.
+            await runner.cleanup()
+            await asyncio.to_thread(process.join, 5)
+            return _fold_ended(err, process)
+        return 0
+    finally:
+        loop.remove_reader(process.sentinel)
+        await runner.cleanup()
+        if process.is_alive():
+            process.terminate()  # the fold process' own stop: SHUTDOWN_GRACE_S for answers
+            await asyncio.to_thread(process.join, SHUTDOWN_GRACE_S + STOP_MARGIN_S)
+            if process.is_alive():
+                err.print("the fold process did not stop: killed", highlight=False)
+                process.kill()
+                await asyncio.to_thread(process.join, 5)
+        receiving.cancel()
+        pipe.close()
+        frames_in.close()
+        alive_out.close()
+        with contextlib.suppress(OSError):  # the fold process removes them as it stops
+            socket_path.unlink()
+            private.rmdir()
+        if done.is_set():
+            err.print("stopped", highlight=False)
+
+
+def _fold_ended(err: Console, process: BaseProcess) -> int:
+    """Say the fold process ended unasked (its exit code), and serve's exit code: 1."""
+    log.error("serve: the fold process ended", extra={"exit_code": process.exitcode})
+    err.print(
+        f"[red]the fold process ended (exit code {process.exitcode}): serve stops[/]",
+        highlight=False,
+    )
+    return 1
+
+
+def _fold_process(fold: _FoldSide, socket_path: str, frames: Connection, alive: Connection) -> None:
+    """The fold process: `LiveFolds` and the live API over it on `socket_path`, what its
+    answers were made from handed over on `frames`; it stops at SIGTERM (the API process
+    stopping) or once `alive` ends (that process gone)."""
+    configure_cli_logging()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the API process stops this one
+    config = fold.config
+    diff_model = diff_model_for(fold.ledger_model)
+    live = LiveFolds(
+        fold.watched,
+        config,
+        model_port_for(config),
+        diff_model,
+        answer_threads=fold.answer_threads,
+    )
+    handover = Handover(live, frames.fileno())
+    api = LiveApi(live, fold.wait_s, diff_model, handover=handover)
+    quiet_bad_requests()
+    freeze_after_full_collections()  # the sessions' entries and state live as long as serve
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    asyncio.run(_fold_serve(live, api, handover, socket_path, fold.poll_s, alive))
+
+
+async def _fold_serve(
     live: LiveFolds,
     api: LiveApi,
-    token: str | None,
-    bind: str,
-    port: int,
+    handover: Handover,
+    socket_path: str,
     poll_s: float,
+    alive: Connection,
 ) -> None:
     from aiohttp import web
 
     stop = threading.Event()
     tailer = threading.Thread(target=_tail, args=(live, poll_s, stop), name="tail", daemon=True)
     tailer.start()
-    runner = web.AppRunner(api.app(token), access_log=None)
+    runner = web.AppRunner(api.app(None), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, bind, port)
+    # Every relayed call the API process holds open is a connection: room for a fleet's at once
+    # (aiohttp's 128 refused the 200 bench sessions' live calls when they came together).
+    site = web.UnixSite(runner, socket_path, backlog=FOLD_BACKLOG)
     await site.start()
-    bound = runner.addresses[0][1] if runner.addresses else port
-    err.print(f"serving on http://{bind}:{bound} (sessions: {len(live.sessions)})", highlight=False)
+    handover.ready(len(live.sessions))
     done = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, done.set)
+    loop.add_signal_handler(signal.SIGTERM, done.set)
+    loop.add_reader(alive.fileno(), done.set)  # readable only at its end: the API process left
     try:
         await done.wait()
     finally:
@@ -173,8 +314,11 @@ async def _serve(
         tailer.join(timeout=10)
         left = await asyncio.to_thread(live.close, SHUTDOWN_GRACE_S)
         if left:
-            err.print(f"{left} flush answers still out: asked again at the next start")
-        err.print("stopped", highlight=False)
+            print(f"{left} flush answers still out: asked again at the next start", file=sys.stderr)
+        # Gone with the API process too when that one was killed: no socket left behind.
+        with contextlib.suppress(OSError):
+            Path(socket_path).unlink()
+            Path(socket_path).parent.rmdir()
 
 
 def _tail(live: LiveFolds, poll_s: float, stop: threading.Event) -> None:

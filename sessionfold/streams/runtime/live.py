@@ -147,6 +147,11 @@ class Rendered:
     identities: list[Identity]  # `view.unpruned`'s (what a caller's array is checked against)
 
     @cached_property
+    def pruned(self) -> bool:
+        """Whether the context differs from the unpruned array (a matching call is changed)."""
+        return self.view.messages != self.view.unpruned
+
+    @cached_property
     def messages_json(self) -> bytes:
         """`view.messages` encoded (a context answer's payload), once per render."""
         return orjson.dumps(self.view.messages)

@@ -3,4 +3,4 @@
 No module is private to it.
 """
 
-__all__ = ["auth", "live_api", "live_contract", "live_worker", "state_api"]
+__all__ = ["auth", "live_api", "live_contract", "live_front", "live_worker", "state_api"]

@@ -30,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from aiohttp import web
@@ -59,12 +59,24 @@ from sessionfold.streams.web.live_contract import (
     LiveMetrics,
 )
 
+if TYPE_CHECKING:
+    from sessionfold.streams.web.live_front import Handover
+
 log = logging.getLogger(__name__)
 
 #: How often a waiting call looks again when the tailer wakes it (a safety net), seconds.
 WAKE_STEP_S = 0.5
 
-__all__ = ["DEFAULT_WAIT_S", "MAX_ID_CHARS", "MAX_RECALL_IDS", "LiveApi", "LiveMetrics"]
+__all__ = [
+    "DEFAULT_WAIT_S",
+    "MAX_ID_CHARS",
+    "MAX_RECALL_IDS",
+    "OUTCOME_HEADER",
+    "LiveApi",
+    "LiveMetrics",
+    "json_response",
+    "timed_middleware",
+]
 
 
 @dataclass
@@ -76,6 +88,9 @@ class LiveApi:
     diff_model: DiffModel | None = None
     ledger: LedgerConfig = DEFAULT_LEDGER
     metrics: LiveMetrics | None = None
+    #: serve's fold process: what its answers were made from goes to the API process
+    #: (live_front.py), and each answer says its outcome in a header for that process' metrics.
+    handover: Handover | None = None
 
     def __post_init__(self) -> None:
         if self.metrics is None:
@@ -111,7 +126,7 @@ class LiveApi:
             if found == "unknown":
                 # pi writes a new session's file only once its first model call has answered:
                 # nothing of it is there to prune yet.
-                return _json(
+                return json_response(
                     contract.unchanged(session_id, leaf, 0, "unknown-session", stale=False)
                 )
             kept = self._kept(session_id, asked) if found == "folded" else None
@@ -124,7 +139,7 @@ class LiveApi:
             # A flush of the session went to the model between the wait and the render: wait
             # for its answer too (within the same bound).
         head, field, payload = kept
-        return _json(head, spliced=None if payload is None else (field, payload))
+        return json_response(head, spliced=None if payload is None else (field, payload))
 
     def _kept(
         self, session_id: str, request: ContextRequest
@@ -209,16 +224,18 @@ class LiveApi:
     ) -> tuple[dict[str, Any], str, bytes | None]:
         """The answer's fields from one render, and the field its encoded array (or patch)
         goes in, with the encoding, when it carries one."""
-        answer = contract.context_answer(
+        answer = contract.context_head(
             session_id,
             request,
-            rendered.view,
             rendered.epoch,
             stale,
             rendered.tokens,
             rendered.identities,
-            with_array=False,
+            lambda: rendered.pruned,
         )
+        if not stale and self.handover is not None:
+            # serve's API process answers the calls after this one from what it is handed.
+            self.handover.answered(session_id, request.patch, rendered)
         if not answer["changed"]:
             return answer, "", None
         # The render's array (or patch) goes out as encoded once per render (`_json` splices
@@ -235,15 +252,15 @@ class LiveApi:
             session = self.live.sessions.get(session_id)
             path = None if session is None else session.path
         if path is None:
-            return _json(contract.fallback("unknown-session"))
+            return json_response(contract.fallback("unknown-session"))
         try:
             payload = await asyncio.to_thread(self._compaction, path)
         except Exception as exc:  # never an error pi cannot survive: its own compaction runs
             log.warning(
                 "live compact failed", extra={"session": session_id, "error": type(exc).__name__}
             )
-            return _json(contract.fallback(f"error:{type(exc).__name__}"))
-        return _json(contract.compact_answer(payload))
+            return json_response(contract.fallback(f"error:{type(exc).__name__}"))
+        return json_response(contract.compact_answer(payload))
 
     def _compaction(self, path: Any) -> dict[str, Any] | None:
         """`sessionfold ledger compact FILE`'s passes over the file: the last one's payload."""
@@ -264,9 +281,9 @@ class LiveApi:
         with self.live.lock:
             session = self.live.sessions.get(session_id)
             if session is None:
-                return _json({"error": "unknown session"}, 404)
+                return json_response({"error": "unknown session"}, 404)
             text, found = recall_text(self.live.runtime.store, session_id, ids, session.entry_at)
-        return _json({"text": text, "found": found})
+        return json_response({"text": text, "found": found})
 
     async def ref(self, request: web.Request) -> web.Response:
         """One original tool result, by ref."""
@@ -277,13 +294,13 @@ class LiveApi:
         with self.live.lock:
             session = self.live.sessions.get(session_id)
             if session is None:
-                return _json({"error": "unknown session"}, 404)
+                return json_response({"error": "unknown session"}, 404)
             seq = resolve_ref(self.live.runtime.store, session_id, ref)
             entry = session.entry_at(seq) if seq is not None else None
         message = message_of(entry) if entry is not None else None
         if message is None or message.get("role") != "toolResult":
-            return _json({"error": "unknown ref"}, 404)
-        return _json(
+            return json_response({"error": "unknown ref"}, 404)
+        return json_response(
             {
                 "session_id": session_id,
                 "ref": ref,
@@ -300,20 +317,20 @@ class LiveApi:
         session_id = _id(request)
         with self.live.lock:
             if session_id not in self.live.sessions:
-                return _json(contract.unknown_status(session_id))
+                return json_response(contract.unknown_status(session_id))
             document = self.live.document(session_id)
             kept = self.live.sessions[session_id].rendered  # the last render: the footer's reclaim
             reclaim = None if kept is None else kept.tokens
             answer = contract.status_answer(session_id, self.live.runtime.store, document, reclaim)
-        return _json(answer)
+        return json_response(answer)
 
     async def document(self, request: web.Request) -> web.Response:
         """The session document (`sessionfold fold --json`'s)."""
         session_id = _id(request)
         with self.live.lock:
             if session_id not in self.live.sessions:
-                return _json({"error": "unknown session"}, 404)
-            return _json(self.live.document(session_id))
+                return json_response({"error": "unknown session"}, 404)
+            return json_response(self.live.document(session_id))
 
     async def client_events(self, request: web.Request) -> web.Response:
         """Count what the extension reports (fail-opens by kind)."""
@@ -324,7 +341,7 @@ class LiveApi:
 
     async def health(self, _request: web.Request) -> web.Response:
         """Always 200 while the server runs."""
-        return _json({"status": "ok", "sessions": len(self.live.sessions)})
+        return json_response({"status": "ok", "sessions": len(self.live.sessions)})
 
     async def prometheus(self, _request: web.Request) -> web.Response:
         """The live metrics in Prometheus' text format."""
@@ -337,7 +354,11 @@ class LiveApi:
     def app(self, token: str | None) -> web.Application:
         """The aiohttp application: the routes behind the token guard, each one timed."""
         app = web.Application(
-            middlewares=[token_middleware(token), self._timed], client_max_size=MAX_BODY_BYTES
+            middlewares=[
+                token_middleware(token),
+                timed_middleware(self.metrics, with_outcome=self.handover is not None),
+            ],
+            client_max_size=MAX_BODY_BYTES,
         )
         app.on_startup.append(self._hook)
         app.on_cleanup.append(self._unhook)
@@ -365,7 +386,13 @@ class LiveApi:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._wake, session_id)
 
-        self.live.on_lines = woken
+        handover = self.handover
+
+        def moved(session_id: str) -> None:
+            handover.moved(session_id)  # type: ignore[union-attr]
+            woken(session_id)
+
+        self.live.on_lines = woken if handover is None else moved
         self._hooked = True
         self._renders = ThreadPoolExecutor(1, thread_name_prefix="sessionfold-render")
 
@@ -376,9 +403,19 @@ class LiveApi:
         if renders is not None:
             renders.shutdown(wait=False, cancel_futures=True)
 
+
+#: The header serve's fold process gives each answer's metric outcome in (live_front.py
+#: counts it and drops the header).
+OUTCOME_HEADER = "X-Sessionfold-Outcome"
+
+
+def timed_middleware(metrics: LiveMetrics | None, with_outcome: bool = False) -> Any:
+    """A middleware timing each call into `metrics` (by route and outcome) and giving its
+    time in a `Server-Timing` header; with `with_outcome`, the outcome in `OUTCOME_HEADER`."""
+    assert metrics is not None
+
     @web.middleware
-    async def _timed(
-        self,
+    async def timed(
         request: web.Request,
         handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
     ) -> web.StreamResponse:
@@ -386,12 +423,16 @@ class LiveApi:
         started = time.monotonic()
         response = await handler(request)
         took = time.monotonic() - started
-        assert self.metrics is not None
-        self.metrics.seconds.labels(route).observe(took)
-        self.metrics.calls.labels(route, _outcome(response)).inc()
+        outcome = response.headers.pop(OUTCOME_HEADER, None) or _outcome(response)
+        metrics.seconds.labels(route).observe(took)
+        metrics.calls.labels(route, outcome).inc()
+        if with_outcome:
+            response.headers[OUTCOME_HEADER] = outcome
         # The server's own time (W3C Server-Timing): a client tells it from its own delays.
         response.headers["Server-Timing"] = f"total;dur={took * 1000:.3f}"
         return response
+
+    return timed
 
 
 def _done(session: LiveSession | None, leaf: str | None) -> bool:
@@ -439,7 +480,11 @@ def _bad(why: str) -> web.HTTPBadRequest:
     )
 
 
-def _json(body: Any, status: int = 200, spliced: tuple[str, bytes] | None = None) -> web.Response:
+def json_response(
+    body: Any, status: int = 200, spliced: tuple[str, bytes] | None = None
+) -> web.Response:
+    """`body` as a JSON answer (with `spliced`'s encoded field appended), its outcome kept
+    for the metrics when it is a context answer."""
     encoded = orjson.dumps(body)
     if spliced is not None:
         # The render's array or patch, encoded once per render: spliced in as the last field,

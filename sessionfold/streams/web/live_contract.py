@@ -8,6 +8,7 @@ worker's table).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -205,6 +206,37 @@ def context_answer(
     `unpruned_shape` are the view's when the caller has them already (serve keeps them with
     its render). A changed array comes as `messages`, or as `patch` when the request asks;
     without `with_array` it is left to the caller (serve splices in one encoded per render)."""
+    if unpruned_shape is None:
+        unpruned_shape = message_identities(view.unpruned)
+    answer = context_head(
+        session_id,
+        request,
+        epoch,
+        stale,
+        view.tokens if tokens is None else tokens,
+        unpruned_shape,
+        lambda: view.messages != view.unpruned,
+    )
+    if answer["changed"] and with_array:
+        if request.patch:
+            answer["patch"] = patch_of(view.messages, view.unpruned)
+        else:
+            answer["messages"] = view.messages
+    return answer
+
+
+def context_head(
+    session_id: str,
+    request: ContextRequest,
+    epoch: int,
+    stale: bool,
+    tokens: dict[str, int],
+    unpruned_shape: list[Identity],
+    pruned: Callable[[], bool],
+) -> dict[str, Any]:
+    """A context answer's fields but its array, from what a render gives: its tokens, its
+    unpruned array's shape and whether its array differs from the unpruned one (`pruned`,
+    asked only when pi's array matches). serve's API process answers from these alone."""
     answer: dict[str, Any] = {
         "session_id": session_id,
         "leaf": request.leaf,
@@ -212,20 +244,14 @@ def context_answer(
         "stale": stale,
         "reason": None,
         "epoch": epoch,
-        "tokens": view.tokens if tokens is None else tokens,
+        "tokens": tokens,
     }
-    if unpruned_shape is None:
-        unpruned_shape = message_identities(view.unpruned)
     if not same_messages(request.shape, unpruned_shape):
         answer["reason"] = "mismatch"  # pi holds messages the log does not (yet): keep its own
-    elif view.messages != view.unpruned:
+    elif pruned():
         # Not only what the render phases pruned: the per-batch summaries pi-condense would
         # have logged are in no log, so a context with them differs from pi's own array.
         answer["changed"] = True
-        if with_array and request.patch:
-            answer["patch"] = patch_of(view.messages, view.unpruned)
-        elif with_array:
-            answer["messages"] = view.messages
     return answer
 
 

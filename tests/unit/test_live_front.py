@@ -1,0 +1,140 @@
+"""serve's API process answers a caught-up context call from what the fold process handed over
+(web/live_front.py): in process, over a pipe, against the fold process' own API on the same
+`LiveFolds`. Over a session grown in drawn steps, with calls in drawn forms: whatever the API
+process answers is the fold process' answer byte for byte, and once the session folded anything
+since, it answers nothing (the call goes to the fold process)."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sessionfold.projections.pruning.config import DEFAULT_CONFIG
+from sessionfold.streams.cli.context import view_from_replay
+from sessionfold.streams.runtime.live import LiveFolds
+from sessionfold.streams.tools.replay import Collector, replay_files
+from sessionfold.streams.tools.synthetic import generate_session, write_session
+from sessionfold.streams.web.live_api import LiveApi
+from sessionfold.streams.web.live_front import Handover, LiveFront, read_frame
+
+PIPE_BYTES = 1 << 20
+
+
+async def _frames(fd: int) -> list[Any]:
+    """Every frame written to the pipe so far."""
+    data = bytearray()
+    while True:
+        try:
+            chunk = os.read(fd, PIPE_BYTES)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    reader = asyncio.StreamReader()
+    reader.feed_data(bytes(data))
+    reader.feed_eof()
+    found = []
+    while True:
+        try:
+            found.append(await read_frame(reader))
+        except asyncio.IncompleteReadError:
+            return found
+
+
+def _pi_shape(path: Path, session_id: str) -> list[list[Any]]:
+    collector = Collector(session_id)
+    replayer = replay_files([path], DEFAULT_CONFIG, [session_id], on_folded=collector)
+    view = view_from_replay(replayer, collector, DEFAULT_CONFIG)
+    return [[m["role"], m.get("toolCallId")] for m in view.unpruned]
+
+
+SOURCES: dict[int, list[bytes]] = {}
+
+
+def _lines(seed: int) -> list[bytes]:
+    if seed not in SOURCES:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as scratch:
+            path = write_session(Path(scratch), generate_session(seed, 14)).path
+            SOURCES[seed] = path.read_bytes().splitlines(keepends=True)
+    return SOURCES[seed]
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    seed=st.sampled_from([3, 4]),
+    steps=st.lists(st.integers(1, 6), min_size=1, max_size=60),
+    forms=st.lists(st.sampled_from(["patch", "messages", "mismatch", "none"]), min_size=1),
+)
+def test_the_api_process_answers_the_fold_process_bytes_or_nothing(
+    tmp_path_factory: Any, seed: int, steps: list[int], forms: list[str]
+) -> None:
+    """Grow the file by drawn steps; after each, a drawn call to the fold process' API, its
+    frames applied to the API process' side: the same call there gives the same bytes, or
+    nothing (a form not handed over yet); after the next step (a fold), nothing at all."""
+    lines = _lines(seed)
+    watched = tmp_path_factory.mktemp("live")
+    path = watched / "session.jsonl"
+    path.write_bytes(b"")
+    session_id = str(orjson.loads(lines[0])["id"])
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    os.set_blocking(read_end, False)
+    live = LiveFolds([watched])
+    front = LiveFront("unused")
+
+    async def run() -> None:
+        api = LiveApi(live, wait_s=5, handover=Handover(live, write_end))
+        async with TestClient(TestServer(api.app(None))) as client:
+            written = 0
+            previous: bytes | None = None
+            for number, step in enumerate(steps):
+                if written >= len(lines):
+                    break
+                with path.open("ab") as handle:
+                    handle.write(b"".join(lines[written : written + step]))
+                written += step
+                live.discover()
+                live.poll()
+                for frame in await _frames(read_end):
+                    front.apply(frame)
+                if previous is not None:
+                    # the session folded lines since the last answer: it is not answered here
+                    assert front.caught_up(session_id, previous) is None
+                form = forms[number % len(forms)]
+                leaf = orjson.loads(lines[min(written, len(lines)) - 1])["id"]
+                shape = [] if form == "mismatch" else _pi_shape(path, session_id)
+                body: dict[str, Any] = {"leaf": None if form == "none" else leaf, "shape": shape}
+                if form != "messages":
+                    body["answer"] = "patch"
+                encoded = orjson.dumps(body)
+                answer = await client.post(f"/sessions/{session_id}/context", data=encoded)
+                expected = await answer.read()
+                assert not orjson.loads(expected)["stale"]
+                for frame in await _frames(read_end):
+                    front.apply(frame)
+                here = front.caught_up(session_id, encoded)
+                assert here is not None and here.body == expected
+                unknown = orjson.dumps({**body, "leaf": "not-folded-yet"})
+                assert front.caught_up(session_id, unknown) is None
+                previous = encoded
+
+    try:
+        asyncio.run(run())
+    finally:
+        os.close(read_end)
+        os.close(write_end)

@@ -1,0 +1,126 @@
+"""`sessionfold serve`'s two processes (cli/serve.py, web/live_front.py): the API process
+answers a caught-up context call from what the fold process handed over, without it; a fold
+process that dies stops serve with an error, never leaving it half alive; a dead API process
+takes the fold process with it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from serve_process import Serve, fold_process, serving
+
+from sessionfold.projections.pruning.config import DEFAULT_CONFIG
+from sessionfold.streams.cli.context import view_from_replay
+from sessionfold.streams.tools.replay import Collector, replay_files
+from sessionfold.streams.tools.synthetic import generate_session, write_session
+
+TOKEN = "t" * 32
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Serve, str, list[bytes], Path]]:
+    """A serve process over one session file written whole; the session's id and lines."""
+    source = write_session(tmp_path, generate_session(7, 40)).path
+    lines = source.read_bytes().splitlines(keepends=True)
+    watched = tmp_path / "sessions"
+    watched.mkdir()
+    path = watched / source.name
+    path.write_bytes(b"".join(lines))
+    with serving(watched, TOKEN) as serve:
+        yield serve, str(orjson.loads(lines[0])["id"]), lines, path
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+            status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if status == "Z":  # exited, not yet waited for by its parent
+                return True
+        except (ProcessLookupError, FileNotFoundError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_caught_up_call_is_answered_without_the_fold_process(
+    served: tuple[Serve, str, list[bytes], Path],
+) -> None:
+    """With the fold process stopped (SIGSTOP), a call repeated at a folded leaf still gets
+    the same bytes, in the form asked before; a form not asked yet, a leaf not folded and any
+    other route wait for the fold process, and get its answer once it runs again."""
+    serve, session_id, lines, path = served
+    fold = fold_process(serve)
+    leaf = orjson.loads(lines[-1])["id"]
+    route = f"/sessions/{session_id}/context"
+    shape = [[m["role"], m.get("toolCallId")] for m in _pi_array(path, session_id)]
+    with httpx.Client(base_url=serve.url, headers=AUTH, timeout=30) as client:
+        asked = {"leaf": leaf, "shape": shape, "answer": "patch", "wait_ms": 20_000}
+        first = client.post(route, json=asked)  # the fold process renders, and hands it over
+        assert first.json()["changed"] is True and "patch" in first.json()
+        os.kill(fold, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            again = client.post(route, json=asked)
+            assert time.monotonic() - started < 2
+            assert again.content == first.content
+            anywhere = client.post(route, json={**asked, "leaf": None}).json()
+            assert anywhere == {**first.json(), "leaf": None}
+            for waits in (
+                {**asked, "answer": "messages"},  # not encoded yet
+                {**asked, "leaf": "not-folded", "wait_ms": 0},
+            ):
+                with pytest.raises(httpx.ReadTimeout):
+                    client.post(route, json=waits, timeout=1)
+            with pytest.raises(httpx.ReadTimeout):
+                client.get(f"/sessions/{session_id}/status", timeout=1)
+        finally:
+            os.kill(fold, signal.SIGCONT)
+        whole = client.post(route, json={**asked, "answer": "messages"}).json()
+        assert whole["changed"] is True and "messages" in whole
+        assert client.get(f"/sessions/{session_id}/status").json()["known"] is True
+    serve.stop()
+
+
+def _pi_array(path: Path, session_id: str) -> list[dict[str, Any]]:
+    """pi's own array for the file as it is (the unpruned context)."""
+    collector = Collector(session_id)
+    replayer = replay_files([path], DEFAULT_CONFIG, [session_id], on_folded=collector)
+    return view_from_replay(replayer, collector, DEFAULT_CONFIG).unpruned
+
+
+def test_a_dead_fold_process_stops_serve_with_an_error(
+    served: tuple[Serve, str, list[bytes], Path],
+) -> None:
+    """SIGKILL the fold process: serve exits non-zero at once, saying so in one line."""
+    serve, session_id, _lines, _path = served
+    fold = fold_process(serve)
+    with httpx.Client(base_url=serve.url, headers=AUTH, timeout=30) as client:
+        assert client.get(f"/sessions/{session_id}/status").status_code == 200
+    os.kill(fold, signal.SIGKILL)
+    _, err = serve.process.communicate(timeout=20)
+    assert serve.process.returncode == 1
+    assert b"the fold process ended (exit code -9): serve stops" in err
+    assert b"Traceback" not in err
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{serve.url}/health", timeout=2)
+
+
+def test_a_dead_api_process_stops_the_fold_process(
+    served: tuple[Serve, str, list[bytes], Path],
+) -> None:
+    """SIGKILL the API process: the fold process sees its pipe end and stops on its own."""
+    serve, _session_id, _lines, _path = served
+    fold = fold_process(serve)
+    serve.kill()
+    assert _gone(fold, 20)
