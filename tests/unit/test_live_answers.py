@@ -290,10 +290,13 @@ def test_any_interleaving_of_lines_and_answers_folds_as_the_synchronous_fold(
                     continue
                 folds = session.folds
                 model.gate(reference.session_id).release()
-                if reference.session_id in model.waiting or len(model.waiting) < threads:
-                    # Its call is with the model, or soon (not queued behind held ones): the
-                    # answer comes back and is folded.
-                    _until(lambda s=session, f=folds: s.folds != f)  # type: ignore[misc]
+                # The answer comes back and is folded, unless its call is queued behind held
+                # ones: then every thread ends up holding another session's call.
+                _until(
+                    lambda s=session, f=folds, i=reference.session_id: (  # type: ignore[misc]
+                        s.folds != f or (i not in model.waiting and len(model.waiting) >= threads)
+                    )
+                )
             with live.lock:  # (the pool folds nothing meanwhile)
                 for m, reference in enumerate(references):
                     session = live.sessions.get(reference.session_id)
