@@ -69,14 +69,37 @@ WAKE_STEP_S = 0.5
 
 __all__ = [
     "DEFAULT_WAIT_S",
+    "LIVE_ROUTES",
     "MAX_ID_CHARS",
     "MAX_RECALL_IDS",
     "OUTCOME_HEADER",
     "LiveApi",
     "LiveMetrics",
+    "add_live_routes",
     "json_response",
     "timed_middleware",
 ]
+
+
+#: The live routes (method, path, handler's name), the same on serve's API process
+#: (live_front.py) and on the fold process or a worker (here).
+LIVE_ROUTES = (
+    ("GET", "/health", "health"),
+    ("GET", "/metrics", "prometheus"),
+    ("GET", "/sessions/{session_id}", "document"),
+    ("GET", "/sessions/{session_id}/status", "status"),
+    ("GET", "/sessions/{session_id}/refs/{ref}", "ref"),
+    ("POST", "/sessions/{session_id}/context", "context"),
+    ("POST", "/sessions/{session_id}/compact", "compact"),
+    ("POST", "/sessions/{session_id}/recall", "recall"),
+    ("POST", "/sessions/{session_id}/client-events", "client_events"),
+)
+
+
+def add_live_routes(app: web.Application, handlers: object) -> None:
+    """Route every live route of `app` to the method of `handlers` named for it."""
+    for method, path, name in LIVE_ROUTES:
+        app.router.add_route(method, path, getattr(handlers, name))
 
 
 @dataclass
@@ -362,15 +385,7 @@ class LiveApi:
         )
         app.on_startup.append(self._hook)
         app.on_cleanup.append(self._unhook)
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/metrics", self.prometheus)
-        app.router.add_get("/sessions/{session_id}", self.document)
-        app.router.add_get("/sessions/{session_id}/status", self.status)
-        app.router.add_get("/sessions/{session_id}/refs/{ref}", self.ref)
-        app.router.add_post("/sessions/{session_id}/context", self.context)
-        app.router.add_post("/sessions/{session_id}/compact", self.compact)
-        app.router.add_post("/sessions/{session_id}/recall", self.recall)
-        app.router.add_post("/sessions/{session_id}/client-events", self.client_events)
+        add_live_routes(app, self)
         return app
 
     async def _hook(self, _app: web.Application) -> None:

@@ -52,6 +52,7 @@ from sessionfold.streams.web.auth import token_middleware
 from sessionfold.streams.web.live_api import (
     OUTCOME_HEADER,
     LiveMetrics,
+    add_live_routes,
     json_response,
     timed_middleware,
 )
@@ -268,6 +269,9 @@ class LiveFront:
         """Any other route: the fold process' answer."""
         return await self._relay(request, await request.read())
 
+    # The routes the fold process answers, relayed as they came.
+    health = document = status = ref = compact = recall = relay
+
     async def client_events(self, request: web.Request) -> web.Response:
         """Count what the extension reports (here: this process' metrics are serve's)."""
         body = await request.read()
@@ -325,15 +329,7 @@ class LiveFront:
         )
         app.on_startup.append(self._open)
         app.on_cleanup.append(self._close)
-        app.router.add_get("/health", self.relay)
-        app.router.add_get("/metrics", self.prometheus)
-        app.router.add_get("/sessions/{session_id}", self.relay)
-        app.router.add_get("/sessions/{session_id}/status", self.relay)
-        app.router.add_get("/sessions/{session_id}/refs/{ref}", self.relay)
-        app.router.add_post("/sessions/{session_id}/context", self.context)
-        app.router.add_post("/sessions/{session_id}/compact", self.relay)
-        app.router.add_post("/sessions/{session_id}/recall", self.relay)
-        app.router.add_post("/sessions/{session_id}/client-events", self.client_events)
+        add_live_routes(app, self)
         return app
 
     async def _open(self, _app: web.Application) -> None:
