@@ -24,7 +24,7 @@ from sessionfold.projections.pruning.capture import (
     result_record,
 )
 from sessionfold.projections.pruning.entry_facts import EntryFacts
-from sessionfold.projections.pruning.frontier import mark_of, trim_batches
+from sessionfold.projections.pruning.frontier import mark_of
 from sessionfold.projections.pruning.records import (
     AssistantCall,
     AssistantFacts,
@@ -208,11 +208,65 @@ def frontier_of(session: Session) -> Frontier | None:
 
 
 def capture(session: Session) -> list[Batch]:
-    """The rescan's result (§3.2): ready batches on the branch, trimmed, then grouped."""
-    batches = [b for t in session.head["pending"] if (b := turn_batch(session, t)) is not None]
+    """The rescan's result (§3.2): ready batches on the branch, trimmed, then grouped.
+
+    `turn_batch` of each pending turn trimmed by `trim_batches`, in one pass: a turn before the
+    frontier's is not built, a summarized call gets no Call, and each batch is built once with
+    the calls the trim keeps (a flush captures every pending turn)."""
+    store, sid = session.store, session.session_id
     mark = mark_of(session.head["frontier"])
-    trimmed = trim_batches(batches, mark, summarized_predicate(session))
-    return group_batches(trimmed, session.config.batchingMode)
+    mark_turn = mark.last_attempted_turn_index if mark is not None else -1
+    protection = session.protection
+    protected = protection.memo  # (name, path) -> bool: the globs run once per pair
+    batches: list[Batch] = []
+    for turn in session.head["pending"]:
+        if turn < mark_turn:
+            continue  # before the frontier's turn: the trim drops it whole
+        window = store.get(f"{sid}/pr/w/{turn}")
+        facts = store.get(f"{sid}/pr/a/{window['a']}") if window is not None else None
+        if window is None or facts is None:
+            continue
+        results = window["r"]
+        calls = []
+        for call in facts["calls"]:
+            seq = results.get(call["id"])
+            result = store.get(f"{sid}/pr/r/{seq}") if seq is not None else None
+            if result is None:
+                continue
+            pair = (call["name"], call["path"])
+            hit = protected.get(pair)
+            if hit is None:
+                hit = protected[pair] = protection.protects(*pair)
+            if hit or store.get(f"{sid}/pr/i/{result['key']}") is not None:
+                continue  # protected, or summarized (`index.is_summarized`)
+            calls.append(
+                Call(
+                    key=result["key"],
+                    tool_call_id=call["id"],
+                    tool_name=call["name"],
+                    raw_chars=result["raw"],
+                    content_hash=result["hash"],
+                    head=result["head"],
+                    seq=seq,
+                    is_error=result["err"],
+                    arguments=call["args"],
+                    result_ts=result["rts"],
+                    assistant_seq=window["a"],
+                )
+            )
+        if not calls:
+            continue
+        if turn == mark_turn:
+            # The frontier's own turn: the calls after its call, or all of them when its call
+            # is not among them (the miss rule); `trim_batch`'s steps 3-5.
+            ids = [c.tool_call_id for c in calls]
+            call_id = mark.last_attempted_tool_call_id  # type: ignore[union-attr]
+            if call_id in ids:
+                calls = calls[ids.index(call_id) + 1 :]
+                if not calls:
+                    continue
+        batches.append(Batch(turn, facts["ts"], tuple(calls), facts["text"], facts["group"]))
+    return group_batches(batches, session.config.batchingMode)
 
 
 # --- reload and branch switch ----------------------------------------------------------------
