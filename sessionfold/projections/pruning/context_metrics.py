@@ -433,7 +433,19 @@ def _locate(
         return None
     # Turns only grow along the branch: start from the old boundary when it is not past it.
     start = mx["gb"] if 0 <= mx["gt"] <= turn else 0
-    for n in range(start, state["n"]):
+    count = state["n"]
+    # The call index names the latest assistant on this branch with the frontier's call (`g`,
+    # written since the last switch): when that is the turn's row, it is the one row the scan
+    # below finds (an assistant's turn is its place among the branch's assistants: one row
+    # per turn), without reading every row since the old boundary. Any other answer scans.
+    found = store.get(f"{session_id}/c/{call_id}") if type(call_id) is str else None
+    if found is not None and found["g"] == state["gen"] and start <= found["n"] < count:
+        n = found["n"]
+        named: MessageRow | None = store.get(f"{session_id}/m/{n}")
+        if named is not None and named["role"] == "assistant" and named["turn"] == turn:
+            excluded = _excluded_ids(named, call_id)
+            return None if excluded is None else (n, excluded)
+    for n in range(start, count):
         # _row spelled out in the scan (no call, no cast): the head says the row exists.
         row: MessageRow = store.get(f"{session_id}/m/{n}")  # type: ignore[assignment]
         if row["role"] == "assistant" and row["turn"] == turn:
