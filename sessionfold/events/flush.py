@@ -17,10 +17,10 @@ from pydantic import Field
 from sessionfold.events.envelope import (
     PRUNING_PRODUCER,
     FlushMetricsEnvelope,
-    OpaquePayload,
     Payload,
     PruningCompactionEnvelope,
     PruningRequestEnvelope,
+    opaque_envelope,
 )
 
 Trigger = Literal["budget", "delta", "message-end", "manual", "rearmed"]
@@ -192,14 +192,13 @@ def _wrapped(
     body: dict[str, Any],
     seq: int,
 ) -> PruningRequestEnvelope | PruningCompactionEnvelope | FlushMetricsEnvelope:
-    opaque = OpaquePayload(**body)
+    # `body` is the payload's own dump: built without validating it again (opaque_envelope).
     session_id = payload.session_id
-    time = getattr(payload, "time", None)
     if isinstance(payload, FlushRequestPayload):
-        return PruningRequestEnvelope(session_id=session_id, seq=seq, time=time, payload=opaque)
+        return opaque_envelope(PruningRequestEnvelope, session_id, seq, body, payload.time)
     if isinstance(payload, CompactionPayload):
-        return PruningCompactionEnvelope(session_id=session_id, seq=seq, payload=opaque)
-    return FlushMetricsEnvelope(session_id=session_id, seq=seq, time=time, payload=opaque)
+        return opaque_envelope(PruningCompactionEnvelope, session_id, seq, body)
+    return opaque_envelope(FlushMetricsEnvelope, session_id, seq, body, payload.time)
 
 
 def read_request(envelope: PruningRequestEnvelope) -> FlushRequestPayload:

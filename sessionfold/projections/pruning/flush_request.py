@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, get_args
 
-from sessionfold.events.envelope import OpaquePayload, PruningRequestEnvelope
+from sessionfold.events.envelope import PruningRequestEnvelope, opaque_envelope
 from sessionfold.events.flush import (
     DedupedCall,
     FlushBatch,
@@ -63,12 +63,7 @@ def request_envelope(
         "metrics": {name: snapshot[name] for name in MetricsSnapshot.model_fields},
         "time": info["time"],
     }
-    return PruningRequestEnvelope(
-        session_id=session.session_id,
-        seq=seq,
-        time=info["time"],
-        payload=OpaquePayload(**document),
-    )
+    return opaque_envelope(PruningRequestEnvelope, session.session_id, seq, document, info["time"])
 
 
 _FRONTIER_FIELDS = tuple(Frontier.model_fields)

@@ -14,7 +14,7 @@ from typing import Any, get_args
 
 from msgspec.structs import replace
 
-from sessionfold.events.envelope import Envelope, FlushMetricsEnvelope, OpaquePayload
+from sessionfold.events.envelope import Envelope, FlushMetricsEnvelope, opaque_envelope
 from sessionfold.events.flush import (
     AttemptOutcome,
     CompactionPayload,
@@ -440,9 +440,6 @@ def _record_attempt(
         "flush attempt",
         extra={"session": session.session_id, "trigger": info["trigger"], "outcome": outcome},
     )
-    return FlushMetricsEnvelope(
-        session_id=session.session_id,
-        seq=info["seq"],
-        time=info["time"],
-        payload=OpaquePayload(**record),
+    return opaque_envelope(
+        FlushMetricsEnvelope, session.session_id, info["seq"], record, info["time"]
     )
