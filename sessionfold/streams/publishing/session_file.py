@@ -56,6 +56,7 @@ from sessionfold.events.lines import (
     MAX_DEPTH,
     NOT_OPENING,
     may_be_too_deep,
+    nests_within,
     split_line,
     too_deep,
 )
@@ -73,6 +74,9 @@ DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 RAW_PREFIX_BYTES = 64 * 1024
 #: How much of a line is read at a time (and of a too-long one while skipping it).
 _SKIP_CHUNK = 1024 * 1024
+#: From how many bytes on a common line's depth is bounded by walking its parsed containers
+#: instead of counting its brackets: about where the two cost the same (pi's lines).
+_WALK_FROM = 2048
 #: How much of a file is read at a time to cut lines from.
 _BLOCK = 256 * 1024
 BOM = b"\xef\xbb\xbf"
@@ -645,8 +649,12 @@ class SessionFileReader:
         # As `split_line` reads a line orjson parses; a header's type goes the general way.
         if type(value) is not dict or value.get("type") == "session":
             return None
-        # `may_be_too_deep(data)`, spelled out: this runs for most lines.
-        if len(data.translate(None, NOT_OPENING)) > MAX_DEPTH and too_deep(value):
+        # The depth bound: a long line's containers are walked (its strings cost one check
+        # each), a shorter one's brackets counted (`may_be_too_deep(data)`, spelled out).
+        if len(data) >= _WALK_FROM:
+            if not nests_within(value):
+                return None
+        elif len(data.translate(None, NOT_OPENING)) > MAX_DEPTH and too_deep(value):
             return None
         run = self._run
         entry = migrate_entry(value, position.version, session_id, position.entries + run)
