@@ -56,6 +56,7 @@ from sessionfold.events.lines import (
     MAX_DEPTH,
     NOT_OPENING,
     may_be_too_deep,
+    nests_within,
     split_line,
     too_deep,
 )
@@ -73,6 +74,11 @@ DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 RAW_PREFIX_BYTES = 64 * 1024
 #: How much of a line is read at a time (and of a too-long one while skipping it).
 _SKIP_CHUNK = 1024 * 1024
+#: From how many bytes on a common line's depth is bounded by walking its parsed containers
+#: instead of counting its brackets: about where the two cost the same (pi's lines).
+_WALK_FROM = 2048
+#: How much of a file is read at a time to cut lines from.
+_BLOCK = 256 * 1024
 BOM = b"\xef\xbb\xbf"
 TOO_LONG_ERROR = "LineTooLong"
 TOO_LONG_REASON = "line too long"
@@ -226,28 +232,59 @@ def _line_tuples(
     handle: IO[bytes], offset: int, limit: int, final: bool
 ) -> Iterator[tuple[bytes, int, int, bool]]:
     """`raw_lines` as (data, length, size, too_long) tuples: the reader's loop takes a line
-    in a fraction of what building a frozen RawLine costs."""
+    in a fraction of what building a frozen RawLine costs.
+
+    Lines are cut from blocks read `_BLOCK` bytes at a time, their ends found by `find` (memchr)
+    instead of `readline`'s byte by byte scan and copy; a line not ended within its block and
+    the one after, or longer than `limit`, or the last one, is read from its start by
+    `_next_line`, as every line was.
+    """
     handle.seek(offset)
-    readline = handle.readline
-    first_size = min(limit + 1, _SKIP_CHUNK)
+    read = handle.read
+    buffer, start = b"", 0  # buffer[start:] is what the file holds from `offset` on
     while True:
-        chunk = readline(first_size)
-        if len(chunk) >= _SKIP_CHUNK and not chunk.endswith(b"\n"):
-            chunk = _read_rest(handle, chunk, limit + 1)
-        if len(chunk) > limit and not chunk.endswith(b"\n"):
-            line = _skipped_line(handle, chunk, final)
+        end = buffer.find(b"\n", start)
+        if end >= 0 and end - start <= limit:
+            data = buffer[start:end]
+            length = end + 1 - start
+            start = end + 1
+            if data.endswith(b"\r"):
+                data = data.rstrip(b"\r\n")
+            size, too_long = len(data), False
+        else:
+            if end < 0 and len(buffer) - start < _BLOCK:
+                more = read(_BLOCK)
+                if more:
+                    buffer, start = buffer[start:] + more, 0
+                    continue
+            handle.seek(offset)
+            line = _next_line(handle, limit, final)
             if line is None:
                 return
-            data, length, size, too_long = line.data, line.length, line.size, True
-        elif not chunk or (not chunk.endswith(b"\n") and not final):
-            return
-        else:
-            data = chunk.rstrip(b"\r\n")
-            length, size, too_long = len(chunk), len(data), False
+            data, length, size, too_long = line
+            buffer, start = b"", 0  # the handle stands past the line
         if offset == 0 and data.startswith(BOM):
             data = data[len(BOM) :]
         offset += length
         yield data, length, size, too_long
+
+
+def _next_line(handle: IO[bytes], limit: int, final: bool) -> tuple[bytes, int, int, bool] | None:
+    """The line at the handle's position as (data, length, size, too_long), read with
+    `readline` in bounded chunks (a too-long one skipped to its end); None at the end of the
+    file, or at a last line without its newline when not `final`."""
+    chunk = handle.readline(min(limit + 1, _SKIP_CHUNK))
+    if len(chunk) >= _SKIP_CHUNK and not chunk.endswith(b"\n"):
+        chunk = _read_rest(handle, chunk, limit + 1)
+    if len(chunk) > limit and not chunk.endswith(b"\n"):
+        line = _skipped_line(handle, chunk, final)
+        if line is None:
+            return None
+        return line.data, line.length, line.size, True
+    if not chunk or (not chunk.endswith(b"\n") and not final):
+        return None
+    data = chunk.rstrip(b"\r\n")
+    return data, len(chunk), len(data), False
 
 
 def _read_rest(handle: IO[bytes], first: bytes, size: int) -> bytes:
@@ -612,8 +649,12 @@ class SessionFileReader:
         # As `split_line` reads a line orjson parses; a header's type goes the general way.
         if type(value) is not dict or value.get("type") == "session":
             return None
-        # `may_be_too_deep(data)`, spelled out: this runs for most lines.
-        if len(data.translate(None, NOT_OPENING)) > MAX_DEPTH and too_deep(value):
+        # The depth bound: a long line's containers are walked (its strings cost one check
+        # each), a shorter one's brackets counted (`may_be_too_deep(data)`, spelled out).
+        if len(data) >= _WALK_FROM:
+            if not nests_within(value):
+                return None
+        elif len(data.translate(None, NOT_OPENING)) > MAX_DEPTH and too_deep(value):
             return None
         run = self._run
         entry = migrate_entry(value, position.version, session_id, position.entries + run)
