@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
+from sessionfold.events.envelope import PRUNING_PRODUCER
 from sessionfold.events.flush import (
     BatchResult,
     CompactionPayload,
@@ -135,6 +136,47 @@ class OfflineSummarizer:
             results=tuple(results),
             usage=usage,
         )
+
+    def summarize_document(self, request: FlushRequestPayload) -> dict[str, Any]:
+        """`self.summarize(request).model_dump(mode="json")`, built as that dict itself: the
+        answer is only ever sent, and its models' validation and dump cost as much as the
+        summaries' text (the same keys, in the same order, as the dump's)."""
+        results = []
+        for number, batch in enumerate(request.batches):
+            if batch.disposition != "summarize":
+                results.append(_result_document(number, batch.disposition, None, [], 0))
+                continue
+            refs = tuple(call.ref or call.tool_call_id for call in batch.calls)
+            text = offline_summary(batch.calls, refs)
+            results.append(_result_document(number, "summarized", text, list(refs), 1))
+        return {
+            "producer": PRUNING_PRODUCER,
+            "request_id": request.request_id,
+            "session_id": request.session_id,
+            "model": self.model,
+            "results": results,
+            "usage": _usage_document(sum(r["usage"]["calls"] for r in results)),
+            "error": None,
+        }
+
+
+def _usage_document(calls: int) -> dict[str, Any]:
+    """`ModelUsage(calls=calls).model_dump(mode="json")`."""
+    return {"input_tokens": 0, "output_tokens": 0, "cost": 0.0, "calls": calls}
+
+
+def _result_document(
+    batch: int, outcome: str, text: str | None, refs: list[str], calls: int
+) -> dict[str, Any]:
+    """`BatchResult(...).model_dump(mode="json")` of an offline result (no error)."""
+    return {
+        "batch": batch,
+        "outcome": outcome,
+        "text": text,
+        "refs": refs,
+        "usage": _usage_document(calls),
+        "error": None,
+    }
 
 
 # --- the offline summary ---------------------------------------------------------------------

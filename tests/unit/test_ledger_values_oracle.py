@@ -210,3 +210,48 @@ def test_runs_split_from_ascii_text_are_the_run_patterns_matches(text: str) -> N
     """Property: the runs of any text, split at C speed from ASCII text, are the ones the
     run pattern finds, in order."""
     assert ledger_values._runs(text) == ledger_values._SHAPE_RUN.findall(text)
+
+
+def _places(text: str, words: tuple[str, ...]) -> list[int]:
+    return [at for word in words for at in range(len(text)) if text.startswith(word, at)]
+
+
+_ASCII_WORDS = tuple({word for words in ledger_values._NEEDS.values() for word in words}) + (
+    ledger_values._TIMING_LOWER
+)
+
+
+@settings(max_examples=2000)
+@example("TOO\u212a 3s ERROR \u00e9 port 80")  # the Kelvin sign's lower case is an ASCII "k"
+@example("\u00c9rror: x.py:1:2 err\u00f6r \u03a3 warning")
+@given(
+    st.one_of(
+        _texts(40),
+        st.lists(st.sampled_from(["\u212a", "\u00e9", "ERROR", "Took", "port ", "\u0345"])).map(
+            "".join
+        ),
+    )
+)
+def test_the_ascii_lower_case_holds_every_ascii_word_where_the_lower_case_does(text: str) -> None:
+    """Property: `_ascii_lowered` (non-ASCII text encoded with "?" for each other character,
+    then lowered) refuses what `_lowered` refuses, and holds every word command_values looks
+    for at the places `_lowered`'s text holds it."""
+    lowered = ledger_values._lowered(text)
+    fast = ledger_values._ascii_lowered(text)
+    assert (fast is None) == (lowered is None)
+    if fast is not None and lowered is not None:
+        assert len(fast) == len(text)
+        assert _places(fast, _ASCII_WORDS) == _places(lowered, _ASCII_WORDS)
+
+
+def test_only_the_kelvin_sign_and_dotted_capital_i_lower_case_to_ascii() -> None:
+    """Over every non-ASCII code point: the ones whose lower case holds an ASCII character
+    are the Kelvin sign, which `_ascii_lowered` lowers in full, and dotted capital I, a fold
+    breaker; every other one is a "?" there, as it holds no ASCII word in the lower case."""
+    found = {
+        chr(c)
+        for c in range(0x80, sys.maxunicode + 1)
+        if not 0xD800 <= c <= 0xDFFF and any(ord(x) < 128 for x in chr(c).lower())
+    }
+    assert found == {"\u212a", "\u0130"}
+    assert "\u0130" in ledger_values._FOLD_BREAKERS

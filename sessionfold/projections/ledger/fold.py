@@ -171,7 +171,7 @@ class LedgerFold:
     def _put_row(self, head: LedgerHead, kind: str, row: LedgerRow) -> int:
         number: int = head["n"].get(kind, 0) + 1  # .get: a head from before a kind existed
         head["n"][kind] = number
-        self.store.put(ledger_key(head["session"], kind, number), row)
+        self.store.put(f"{head['session']}/ledger/{kind}/{number}", row)  # ledger_key
         return number
 
     def _anomaly(
@@ -243,7 +243,7 @@ class LedgerFold:
         """
         if entry_id is None:
             return False
-        id_key = ledger_key(head["session"], "id", entry_id)
+        id_key = f"{head['session']}/ledger/id/{entry_id}"  # ledger_key(session, "id", id)
         first: int | None = self.store.get(id_key)  # the seq that first folded this id
         if first is None:
             self.store.put(id_key, seq)
@@ -306,7 +306,7 @@ class LedgerFold:
                         "chars": len(text),
                     },
                 )
-        elif role == "assistant":
+        elif role == "assistant" and facts.calls:  # a reply without calls writes nothing
             for call_id, command in commands.bash_calls(facts.calls):
                 bash: BashCall = {
                     "command": command[: config.command_chars],
@@ -350,7 +350,7 @@ class LedgerFold:
     ) -> None:
         message: dict[str, Any] = facts.message  # type: ignore[assignment]  # a result's facts
         call_id = facts.call_id
-        call_key = ledger_key(head["session"], "call", call_id) if call_id is not None else ""
+        call_key = f"{head['session']}/ledger/call/{call_id}" if call_id is not None else ""
         call = self.store.get(call_key) if call_key else None
         tool = facts.tool
         if isinstance(call, dict) and "file" in call:
@@ -398,7 +398,7 @@ class LedgerFold:
     ) -> None:
         """A file read or modified, once per (path, op): the first time it happened."""
         digest = hashlib.sha256(path.encode()).hexdigest()[:20]
-        index = ledger_key(head["session"], "file", op, digest)
+        index = f"{head['session']}/ledger/file/{op}/{digest}"  # ledger_key(..., op, digest)
         if self.store.get(index) is not None:
             return
         number = head["n"].get("F", 0) + 1

@@ -113,6 +113,21 @@ def _lowered(output: str) -> str | None:
     return lowered if len(lowered) == len(output) else None
 
 
+def _ascii_lowered(output: str) -> str | None:
+    """What `_lowered(output)` gives for a look for an ASCII word: the same places hold each
+    one. A non-ASCII text's lower case is built from its ASCII letters alone, every other
+    character made a "?" (one character each, so the places stay the output's), by an encode
+    and a lower at C speed instead of `str.lower`'s Unicode mapping of every character; a
+    text with the Kelvin sign, whose lower case is an ASCII "k", is lower-cased in full."""
+    if output.isascii():
+        return output.lower()
+    if any(map(output.__contains__, _FOLD_BREAKERS)):
+        return None
+    if "\u212a" in output:
+        return _lowered(output)
+    return output.encode("ascii", "replace").lower().decode("ascii")
+
+
 def _scanned(pattern: re.Pattern[str], output: str, lowered: str | None) -> list[re.Match[str]]:
     """`pattern`'s matches in `output` (one of `_NEEDS`' patterns; `lowered`: the output in
     lower case as `_lowered` gives it, or None), as `pattern.finditer(output)` finds them.
@@ -309,7 +324,7 @@ def command_values(command: str, output: str) -> list[tuple[str, str]]:
     # Every kind but a commit's hash reads a digit (\\d): an output without one (a third to
     # a half of them) is read for commits only.
     digits = _DIGIT.search(output) is not None
-    lowered = _lowered(output) if digits else None
+    lowered = _ascii_lowered(output) if digits else None
     if digits:
         if "wc" in command and _WC_COMMAND.search(command):
             for line in output.splitlines():

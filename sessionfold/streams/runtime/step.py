@@ -47,6 +47,7 @@ from sessionfold.events.envelope import (
     FlushMetricsEnvelope,
     FlushRequestEnvelope,
     LedgerRequestEnvelope,
+    OpaquePayload,
     PruningCompactionEnvelope,
     PruningRequestEnvelope,
     encode,
@@ -62,7 +63,7 @@ from sessionfold.events.flush import (
 from sessionfold.events.ledger import answer_envelope, read_ledger_request
 from sessionfold.ports.ledger.model import DiffModel
 from sessionfold.ports.ledger.pass_ import fallback_payload, run_pass
-from sessionfold.ports.summarizer import ModelPort
+from sessionfold.ports.summarizer import ModelPort, OfflineSummarizer
 from sessionfold.projections.folds import apply_folds
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.ledger.fold import PassRequest
@@ -113,6 +114,11 @@ def answer_pruning(
     compaction if the port raises."""
     payload = pruning_request(request)
     try:
+        if type(port) is OfflineSummarizer:
+            # The offline answer built as its JSON: no models to validate and dump again.
+            fast = offline_envelope(port, payload, request.seq, max_bytes)
+            if fast is not None:
+                return Answer(fast, "answered")
         compaction = port.summarize(payload)
     except Exception as exc:
         log.warning(
@@ -124,6 +130,21 @@ def answer_pruning(
     if envelope is None:
         return error_answer(request, OVERSIZED_ANSWER)
     return Answer(envelope, "answered")
+
+
+def offline_envelope(
+    port: OfflineSummarizer, payload: FlushRequestPayload, seq: int, max_bytes: int
+) -> PruningCompactionEnvelope | None:
+    """`fitted_envelope(port.summarize(payload), seq, max_bytes)` when it fits as it is
+    (nearly always): the envelope of the offline answer's JSON (`summarize_document`), sized
+    as `wrap_sized` sizes it; None when it is over `max_bytes` (the typed path then fits it)."""
+    body = port.summarize_document(payload)
+    envelope = PruningCompactionEnvelope(
+        session_id=payload.session_id, seq=seq, payload=OpaquePayload(**body)
+    )
+    document = envelope.model_dump(mode="json", exclude={"payload"})
+    document["payload"] = body
+    return envelope if len(orjson.dumps(document)) <= max_bytes else None
 
 
 def pruning_request(request: PruningRequestEnvelope) -> FlushRequestPayload:
