@@ -237,11 +237,18 @@ class LiveFolds:
                 if seen == tail.seen:
                     continue
                 read = 0
-                for records in tail.reader.lines(final=False):
-                    read += 1
-                    with self.lock:
-                        for record in records:
-                            self._feed(tail, record)
+                try:
+                    for records in tail.reader.lines(final=False):
+                        read += 1
+                        with self.lock:
+                            for record in records:
+                                self._feed(tail, record)
+                finally:
+                    # Announced per file, not once the poll is done: a call waiting for this
+                    # session's leaf need not wait for every other file's lines too. Also
+                    # when a fold raised partway: the lines before it moved the state.
+                    if read:
+                        self._announce(tail.session_id)
                 tail.seen = seen  # taken before the read: a line written since moves it again
             except (FileNotFoundError, FileKindError):
                 # Gone or replaced by something that is not a file: what was folded stays.
@@ -249,11 +256,11 @@ class LiveFolds:
                 del self.tails[tail.path]
                 continue
             lines += read
-            if read and tail.session_id is not None and self.on_lines is not None:
-                # Announced per file, not once the poll is done: a call waiting for this
-                # session's leaf need not wait for every other file's lines too.
-                self.on_lines(tail.session_id)
         return lines
+
+    def _announce(self, session_id: str | None) -> None:
+        if session_id is not None and self.on_lines is not None:
+            self.on_lines(session_id)
 
     def _feed(self, tail: _Tail, record: Envelope | DeadLetter) -> None:
         if isinstance(record, DeadLetter):
@@ -348,12 +355,13 @@ class LiveFolds:
                 extra={"session": session.session_id, "error": type(exc).__name__},
             )
             return
-        with self.lock:
-            session.asking = False
-            self._fold_answer(session, answer.envelope)
-            self._route(session)
-        if self.on_lines is not None:
-            self.on_lines(session.session_id)
+        try:
+            with self.lock:
+                session.asking = False
+                self._fold_answer(session, answer.envelope)
+                self._route(session)
+        finally:  # also when a fold raised partway: what it folded before moved the state
+            self._announce(session.session_id)
 
     def settle(self, timeout_s: float | None = None) -> int:
         """Wait until no answer is out (at most `timeout_s`); how many still are."""
