@@ -13,8 +13,8 @@ live_front.py), relaying every other call to it on a Unix socket in a private te
 directory; the fold process runs the tailer (reads and folds the files), one render thread,
 `--answer-threads` model calls (runtime/live.py: a slow model delays only the session it
 answers) and the live API (web/live_api.py) on that socket. A stop (SIGTERM, Ctrl-C) closes the
-port, then stops the fold process, which waits up to `SHUTDOWN_GRACE_S` for the answers still
-with the model. A fold process that ends unasked ends serve with exit code 1 and a line saying
+port, then stops the fold process, which waits up to `--shutdown-grace` seconds for the answers
+still with the model. A fold process that ends unasked ends serve with exit code 1 and a line saying
 so (never half alive); a fold process whose API process is gone stops on its own.
 """
 
@@ -28,7 +28,6 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -60,14 +59,13 @@ log = logging.getLogger(__name__)
 
 #: pi's session directory.
 DEFAULT_SESSIONS = Path("~/.pi/agent/sessions")
-#: How often new files are looked for, seconds (lines are read every --poll-ms).
-DISCOVER_EVERY_S = 0.5
-#: How long a stop waits for the answers still with the model, seconds: one that comes back
-#: in time is journaled and folded; one that does not is asked again at the next start.
+#: How long a stop waits for the answers still with the model by default, seconds
+#: (`--shutdown-grace`): one that comes back in time is journaled and folded; one that does not
+#: is asked again at the next start.
 SHUTDOWN_GRACE_S = 30.0
 #: The fold process' socket's accept queue.
 FOLD_BACKLOG = 4096
-#: How much longer than SHUTDOWN_GRACE_S the API process waits for the fold process to stop
+#: How much longer than the shutdown grace the API process waits for the fold process to stop
 #: (its tailer's join, its last frames) before it kills it.
 STOP_MARGIN_S = 15.0
 #: The GIL's switch interval in serve, seconds (Python's default: 0.005). The event loop gives
@@ -121,6 +119,16 @@ def register(app: typer.Typer) -> None:
                 help="Model calls out at once (one per session at most); 0 answers inline.",
             ),
         ] = DEFAULT_ANSWER_THREADS,
+        shutdown_grace_s: Annotated[
+            float,
+            typer.Option(
+                "--shutdown-grace",
+                envvar="SESSIONFOLD_SERVE_SHUTDOWN_GRACE",
+                min=0.0,
+                help="How long a stop waits for the answers still with the model, seconds "
+                "(one that does not come back is asked again at the next start).",
+            ),
+        ] = SHUTDOWN_GRACE_S,
         api_token: ApiToken = None,
         api_token_file: ApiTokenFile = None,
         config_file: ConfigFile = None,
@@ -150,7 +158,9 @@ def register(app: typer.Typer) -> None:
         for path in watched:
             if not path.exists():
                 err.print(f"watching {path}: not there yet", highlight=False)
-        fold = _FoldSide(watched, config, ledger_model, answer_threads, wait_s, poll_ms / 1000)
+        fold = _FoldSide(
+            watched, config, ledger_model, answer_threads, wait_s, poll_ms / 1000, shutdown_grace_s
+        )
         quiet_bad_requests()
         freeze_after_full_collections()  # the renders handed over: a few per session, kept
         sys.setswitchinterval(SWITCH_INTERVAL_S)
@@ -169,6 +179,7 @@ class _FoldSide:
     answer_threads: int
     wait_s: float
     poll_s: float
+    shutdown_grace_s: float
 
 
 async def _serve(
@@ -231,8 +242,8 @@ async def _serve(
         loop.remove_reader(process.sentinel)
         await runner.cleanup()
         if process.is_alive():
-            process.terminate()  # the fold process' own stop: SHUTDOWN_GRACE_S for answers
-            await asyncio.to_thread(process.join, SHUTDOWN_GRACE_S + STOP_MARGIN_S)
+            process.terminate()  # the fold process' own stop: its grace for the answers
+            await asyncio.to_thread(process.join, fold.shutdown_grace_s + STOP_MARGIN_S)
             if process.is_alive():
                 err.print("the fold process did not stop: killed", highlight=False)
                 process.kill()
@@ -278,7 +289,7 @@ def _fold_process(fold: _FoldSide, socket_path: str, frames: Connection, alive: 
     quiet_bad_requests()
     freeze_after_full_collections()  # the sessions' entries and state live as long as serve
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    asyncio.run(_fold_serve(live, api, handover, socket_path, fold.poll_s, alive))
+    asyncio.run(_fold_serve(live, api, handover, socket_path, fold, alive))
 
 
 async def _fold_serve(
@@ -286,13 +297,15 @@ async def _fold_serve(
     api: LiveApi,
     handover: Handover,
     socket_path: str,
-    poll_s: float,
+    fold: _FoldSide,
     alive: Connection,
 ) -> None:
     from aiohttp import web
 
     stop = threading.Event()
-    tailer = threading.Thread(target=_tail, args=(live, poll_s, stop), name="tail", daemon=True)
+    tailer = threading.Thread(
+        target=live.follow, args=(stop, fold.poll_s), name="tail", daemon=True
+    )
     tailer.start()
     runner = web.AppRunner(api.app(None), access_log=None)
     await runner.setup()
@@ -312,28 +325,10 @@ async def _fold_serve(
         live.wanted.set()  # wakes the tailer to see `stop`
         await runner.cleanup()
         tailer.join(timeout=10)
-        left = await asyncio.to_thread(live.close, SHUTDOWN_GRACE_S)
+        left = await asyncio.to_thread(live.close, fold.shutdown_grace_s)
         if left:
             print(f"{left} flush answers still out: asked again at the next start", file=sys.stderr)
         # Gone with the API process too when that one was killed: no socket left behind.
         with contextlib.suppress(OSError):
             Path(socket_path).unlink()
             Path(socket_path).parent.rmdir()
-
-
-def _tail(live: LiveFolds, poll_s: float, stop: threading.Event) -> None:
-    """Find new files and fold new lines until `stop` (the tailer thread)."""
-    found = 0.0
-    while not stop.is_set():
-        now = time.monotonic()
-        try:
-            if now - found >= DISCOVER_EVERY_S or live.rescan.is_set():
-                live.rescan.clear()
-                live.discover()
-                found = now
-            live.poll()
-        except Exception as exc:  # one bad poll never ends serving; the next one tries again
-            log.warning("live: a poll failed", extra={"error": type(exc).__name__})
-        # Every `poll_s`, or at once when a call waits for a line (`wanted`).
-        live.wanted.wait(poll_s)
-        live.wanted.clear()

@@ -45,6 +45,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -97,6 +98,8 @@ log = logging.getLogger(__name__)
 
 #: Model calls `sessionfold serve` has out at once by default (one per session at most).
 DEFAULT_ANSWER_THREADS = 8
+#: How often `follow` looks for new session files, seconds (lines are read every `poll_s`).
+DISCOVER_EVERY_S = 0.5
 
 
 @dataclass
@@ -257,6 +260,23 @@ class LiveFolds:
                 continue
             lines += read
         return lines
+
+    def follow(self, stop: threading.Event, poll_s: float) -> None:
+        """Find new files and fold new lines until `stop` is set (serve's tailer thread)."""
+        found = 0.0
+        while not stop.is_set():
+            now = time.monotonic()
+            try:
+                if now - found >= DISCOVER_EVERY_S or self.rescan.is_set():
+                    self.rescan.clear()
+                    self.discover()
+                    found = now
+                self.poll()
+            except Exception as exc:  # one bad poll never ends serving; the next one tries again
+                log.warning("live: a poll failed", extra={"error": type(exc).__name__})
+            # Every `poll_s`, or at once when a call waits for a line (`wanted`).
+            self.wanted.wait(poll_s)
+            self.wanted.clear()
 
     def _announce(self, session_id: str | None) -> None:
         if session_id is not None and self.on_lines is not None:
