@@ -19,6 +19,7 @@ from serve_process import Serve, fold_process, serving
 
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.streams.cli.context import view_from_replay
+from sessionfold.streams.cli.serve import FOLD_NICE
 from sessionfold.streams.tools.replay import Collector, replay_files
 from sessionfold.streams.tools.synthetic import generate_session, write_session
 from sessionfold.streams.worker.fault_injection import ENV_TEST_DELAY
@@ -92,6 +93,29 @@ def test_a_caught_up_call_is_answered_without_the_fold_process(
         whole = client.post(route, json={**asked, "answer": "messages"}).json()
         assert whole["changed"] is True and "messages" in whole
         assert client.get(f"/sessions/{session_id}/status").json()["known"] is True
+    serve.stop()
+
+
+def _nice(pid: int, tid: int) -> int:
+    """A thread's nice value (/proc's stat, field 19)."""
+    stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[16])
+
+
+def test_the_fold_process_yields_the_cpu_to_the_api_process(
+    served: tuple[Serve, str, list[bytes], Path],
+) -> None:
+    """Every thread of the fold process (tailer, render, answers, its loop) runs `FOLD_NICE`
+    below the API process' priority; the API process keeps the priority it was started with."""
+    serve, session_id, _lines, _path = served
+    with httpx.Client(base_url=serve.url, headers=AUTH, timeout=30) as client:
+        assert client.get(f"/sessions/{session_id}/status").status_code == 200
+    fold = fold_process(serve)
+    api = serve.process.pid
+    threads = [int(tid) for tid in os.listdir(f"/proc/{fold}/task")]
+    assert len(threads) > 2  # the tailer and the render thread besides the loop
+    assert {_nice(api, int(tid)) for tid in os.listdir(f"/proc/{api}/task")} == {os.nice(0)}
+    assert {_nice(fold, tid) for tid in threads} == {min(19, os.nice(0) + FOLD_NICE)}
     serve.stop()
 
 

@@ -12,10 +12,11 @@ port and answers caught-up context calls from what the fold process handed over 
 live_front.py), relaying every other call to it on a Unix socket in a private temporary
 directory; the fold process runs the tailer (reads and folds the files), one render thread,
 `--answer-threads` model calls (runtime/live.py: a slow model delays only the session it
-answers) and the live API (web/live_api.py) on that socket. A stop (SIGTERM, Ctrl-C) closes the
-port, then stops the fold process, which waits up to `--shutdown-grace` seconds for the answers
-still with the model. A fold process that ends unasked ends serve with exit code 1 and a line saying
-so (never half alive); a fold process whose API process is gone stops on its own.
+answers) and the live API (web/live_api.py) on that socket, `--fold-nice` below the API
+process' CPU priority. A stop (SIGTERM, Ctrl-C) closes the port, then stops the fold process,
+which waits up to `--shutdown-grace` seconds for the answers still with the model. A fold
+process that ends unasked ends serve with exit code 1 and a line saying so (never half alive);
+a fold process whose API process is gone stops on its own.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import os
 import signal
 import sys
 import tempfile
@@ -63,6 +65,11 @@ DEFAULT_SESSIONS = Path("~/.pi/agent/sessions")
 #: (`--shutdown-grace`): one that comes back in time is journaled and folded; one that does not
 #: is asked again at the next start.
 SHUTDOWN_GRACE_S = 30.0
+#: How much lower the fold process' CPU priority is than the API process' (a nice increment)
+#: by default (`--fold-nice`). On a machine with more work than cores, the API process' few
+#: milliseconds per call then get a CPU ahead of the folds' long runs, so a caught-up call no
+#: longer waits out the fold process' time slices (docs/live.md, Performance).
+FOLD_NICE = 10
 #: The fold process' socket's accept queue.
 FOLD_BACKLOG = 4096
 #: How much longer than the shutdown grace the API process waits for the fold process to stop
@@ -129,6 +136,17 @@ def register(app: typer.Typer) -> None:
                 "(one that does not come back is asked again at the next start).",
             ),
         ] = SHUTDOWN_GRACE_S,
+        fold_nice: Annotated[
+            int,
+            typer.Option(
+                "--fold-nice",
+                envvar="SESSIONFOLD_SERVE_FOLD_NICE",
+                min=0,
+                max=19,
+                help="How much lower the fold process' CPU priority is than the port's "
+                "(a nice increment; 0: the same).",
+            ),
+        ] = FOLD_NICE,
         api_token: ApiToken = None,
         api_token_file: ApiTokenFile = None,
         config_file: ConfigFile = None,
@@ -159,7 +177,14 @@ def register(app: typer.Typer) -> None:
             if not path.exists():
                 err.print(f"watching {path}: not there yet", highlight=False)
         fold = _FoldSide(
-            watched, config, ledger_model, answer_threads, wait_s, poll_ms / 1000, shutdown_grace_s
+            watched,
+            config,
+            ledger_model,
+            answer_threads,
+            wait_s,
+            poll_ms / 1000,
+            shutdown_grace_s,
+            fold_nice,
         )
         quiet_bad_requests()
         freeze_after_full_collections()  # the renders handed over: a few per session, kept
@@ -180,6 +205,7 @@ class _FoldSide:
     wait_s: float
     poll_s: float
     shutdown_grace_s: float
+    nice: int
 
 
 async def _serve(
@@ -274,6 +300,8 @@ def _fold_process(fold: _FoldSide, socket_path: str, frames: Connection, alive: 
     answers were made from handed over on `frames`; it stops at SIGTERM (the API process
     stopping) or once `alive` ends (that process gone)."""
     configure_cli_logging()
+    # First, so every thread of the process (each made from this one) inherits it.
+    os.nice(fold.nice)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the API process stops this one
     config = fold.config
     diff_model = diff_model_for(fold.ledger_model)
