@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,12 +44,19 @@ class Serve:
 
 
 @contextmanager
-def serving(watched: Path, token: str, poll_ms: int = 5) -> Iterator[Serve]:
-    """`sessionfold serve WATCHED` until the block ends; waits until /health answers."""
+def serving(
+    watched: Path,
+    token: str,
+    poll_ms: int = 5,
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> Iterator[Serve]:
+    """`sessionfold serve WATCHED [ARGS]` (with `env` added to the environment) until the block
+    ends; waits until /health answers."""
     port = free_port_pair()
     process = subprocess.Popen(
-        [*CLI, "serve", str(watched), "--port", str(port), "--poll-ms", str(poll_ms)],
-        env={**os.environ, "SESSIONFOLD_API_TOKEN": token},
+        [*CLI, "serve", str(watched), "--port", str(port), "--poll-ms", str(poll_ms), *args],
+        env={**os.environ, **(env or {}), "SESSIONFOLD_API_TOKEN": token},
         stderr=subprocess.PIPE,
     )
     serve = Serve(f"http://127.0.0.1:{port}", process)

@@ -30,7 +30,6 @@ from sessionfold.ports.summarizer_http import HttpSummarizer
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.projections.views.context import ContextView
 from sessionfold.streams.cli.context import view_from_replay
-from sessionfold.streams.cli.serve import _tail
 from sessionfold.streams.runtime.answer_journal import journal_path
 from sessionfold.streams.runtime.embedded import fold_files
 from sessionfold.streams.runtime.live import LiveFolds
@@ -120,7 +119,7 @@ def test_a_stalled_answer_delays_only_its_own_session(
     b_file.write_bytes(b_lines[0])
     live = LiveFolds([watched], summarizer=_summarizer(server), answer_threads=4)
     stop = threading.Event()
-    tailer = threading.Thread(target=_tail, args=(live, 0.01, stop), daemon=True)
+    tailer = threading.Thread(target=live.follow, args=(stop, 0.01), daemon=True)
     tailer.start()
     try:
         _until(lambda: b_id in live.sessions)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -132,6 +133,69 @@ def test_the_api_process_answers_the_fold_process_bytes_or_nothing(
                 unknown = orjson.dumps({**body, "leaf": "not-folded-yet"})
                 assert front.caught_up(session_id, unknown) is None
                 previous = encoded
+
+    try:
+        asyncio.run(run())
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(seed=st.sampled_from([3, 4]), start=st.integers(8, 26), raises_at=st.integers(2, 6))
+def test_a_fold_that_raises_partway_still_drops_the_render_handed_over(
+    tmp_path_factory: Any, seed: int, start: int, raises_at: int
+) -> None:
+    """A render handed over, then a poll whose fold raises at a drawn line after folding the
+    ones before it: the session's state moved, so the API process answers the call no more
+    (`moved` was sent though the poll raised)."""
+    lines = _lines(seed)
+    watched = tmp_path_factory.mktemp("live")
+    path = watched / "session.jsonl"
+    path.write_bytes(b"".join(lines[:start]))
+    session_id = str(orjson.loads(lines[0])["id"])
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    os.set_blocking(read_end, False)
+    live = LiveFolds([watched])
+    front = LiveFront("unused")
+
+    async def run() -> None:
+        api = LiveApi(live, wait_s=5, handover=Handover(live, write_end))
+        async with TestClient(TestServer(api.app(None))) as client:
+            live.discover()
+            live.poll()
+            leaf = orjson.loads(lines[start - 1])["id"]
+            body = orjson.dumps({"leaf": leaf, "shape": _pi_shape(path, session_id)})
+            answer = await client.post(f"/sessions/{session_id}/context", data=body)
+            assert answer.status == 200
+            for frame in await _frames(read_end):
+                front.apply(frame)
+            assert front.caught_up(session_id, body) is not None
+            before = live.sessions[session_id].state()
+            folds = 0
+            fold = live.runtime.fold
+
+            def failing(record: Any) -> Any:
+                nonlocal folds
+                folds += 1
+                if folds == raises_at:
+                    raise RuntimeError("a fold failed")
+                return fold(record)
+
+            live.runtime.fold = failing  # type: ignore[method-assign]
+            with path.open("ab") as handle:
+                handle.write(b"".join(lines[start : start + 8]))
+            with pytest.raises(RuntimeError):
+                live.poll()
+            assert live.sessions[session_id].state() != before
+            for frame in await _frames(read_end):
+                front.apply(frame)
+            assert front.caught_up(session_id, body) is None
 
     try:
         asyncio.run(run())

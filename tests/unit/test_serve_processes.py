@@ -1,7 +1,7 @@
 """`sessionfold serve`'s two processes (cli/serve.py, web/live_front.py): the API process
 answers a caught-up context call from what the fold process handed over, without it; a fold
 process that dies stops serve with an error, never leaving it half alive; a dead API process
-takes the fold process with it."""
+takes the fold process with it; a stop waits `--shutdown-grace` for the answers with the model."""
 
 from __future__ import annotations
 
@@ -19,10 +19,14 @@ from serve_process import Serve, fold_process, serving
 
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.streams.cli.context import view_from_replay
+from sessionfold.streams.cli.serve import FOLD_NICE
 from sessionfold.streams.tools.replay import Collector, replay_files
 from sessionfold.streams.tools.synthetic import generate_session, write_session
+from sessionfold.streams.worker.fault_injection import ENV_TEST_DELAY
 
 TOKEN = "t" * 32
+#: The shutdown grace the stop test asks for, seconds (the default is 30).
+GRACE_S = 2.0
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -92,6 +96,29 @@ def test_a_caught_up_call_is_answered_without_the_fold_process(
     serve.stop()
 
 
+def _nice(pid: int, tid: int) -> int:
+    """A thread's nice value (/proc's stat, field 19)."""
+    stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[16])
+
+
+def test_the_fold_process_yields_the_cpu_to_the_api_process(
+    served: tuple[Serve, str, list[bytes], Path],
+) -> None:
+    """Every thread of the fold process (tailer, render, answers, its loop) runs `FOLD_NICE`
+    below the API process' priority; the API process keeps the priority it was started with."""
+    serve, session_id, _lines, _path = served
+    with httpx.Client(base_url=serve.url, headers=AUTH, timeout=30) as client:
+        assert client.get(f"/sessions/{session_id}/status").status_code == 200
+    fold = fold_process(serve)
+    api = serve.process.pid
+    threads = [int(tid) for tid in os.listdir(f"/proc/{fold}/task")]
+    assert len(threads) > 2  # the tailer and the render thread besides the loop
+    assert {_nice(api, int(tid)) for tid in os.listdir(f"/proc/{api}/task")} == {os.nice(0)}
+    assert {_nice(fold, tid) for tid in threads} == {min(19, os.nice(0) + FOLD_NICE)}
+    serve.stop()
+
+
 def _pi_array(path: Path, session_id: str) -> list[dict[str, Any]]:
     """pi's own array for the file as it is (the unpruned context)."""
     collector = Collector(session_id)
@@ -124,3 +151,35 @@ def test_a_dead_api_process_stops_the_fold_process(
     fold = fold_process(serve)
     serve.kill()
     assert _gone(fold, 20)
+
+
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_a_stop_waits_the_shutdown_grace_for_answers_with_the_model(
+    tmp_path: Path, how: str
+) -> None:
+    """A flush is with a model that takes a minute: a stop waits the grace asked for (by
+    option or environment), not the default 30 s, and says the answer is still out."""
+    source = write_session(tmp_path, generate_session(7, 40)).path
+    lines = source.read_bytes().splitlines(keepends=True)
+    session_id = str(orjson.loads(lines[0])["id"])
+    watched = tmp_path / "sessions"
+    watched.mkdir()
+    (watched / source.name).write_bytes(b"".join(lines))
+    env = {ENV_TEST_DELAY: "60"}
+    args: list[str] = []
+    if how == "option":
+        args = ["--shutdown-grace", str(GRACE_S)]
+    else:
+        env["SESSIONFOLD_SERVE_SHUTDOWN_GRACE"] = str(GRACE_S)
+    with serving(watched, TOKEN, args=args, env=env) as serve:
+        asked = {"leaf": orjson.loads(lines[-1])["id"], "shape": [], "wait_ms": 200}
+        with httpx.Client(base_url=serve.url, headers=AUTH, timeout=30) as client:
+            deadline = time.monotonic() + 30
+            # stale: the leaf is folded, or its lines wait, behind an answer with the model
+            while not client.post(f"/sessions/{session_id}/context", json=asked).json()["stale"]:
+                assert time.monotonic() < deadline, "no flush went to the model"
+        started = time.monotonic()
+        err = serve.stop()
+        took = time.monotonic() - started
+    assert GRACE_S <= took < GRACE_S + 10
+    assert b"1 flush answers still out" in err

@@ -12,10 +12,11 @@ port and answers caught-up context calls from what the fold process handed over 
 live_front.py), relaying every other call to it on a Unix socket in a private temporary
 directory; the fold process runs the tailer (reads and folds the files), one render thread,
 `--answer-threads` model calls (runtime/live.py: a slow model delays only the session it
-answers) and the live API (web/live_api.py) on that socket. A stop (SIGTERM, Ctrl-C) closes the
-port, then stops the fold process, which waits up to `SHUTDOWN_GRACE_S` for the answers still
-with the model. A fold process that ends unasked ends serve with exit code 1 and a line saying
-so (never half alive); a fold process whose API process is gone stops on its own.
+answers) and the live API (web/live_api.py) on that socket, `--fold-nice` below the API
+process' CPU priority. A stop (SIGTERM, Ctrl-C) closes the port, then stops the fold process,
+which waits up to `--shutdown-grace` seconds for the answers still with the model. A fold
+process that ends unasked ends serve with exit code 1 and a line saying so (never half alive);
+a fold process whose API process is gone stops on its own.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import os
 import signal
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -60,14 +61,18 @@ log = logging.getLogger(__name__)
 
 #: pi's session directory.
 DEFAULT_SESSIONS = Path("~/.pi/agent/sessions")
-#: How often new files are looked for, seconds (lines are read every --poll-ms).
-DISCOVER_EVERY_S = 0.5
-#: How long a stop waits for the answers still with the model, seconds: one that comes back
-#: in time is journaled and folded; one that does not is asked again at the next start.
+#: How long a stop waits for the answers still with the model by default, seconds
+#: (`--shutdown-grace`): one that comes back in time is journaled and folded; one that does not
+#: is asked again at the next start.
 SHUTDOWN_GRACE_S = 30.0
+#: How much lower the fold process' CPU priority is than the API process' (a nice increment)
+#: by default (`--fold-nice`). On a machine with more work than cores, the API process' few
+#: milliseconds per call then get a CPU ahead of the folds' long runs, so a caught-up call no
+#: longer waits out the fold process' time slices (docs/live.md, Performance).
+FOLD_NICE = 10
 #: The fold process' socket's accept queue.
 FOLD_BACKLOG = 4096
-#: How much longer than SHUTDOWN_GRACE_S the API process waits for the fold process to stop
+#: How much longer than the shutdown grace the API process waits for the fold process to stop
 #: (its tailer's join, its last frames) before it kills it.
 STOP_MARGIN_S = 15.0
 #: The GIL's switch interval in serve, seconds (Python's default: 0.005). The event loop gives
@@ -121,6 +126,27 @@ def register(app: typer.Typer) -> None:
                 help="Model calls out at once (one per session at most); 0 answers inline.",
             ),
         ] = DEFAULT_ANSWER_THREADS,
+        shutdown_grace_s: Annotated[
+            float,
+            typer.Option(
+                "--shutdown-grace",
+                envvar="SESSIONFOLD_SERVE_SHUTDOWN_GRACE",
+                min=0.0,
+                help="How long a stop waits for the answers still with the model, seconds "
+                "(one that does not come back is asked again at the next start).",
+            ),
+        ] = SHUTDOWN_GRACE_S,
+        fold_nice: Annotated[
+            int,
+            typer.Option(
+                "--fold-nice",
+                envvar="SESSIONFOLD_SERVE_FOLD_NICE",
+                min=0,
+                max=19,
+                help="How much lower the fold process' CPU priority is than the port's "
+                "(a nice increment; 0: the same).",
+            ),
+        ] = FOLD_NICE,
         api_token: ApiToken = None,
         api_token_file: ApiTokenFile = None,
         config_file: ConfigFile = None,
@@ -150,7 +176,16 @@ def register(app: typer.Typer) -> None:
         for path in watched:
             if not path.exists():
                 err.print(f"watching {path}: not there yet", highlight=False)
-        fold = _FoldSide(watched, config, ledger_model, answer_threads, wait_s, poll_ms / 1000)
+        fold = _FoldSide(
+            watched,
+            config,
+            ledger_model,
+            answer_threads,
+            wait_s,
+            poll_ms / 1000,
+            shutdown_grace_s,
+            fold_nice,
+        )
         quiet_bad_requests()
         freeze_after_full_collections()  # the renders handed over: a few per session, kept
         sys.setswitchinterval(SWITCH_INTERVAL_S)
@@ -169,6 +204,8 @@ class _FoldSide:
     answer_threads: int
     wait_s: float
     poll_s: float
+    shutdown_grace_s: float
+    nice: int
 
 
 async def _serve(
@@ -231,8 +268,8 @@ async def _serve(
         loop.remove_reader(process.sentinel)
         await runner.cleanup()
         if process.is_alive():
-            process.terminate()  # the fold process' own stop: SHUTDOWN_GRACE_S for answers
-            await asyncio.to_thread(process.join, SHUTDOWN_GRACE_S + STOP_MARGIN_S)
+            process.terminate()  # the fold process' own stop: its grace for the answers
+            await asyncio.to_thread(process.join, fold.shutdown_grace_s + STOP_MARGIN_S)
             if process.is_alive():
                 err.print("the fold process did not stop: killed", highlight=False)
                 process.kill()
@@ -263,6 +300,8 @@ def _fold_process(fold: _FoldSide, socket_path: str, frames: Connection, alive: 
     answers were made from handed over on `frames`; it stops at SIGTERM (the API process
     stopping) or once `alive` ends (that process gone)."""
     configure_cli_logging()
+    # First, so every thread of the process (each made from this one) inherits it.
+    os.nice(fold.nice)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the API process stops this one
     config = fold.config
     diff_model = diff_model_for(fold.ledger_model)
@@ -278,7 +317,7 @@ def _fold_process(fold: _FoldSide, socket_path: str, frames: Connection, alive: 
     quiet_bad_requests()
     freeze_after_full_collections()  # the sessions' entries and state live as long as serve
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    asyncio.run(_fold_serve(live, api, handover, socket_path, fold.poll_s, alive))
+    asyncio.run(_fold_serve(live, api, handover, socket_path, fold, alive))
 
 
 async def _fold_serve(
@@ -286,13 +325,15 @@ async def _fold_serve(
     api: LiveApi,
     handover: Handover,
     socket_path: str,
-    poll_s: float,
+    fold: _FoldSide,
     alive: Connection,
 ) -> None:
     from aiohttp import web
 
     stop = threading.Event()
-    tailer = threading.Thread(target=_tail, args=(live, poll_s, stop), name="tail", daemon=True)
+    tailer = threading.Thread(
+        target=live.follow, args=(stop, fold.poll_s), name="tail", daemon=True
+    )
     tailer.start()
     runner = web.AppRunner(api.app(None), access_log=None)
     await runner.setup()
@@ -312,28 +353,10 @@ async def _fold_serve(
         live.wanted.set()  # wakes the tailer to see `stop`
         await runner.cleanup()
         tailer.join(timeout=10)
-        left = await asyncio.to_thread(live.close, SHUTDOWN_GRACE_S)
+        left = await asyncio.to_thread(live.close, fold.shutdown_grace_s)
         if left:
             print(f"{left} flush answers still out: asked again at the next start", file=sys.stderr)
         # Gone with the API process too when that one was killed: no socket left behind.
         with contextlib.suppress(OSError):
             Path(socket_path).unlink()
             Path(socket_path).parent.rmdir()
-
-
-def _tail(live: LiveFolds, poll_s: float, stop: threading.Event) -> None:
-    """Find new files and fold new lines until `stop` (the tailer thread)."""
-    found = 0.0
-    while not stop.is_set():
-        now = time.monotonic()
-        try:
-            if now - found >= DISCOVER_EVERY_S or live.rescan.is_set():
-                live.rescan.clear()
-                live.discover()
-                found = now
-            live.poll()
-        except Exception as exc:  # one bad poll never ends serving; the next one tries again
-            log.warning("live: a poll failed", extra={"error": type(exc).__name__})
-        # Every `poll_s`, or at once when a call waits for a line (`wanted`).
-        live.wanted.wait(poll_s)
-        live.wanted.clear()

@@ -45,6 +45,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -97,6 +98,8 @@ log = logging.getLogger(__name__)
 
 #: Model calls `sessionfold serve` has out at once by default (one per session at most).
 DEFAULT_ANSWER_THREADS = 8
+#: How often `follow` looks for new session files, seconds (lines are read every `poll_s`).
+DISCOVER_EVERY_S = 0.5
 
 
 @dataclass
@@ -237,11 +240,18 @@ class LiveFolds:
                 if seen == tail.seen:
                     continue
                 read = 0
-                for records in tail.reader.lines(final=False):
-                    read += 1
-                    with self.lock:
-                        for record in records:
-                            self._feed(tail, record)
+                try:
+                    for records in tail.reader.lines(final=False):
+                        read += 1
+                        with self.lock:
+                            for record in records:
+                                self._feed(tail, record)
+                finally:
+                    # Announced per file, not once the poll is done: a call waiting for this
+                    # session's leaf need not wait for every other file's lines too. Also
+                    # when a fold raised partway: the lines before it moved the state.
+                    if read:
+                        self._announce(tail.session_id)
                 tail.seen = seen  # taken before the read: a line written since moves it again
             except (FileNotFoundError, FileKindError):
                 # Gone or replaced by something that is not a file: what was folded stays.
@@ -249,11 +259,28 @@ class LiveFolds:
                 del self.tails[tail.path]
                 continue
             lines += read
-            if read and tail.session_id is not None and self.on_lines is not None:
-                # Announced per file, not once the poll is done: a call waiting for this
-                # session's leaf need not wait for every other file's lines too.
-                self.on_lines(tail.session_id)
         return lines
+
+    def follow(self, stop: threading.Event, poll_s: float) -> None:
+        """Find new files and fold new lines until `stop` is set (serve's tailer thread)."""
+        found = 0.0
+        while not stop.is_set():
+            now = time.monotonic()
+            try:
+                if now - found >= DISCOVER_EVERY_S or self.rescan.is_set():
+                    self.rescan.clear()
+                    self.discover()
+                    found = now
+                self.poll()
+            except Exception as exc:  # one bad poll never ends serving; the next one tries again
+                log.warning("live: a poll failed", extra={"error": type(exc).__name__})
+            # Every `poll_s`, or at once when a call waits for a line (`wanted`).
+            self.wanted.wait(poll_s)
+            self.wanted.clear()
+
+    def _announce(self, session_id: str | None) -> None:
+        if session_id is not None and self.on_lines is not None:
+            self.on_lines(session_id)
 
     def _feed(self, tail: _Tail, record: Envelope | DeadLetter) -> None:
         if isinstance(record, DeadLetter):
@@ -348,12 +375,13 @@ class LiveFolds:
                 extra={"session": session.session_id, "error": type(exc).__name__},
             )
             return
-        with self.lock:
-            session.asking = False
-            self._fold_answer(session, answer.envelope)
-            self._route(session)
-        if self.on_lines is not None:
-            self.on_lines(session.session_id)
+        try:
+            with self.lock:
+                session.asking = False
+                self._fold_answer(session, answer.envelope)
+                self._route(session)
+        finally:  # also when a fold raised partway: what it folded before moved the state
+            self._announce(session.session_id)
 
     def settle(self, timeout_s: float | None = None) -> int:
         """Wait until no answer is out (at most `timeout_s`); how many still are."""
