@@ -445,3 +445,39 @@ def test_a_stop_waits_for_answers_out_within_its_bound_and_loses_none(tmp_path: 
     assert again.calls == flushes - 1  # the one answered before the restart is not asked
     assert orjson.dumps(restarted.view(reference.session_id).to_json()) == reference.views[-1]
     assert journal.read_bytes() == reference.journal
+
+
+def test_an_answer_whose_fold_raises_partway_still_announces_the_session(tmp_path: Path) -> None:
+    """An answer comes back, is folded, and one of the lines that waited behind it raises: the
+    state moved, so `on_lines` still runs for the session (serve's API process then drops the
+    render it was handed, as it does when a poll's fold raises)."""
+    reference = _reference(*SMALL[0])
+    session_id = reference.session_id
+    model = _Gated()
+    live = LiveFolds([tmp_path], summarizer=model, answer_threads=1)
+    announced: list[str] = []
+    try:
+        (tmp_path / "a.jsonl").write_bytes(b"".join(reference.lines))
+        live.discover()
+        live.poll()
+        session = live.sessions[session_id]
+        assert session.asking and session.backlog  # lines wait behind the answer out
+        live.on_lines = announced.append
+        fold, folds = live.runtime.fold, 0
+
+        def failing(record: Any) -> Any:
+            nonlocal folds
+            folds += 1
+            if folds == 3:  # the answer, a line that waited, then this one
+                raise RuntimeError("a fold failed")
+            return fold(record)
+
+        live.runtime.fold = failing  # type: ignore[method-assign]
+        before = session.state()
+        model.gate(session_id).release()
+        _until(lambda: folds >= 3)
+        _until(lambda: bool(announced))
+        assert announced == [session_id] and session.state() != before
+    finally:
+        model.opened.set()
+        live.close(5)
