@@ -48,6 +48,7 @@ from sessionfold.projections.pruning.triggers import (
 )
 from sessionfold.projections.pruning.windows import (
     capture,
+    ready_calls,
     turn_batch,
 )
 
@@ -98,28 +99,13 @@ def live_batch_left(session: Session, turn: int) -> bool | None:
 
     At most turn ends nothing spills and the batch is thrown away once trimmed: this is
     `turn_batch`, `_eager_spill` and `trim_batch` for that case, without a Call per call."""
-    store, sid = session.store, session.session_id
-    window = store.get(f"{sid}/pr/w/{turn}")
-    facts = store.get(f"{sid}/pr/a/{window['a']}") if window is not None else None
-    if window is None or facts is None:
+    rows = ready_calls(session, turn)
+    if rows is None:
         return False
     threshold = session.config.spillThreshold
-    protection = session.protection
-    protected = protection.memo
-    results = window["r"]
-    summarized = index.summarized_check(store, sid)
+    summarized = index.summarized_check(session.store, session.session_id)
     ids: list[str] = []  # the calls the trim keeps before the frontier's own rule
-    for call in facts["calls"]:
-        seq = results.get(call["id"])
-        result = store.get(f"{sid}/pr/r/{seq}") if seq is not None else None
-        if result is None:
-            continue
-        pair = (call["name"], call["path"])
-        hit = protected.get(pair)
-        if hit is None:
-            hit = protected[pair] = protection.protects(*pair)
-        if hit:
-            continue
+    for call, _seq, result in rows[2]:
         if result["raw"] >= threshold:
             return None
         if not summarized(result["key"]):

@@ -37,6 +37,11 @@ from sessionfold.projections.pruning.records import (
 from sessionfold.projections.pruning.session import Session, row_key
 from sessionfold.projections.store import key
 
+#: A ready call of a pending turn: the assistant's call, its result's seq and its result row.
+ReadyCall = tuple[AssistantCall, int, ResultFacts]
+#: A pending turn's rows as the capture reads them: assistant seq, its facts, its ready calls.
+TurnCalls = tuple[int, AssistantFacts, list[ReadyCall]]
+
 # --- the tool window and the turn gate --------------------------------------------------------
 
 
@@ -155,18 +160,23 @@ def _result_facts(
 # --- capture ---------------------------------------------------------------------------------
 
 
-def turn_batch(session: Session, turn: int) -> Batch | None:
-    """The ready, unprotected calls of one pending turn as a batch (untrimmed)."""
+def ready_calls(session: Session, turn: int) -> TurnCalls | None:
+    """A pending turn's assistant seq, its facts and its ready, unprotected calls, each with its
+    result row, in call order; None when the turn's rows are gone.
+
+    The one reading of a turn's rows that `turn_batch`, `capture` and the live trim check share:
+    a call counts once its result is folded, and the protection globs run once per (name, path)."""
     store, sid = session.store, session.session_id
     window = store.get(f"{sid}/pr/w/{turn}")
     facts = store.get(f"{sid}/pr/a/{window['a']}") if window is not None else None
     if window is None or facts is None:
         return None
-    calls = []
+    results = window["r"]
     protection = session.protection
     protected = protection.memo  # (name, path) -> bool: the globs run once per pair
+    ready: list[ReadyCall] = []
     for call in facts["calls"]:
-        seq = window["r"].get(call["id"])
+        seq = results.get(call["id"])
         result = store.get(f"{sid}/pr/r/{seq}") if seq is not None else None
         if result is None:
             continue
@@ -174,26 +184,35 @@ def turn_batch(session: Session, turn: int) -> Batch | None:
         hit = protected.get(pair)
         if hit is None:
             hit = protected[pair] = protection.protects(*pair)
-        if hit:
-            continue
-        calls.append(
-            Call(
-                key=result["key"],
-                tool_call_id=call["id"],
-                tool_name=call["name"],
-                raw_chars=result["raw"],
-                content_hash=result["hash"],
-                head=result["head"],
-                seq=seq,
-                is_error=result["err"],
-                arguments=call["args"],
-                result_ts=result["rts"],
-                assistant_seq=window["a"],
-            )
-        )
-    if not calls:
+        if not hit:
+            ready.append((call, seq, result))
+    return window["a"], facts, ready
+
+
+def _call(call: AssistantCall, seq: int, result: ResultFacts, assistant_seq: int) -> Call:
+    return Call(
+        key=result["key"],
+        tool_call_id=call["id"],
+        tool_name=call["name"],
+        raw_chars=result["raw"],
+        content_hash=result["hash"],
+        head=result["head"],
+        seq=seq,
+        is_error=result["err"],
+        arguments=call["args"],
+        result_ts=result["rts"],
+        assistant_seq=assistant_seq,
+    )
+
+
+def turn_batch(session: Session, turn: int) -> Batch | None:
+    """The ready, unprotected calls of one pending turn as a batch (untrimmed)."""
+    rows = ready_calls(session, turn)
+    if rows is None or not rows[2]:
         return None
-    return Batch(turn, facts["ts"], tuple(calls), facts["text"], facts["group"])
+    assistant_seq, facts, ready = rows
+    calls = tuple(_call(call, seq, result, assistant_seq) for call, seq, result in ready)
+    return Batch(turn, facts["ts"], calls, facts["text"], facts["group"])
 
 
 def summarized_predicate(session: Session) -> Callable[[str], bool]:
@@ -216,44 +235,20 @@ def capture(session: Session) -> list[Batch]:
     store, sid = session.store, session.session_id
     mark = mark_of(session.head["frontier"])
     mark_turn = mark.last_attempted_turn_index if mark is not None else -1
-    protection = session.protection
-    protected = protection.memo  # (name, path) -> bool: the globs run once per pair
     batches: list[Batch] = []
     for turn in session.head["pending"]:
         if turn < mark_turn:
             continue  # before the frontier's turn: the trim drops it whole
-        window = store.get(f"{sid}/pr/w/{turn}")
-        facts = store.get(f"{sid}/pr/a/{window['a']}") if window is not None else None
-        if window is None or facts is None:
+        rows = ready_calls(session, turn)
+        if rows is None:
             continue
-        results = window["r"]
-        calls = []
-        for call in facts["calls"]:
-            seq = results.get(call["id"])
-            result = store.get(f"{sid}/pr/r/{seq}") if seq is not None else None
-            if result is None:
-                continue
-            pair = (call["name"], call["path"])
-            hit = protected.get(pair)
-            if hit is None:
-                hit = protected[pair] = protection.protects(*pair)
-            if hit or store.get(f"{sid}/pr/i/{result['key']}") is not None:
-                continue  # protected, or summarized (`index.is_summarized`)
-            calls.append(
-                Call(
-                    key=result["key"],
-                    tool_call_id=call["id"],
-                    tool_name=call["name"],
-                    raw_chars=result["raw"],
-                    content_hash=result["hash"],
-                    head=result["head"],
-                    seq=seq,
-                    is_error=result["err"],
-                    arguments=call["args"],
-                    result_ts=result["rts"],
-                    assistant_seq=window["a"],
-                )
-            )
+        assistant_seq, facts, ready = rows
+        calls = [
+            _call(call, seq, result, assistant_seq)
+            for call, seq, result in ready
+            # summarized (`index.is_summarized`): the trim drops it
+            if store.get(f"{sid}/pr/i/{result['key']}") is None
+        ]
         if not calls:
             continue
         if turn == mark_turn:
