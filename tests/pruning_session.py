@@ -1,15 +1,17 @@
 """A pruning session driven one message at a time, for the windows and flushing tests.
 
-Not a test module: `tests/unit/test_windows.py` and `test_flushing.py` import it (`from
-pruning_session import ...`; pytest puts `tests/` on sys.path for its rootdir conftest). It
-folds entries into the digest and the tool windows as the pruning fold's entry step does,
-without the fold's flush triggers, so a test calls the function under test itself.
+Not a test module: `tests/unit/test_windows.py`, `test_flushing.py` and the capture oracles
+import it (`from pruning_session import ...`; pytest puts `tests/` on sys.path for its rootdir
+conftest). It folds entries into the digest and the tool windows as the pruning fold's entry
+step does, without the fold's flush triggers, so a test calls the function under test itself.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from hypothesis import strategies as st
 
 from sessionfold.projections.pruning import digest, windows
 from sessionfold.projections.pruning.config import PruneConfig, build_config
@@ -87,3 +89,37 @@ class Driver:
 def driver(**settings: Any) -> Driver:
     """A driver whose config is the defaults with `settings` (camelCase keys) on top."""
     return Driver(build_config(settings))
+
+
+# --- drawn turns, for the capture oracles (test_capture_oracle, test_live_capture_oracle) -------
+
+#: Call ids the drawn turns pick from: repeated ids test that the first result per id pairs.
+CALL_IDS = ("a", "b", "c", "d")
+#: Drawn turns (each: its calls as the test's call strategy draws them, whether a user message
+#: comes first) and a frontier (turn, call id) or None.
+Drawn = tuple[list[tuple[list[tuple[Any, ...]], bool]], tuple[int, str] | None]
+
+
+def assistant_calling(calls: list[tuple[str, str]]) -> dict[str, Any]:
+    """An assistant message with one toolCall per (id, tool), each on its own file path."""
+    blocks = [
+        {"type": "toolCall", "id": c, "name": tool, "arguments": {"path": f"src/{c}.py"}}
+        for c, tool in calls
+    ]
+    return {"role": "assistant", "content": blocks, "stopReason": "toolUse", "timestamp": 2}
+
+
+@st.composite
+def turns_and_frontier(draw: st.DrawFn, call: st.SearchStrategy[tuple[Any, ...]]) -> Drawn:
+    """Turns (each: its drawn calls, whether a user message comes first) and a frontier mostly
+    in one of them (at one of its calls, or at none)."""
+    turns = draw(
+        st.lists(
+            st.tuples(st.lists(call, min_size=1, max_size=4), st.booleans()), min_size=1, max_size=6
+        )
+    )
+    if draw(st.integers(0, 4)) == 0:
+        return turns, None
+    turn = draw(st.integers(-1, len(turns)))
+    ids = [c[0] for c in turns[turn][0]] if 0 <= turn < len(turns) else []
+    return turns, (turn, draw(st.sampled_from((*ids, "zz"))))

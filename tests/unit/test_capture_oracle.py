@@ -9,14 +9,21 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pruning_session import SESSION_ID, driver, result, user
+from pruning_session import (
+    CALL_IDS,
+    SESSION_ID,
+    Drawn,
+    assistant_calling,
+    driver,
+    result,
+    turns_and_frontier,
+    user,
+)
 
 from sessionfold.projections.pruning import windows
 from sessionfold.projections.pruning.capture import Batch, group_batches
 from sessionfold.projections.pruning.frontier import mark_of, trim_batches
 from sessionfold.projections.pruning.session import Session, row_key
-
-_IDS = ("a", "b", "c", "d")
 
 
 def _oracle_capture(session: Session) -> list[Batch]:
@@ -29,44 +36,23 @@ def _oracle_capture(session: Session) -> list[Batch]:
     return group_batches(trimmed, session.config.batchingMode)
 
 
-def _assistant(calls: list[tuple[str, str]]) -> dict[str, Any]:
-    blocks = [
-        {"type": "toolCall", "id": c, "name": tool, "arguments": {"path": f"src/{c}.py"}}
-        for c, tool in calls
-    ]
-    return {"role": "assistant", "content": blocks, "stopReason": "toolUse", "timestamp": 2}
-
-
 _CALL = st.tuples(
-    st.sampled_from(_IDS),  # repeated ids: the first result per id pairs
+    st.sampled_from(CALL_IDS),  # repeated ids: the first result per id pairs
     st.sampled_from(("bash", "read")),
     st.booleans(),  # a result comes
     st.booleans(),  # its occurrence key is already indexed (summarized)
 )
-_TURN = st.tuples(st.lists(_CALL, min_size=1, max_size=4), st.booleans())  # calls, user first
-Turns = list[tuple[list[tuple[str, str, bool, bool]], bool]]
-
-
-@st.composite
-def _session(draw: st.DrawFn) -> tuple[Turns, tuple[int, str] | None]:
-    """Turns, and a frontier mostly in one of them (at one of its calls, or at none)."""
-    turns = draw(st.lists(_TURN, min_size=1, max_size=6))
-    if draw(st.integers(0, 4)) == 0:
-        return turns, None
-    turn = draw(st.integers(-1, len(turns)))
-    ids = [c[0] for c in turns[turn][0]] if 0 <= turn < len(turns) else []
-    return turns, (turn, draw(st.sampled_from((*ids, "zz"))))
 
 
 @settings(deadline=None, max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    _session(),
+    turns_and_frontier(_CALL),
     st.sampled_from(((), ("read",))),
     st.sampled_from(("turn", "agent-message")),
     st.booleans(),  # the frontier row stored without its turn (a restored head)
 )
 def test_capture_matches_the_built_and_trimmed_batches(
-    drawn: tuple[Turns, tuple[int, str] | None],
+    drawn: Drawn,
     protected: tuple[str, ...],
     mode: str,
     no_turn: bool,
@@ -83,7 +69,7 @@ def test_capture_matches_the_built_and_trimmed_batches(
     for calls, user_first in turns:
         if user_first:
             d.add(session, user())
-        d.add(session, _assistant([(c, tool) for c, tool, *_ in calls]))
+        d.add(session, assistant_calling([(c, tool) for c, tool, *_ in calls]))
         for call_id, tool, comes, summarized in calls:
             if not comes:
                 continue

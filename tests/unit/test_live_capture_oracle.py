@@ -6,18 +6,24 @@ The live path reads the rows instead and builds the batch only when a result may
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pruning_session import SESSION_ID, driver, result, user
+from pruning_session import (
+    CALL_IDS,
+    SESSION_ID,
+    Drawn,
+    assistant_calling,
+    driver,
+    result,
+    turns_and_frontier,
+    user,
+)
 
 from sessionfold.projections.pruning import flushing, index, windows
 from sessionfold.projections.pruning.frontier import mark_of, trim_batch
 from sessionfold.projections.pruning.session import Session, open_session, row_key
 from sessionfold.projections.store import DictStore
-
-_IDS = ("a", "b", "c", "d")
 
 
 def _oracle_push(session: Session, turn: int) -> bool:
@@ -35,40 +41,23 @@ def _oracle_push(session: Session, turn: int) -> bool:
     return True
 
 
-def _assistant(calls: list[tuple[str, str]]) -> dict[str, Any]:
-    blocks = [
-        {"type": "toolCall", "id": c, "name": tool, "arguments": {"path": f"src/{c}.py"}}
-        for c, tool in calls
-    ]
-    return {"role": "assistant", "content": blocks, "stopReason": "toolUse", "timestamp": 2}
-
-
 _CALL = st.tuples(
-    st.sampled_from(_IDS),
+    st.sampled_from(CALL_IDS),
     st.sampled_from(("bash", "read")),
     st.booleans(),  # a result comes
     st.sampled_from((1, 40, 600)),  # its size
     st.booleans(),  # its occurrence key is already indexed (summarized)
 )
-_TURN = st.tuples(st.lists(_CALL, min_size=1, max_size=4), st.booleans())  # calls, user first
-Turns = list[tuple[list[tuple[str, str, bool, int, bool]], bool]]
-
-
-@st.composite
-def _session(draw: st.DrawFn) -> tuple[Turns, tuple[int, str] | None]:
-    """Turns, and a frontier mostly in one of them (at one of its calls, or at none)."""
-    turns = draw(st.lists(_TURN, min_size=1, max_size=6))
-    if draw(st.integers(0, 4)) == 0:
-        return turns, None
-    turn = draw(st.integers(-1, len(turns)))
-    ids = [c[0] for c in turns[turn][0]] if 0 <= turn < len(turns) else []
-    return turns, (turn, draw(st.sampled_from((*ids, "zz"))))
 
 
 @settings(deadline=None, max_examples=400, suppress_health_check=[HealthCheck.too_slow])
-@given(_session(), st.sampled_from((5, 40, 500, 65_536)), st.sampled_from(((), ("read",))))
+@given(
+    turns_and_frontier(_CALL),
+    st.sampled_from((5, 40, 500, 65_536)),
+    st.sampled_from(((), ("read",))),
+)
 def test_live_capture_matches_the_built_batch(
-    drawn: tuple[Turns, tuple[int, str] | None], spill_threshold: int, protected: tuple[str, ...]
+    drawn: Drawn, spill_threshold: int, protected: tuple[str, ...]
 ) -> None:
     """Same answer, same queue count and the same rows written (spills) at every turn end."""
     turns, frontier = drawn
@@ -82,7 +71,7 @@ def test_live_capture_matches_the_built_batch(
     for number, (calls, user_first) in enumerate(turns):
         if user_first:
             d.add(session, user())
-        d.add(session, _assistant([(c, tool) for c, tool, *_ in calls]))
+        d.add(session, assistant_calling([(c, tool) for c, tool, *_ in calls]))
         for call_id, tool, comes, size, summarized in calls:
             if not comes:
                 continue

@@ -7,8 +7,11 @@ since, it answers nothing (the call goes to the fold process)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +61,39 @@ def _pi_shape(path: Path, session_id: str) -> list[list[Any]]:
     return [[m["role"], m.get("toolCallId")] for m in view.unpruned]
 
 
+@dataclass
+class Rig:
+    """The fold process' live folds and API, writing frames to a pipe, and the API process'
+    side (`front`) that applies them."""
+
+    live: LiveFolds
+    front: LiveFront
+    read_end: int
+    write_end: int
+
+    def client(self) -> TestClient:
+        """A client of the fold process' API, handing its answers over on the pipe."""
+        api = LiveApi(self.live, wait_s=5, handover=Handover(self.live, self.write_end))
+        return TestClient(TestServer(api.app(None)))
+
+    async def apply_frames(self) -> None:
+        """Apply every frame written so far to the API process' side."""
+        for frame in await _frames(self.read_end):
+            self.front.apply(frame)
+
+
+@contextlib.contextmanager
+def _rig(watched: Path) -> Iterator[Rig]:
+    read_end, write_end = os.pipe()
+    try:
+        fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        os.set_blocking(read_end, False)
+        yield Rig(LiveFolds([watched]), LiveFront("unused"), read_end, write_end)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
 SOURCES: dict[int, list[bytes]] = {}
 
 
@@ -92,15 +128,10 @@ def test_the_api_process_answers_the_fold_process_bytes_or_nothing(
     path = watched / "session.jsonl"
     path.write_bytes(b"")
     session_id = str(orjson.loads(lines[0])["id"])
-    read_end, write_end = os.pipe()
-    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-    os.set_blocking(read_end, False)
-    live = LiveFolds([watched])
-    front = LiveFront("unused")
 
-    async def run() -> None:
-        api = LiveApi(live, wait_s=5, handover=Handover(live, write_end))
-        async with TestClient(TestServer(api.app(None))) as client:
+    async def run(rig: Rig) -> None:
+        live, front = rig.live, rig.front
+        async with rig.client() as client:
             written = 0
             previous: bytes | None = None
             for number, step in enumerate(steps):
@@ -111,8 +142,7 @@ def test_the_api_process_answers_the_fold_process_bytes_or_nothing(
                 written += step
                 live.discover()
                 live.poll()
-                for frame in await _frames(read_end):
-                    front.apply(frame)
+                await rig.apply_frames()
                 if previous is not None:
                     # the session folded lines since the last answer: it is not answered here
                     assert front.caught_up(session_id, previous) is None
@@ -126,19 +156,15 @@ def test_the_api_process_answers_the_fold_process_bytes_or_nothing(
                 answer = await client.post(f"/sessions/{session_id}/context", data=encoded)
                 expected = await answer.read()
                 assert not orjson.loads(expected)["stale"]
-                for frame in await _frames(read_end):
-                    front.apply(frame)
+                await rig.apply_frames()
                 here = front.caught_up(session_id, encoded)
                 assert here is not None and here.body == expected
                 unknown = orjson.dumps({**body, "leaf": "not-folded-yet"})
                 assert front.caught_up(session_id, unknown) is None
                 previous = encoded
 
-    try:
-        asyncio.run(run())
-    finally:
-        os.close(read_end)
-        os.close(write_end)
+    with _rig(watched) as rig:
+        asyncio.run(run(rig))
 
 
 @settings(
@@ -158,23 +184,17 @@ def test_a_fold_that_raises_partway_still_drops_the_render_handed_over(
     path = watched / "session.jsonl"
     path.write_bytes(b"".join(lines[:start]))
     session_id = str(orjson.loads(lines[0])["id"])
-    read_end, write_end = os.pipe()
-    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-    os.set_blocking(read_end, False)
-    live = LiveFolds([watched])
-    front = LiveFront("unused")
 
-    async def run() -> None:
-        api = LiveApi(live, wait_s=5, handover=Handover(live, write_end))
-        async with TestClient(TestServer(api.app(None))) as client:
+    async def run(rig: Rig) -> None:
+        live, front = rig.live, rig.front
+        async with rig.client() as client:
             live.discover()
             live.poll()
             leaf = orjson.loads(lines[start - 1])["id"]
             body = orjson.dumps({"leaf": leaf, "shape": _pi_shape(path, session_id)})
             answer = await client.post(f"/sessions/{session_id}/context", data=body)
             assert answer.status == 200
-            for frame in await _frames(read_end):
-                front.apply(frame)
+            await rig.apply_frames()
             assert front.caught_up(session_id, body) is not None
             before = live.sessions[session_id].state()
             folds = 0
@@ -193,12 +213,8 @@ def test_a_fold_that_raises_partway_still_drops_the_render_handed_over(
             with pytest.raises(RuntimeError):
                 live.poll()
             assert live.sessions[session_id].state() != before
-            for frame in await _frames(read_end):
-                front.apply(frame)
+            await rig.apply_frames()
             assert front.caught_up(session_id, body) is None
 
-    try:
-        asyncio.run(run())
-    finally:
-        os.close(read_end)
-        os.close(write_end)
+    with _rig(watched) as rig:
+        asyncio.run(run(rig))
