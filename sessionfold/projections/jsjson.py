@@ -105,32 +105,52 @@ def js_number_text(number: int | float) -> str:
 
 
 def _utf16_units(utf8: bytes) -> int:
-    # One unit per code point, two for each one outside the BMP (4-byte UTF-8 sequences).
-    text = utf8.decode("utf-8")
-    return len(text) + sum(
-        utf8.count(lead) for lead in (b"\xf0", b"\xf1", b"\xf2", b"\xf3", b"\xf4")
-    )
+    # UTF-16 in C, one pass each way: an astral character is two units. orjson never prints a
+    # lone surrogate, so the re-encoding cannot fail.
+    return len(utf8.decode("utf-8").encode("utf-16-le")) // 2
 
 
 def _number_delta(value: Any) -> int:
     """JavaScript's printed length minus orjson's, summed over the numbers inside value."""
+    kind = type(value)
+    if kind is dict:
+        stack: list[Any] = [value.values()]
+    elif kind is list:
+        stack = [value]
+    else:
+        return _scalar_delta(value)
     delta = 0
-    stack = [value]
-    pop, extend = stack.pop, stack.extend
+    pop, push = stack.pop, stack.append
+    # Containers are pushed and iterated; strings, most of a message's values, are skipped
+    # where they are met instead of being pushed and popped one by one.
     while stack:
-        item = pop()
-        kind = type(item)
-        if kind is str:
-            continue
-        if kind is dict:
-            extend(item.values())
-        elif kind is list:
-            extend(item)
-        elif kind is float:
-            delta += _float_delta(item)
-        elif kind is int and not -_SAFE_INT <= item <= _SAFE_INT:
-            delta += js_number_length(item) - len(str(item))
+        for item in pop():
+            kind = type(item)
+            if kind is str:
+                continue
+            if kind is dict:
+                push(item.values())
+            elif kind is list:
+                push(item)
+            elif kind is float:
+                if 1e-5 <= item < 1e16:  # _float_delta's common case (costs, positive) inline
+                    if item.is_integer():
+                        delta -= 2
+                else:
+                    delta += _float_delta(item)
+            elif kind is int and not -_SAFE_INT <= item <= _SAFE_INT:
+                delta += js_number_length(item) - len(str(item))
     return delta
+
+
+def _scalar_delta(value: Any) -> int:
+    """_number_delta of a value that is not a dict or a list."""
+    kind = type(value)
+    if kind is float:
+        return _float_delta(value)
+    if kind is int and not -_SAFE_INT <= value <= _SAFE_INT:
+        return js_number_length(value) - len(str(value))
+    return 0
 
 
 def _float_delta(value: float) -> int:

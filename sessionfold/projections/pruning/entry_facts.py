@@ -228,9 +228,15 @@ def _usage_tokens(message: dict[str, Any]) -> int | None:
         return None
     total = usage.get("totalTokens")
     if not isinstance(total, int) or total <= 0:
-        parts = (usage.get(k) for k in ("input", "output", "cacheRead", "cacheWrite"))
-        total = sum(p for p in parts if isinstance(p, int))
+        total = 0
+        for name in _USAGE_PARTS:  # a plain loop: no generator per assistant
+            part = usage.get(name)
+            if isinstance(part, int):
+                total += part
     return total if total > 0 else None
+
+
+_USAGE_PARTS = ("input", "output", "cacheRead", "cacheWrite")
 
 
 def _number_or_none(value: Any) -> int | float | None:
