@@ -1,8 +1,10 @@
 """Entry facts against the way their parts were written before, kept here as oracles: the usage
-tokens summed the parts through a generator (now a plain loop)."""
+tokens summed the parts through a generator (now a plain loop), and `iso_to_ms` built the epoch
+as an aware datetime at every call (now once)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from hypothesis import given, settings
@@ -47,3 +49,50 @@ def test_usage_tokens_as_before(message: dict[str, Any]) -> None:
     all, an errored stop) gives the tokens the old code gave, of the same type."""
     new, old = ef._usage_tokens(message), _old_usage_tokens(message)
     assert (new, type(new)) == (old, type(old))
+
+
+def _old_iso_to_ms(value: Any) -> int | None:
+    """iso_to_ms as it was."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+_offsets = st.one_of(
+    st.none(),
+    st.integers(-23 * 60 - 59, 23 * 60 + 59).map(lambda m: timezone(timedelta(minutes=m))),
+)
+_iso = st.builds(
+    lambda moment, zone, spec, suffix, pad: (
+        pad
+        + moment.replace(tzinfo=zone).isoformat(timespec=spec)
+        + (suffix if zone is None else "")
+        + pad
+    ),
+    st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)),
+    _offsets,
+    st.sampled_from(["auto", "hours", "minutes", "seconds", "milliseconds", "microseconds"]),
+    st.sampled_from(["", "Z", "z"]),
+    st.sampled_from(["", " ", "\t"]),
+)
+_timestamps = st.one_of(
+    _iso, st.text(max_size=30), st.none(), st.integers(), st.floats(), st.booleans()
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_timestamps)
+def test_iso_to_ms_as_before(value: Any) -> None:
+    """ISO timestamps (any offset or none, Z or z, every precision, padded), other text and
+    other types give the milliseconds (or None) the old code gave."""
+    assert ef.iso_to_ms(value) == _old_iso_to_ms(value)
