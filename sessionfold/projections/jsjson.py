@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 _SAFE_INT = 2**53
+_MIN_SAFE_INT = -_SAFE_INT  # a constant: `-_SAFE_INT` in a loop negates (allocates) each time
 
 # JavaScript escapes these five controls with a letter (2 chars); other controls as \u00xx (6).
 _SHORT_ESCAPES = frozenset('\b\f\n\r\t"\\')
@@ -125,21 +126,23 @@ def _number_delta(value: Any) -> int:
     # where they are met instead of being pushed and popped one by one.
     while stack:
         for item in pop():
+            # Tested in the order the kinds come in messages: strings, objects, integers.
             kind = type(item)
             if kind is str:
                 continue
             if kind is dict:
                 push(item.values())
-            elif kind is list:
-                push(item)
+            elif kind is int:
+                if not _MIN_SAFE_INT <= item <= _SAFE_INT:
+                    delta += js_number_length(item) - len(str(item))
             elif kind is float:
                 if 1e-5 <= item < 1e16:  # _float_delta's common case (costs, positive) inline
                     if item.is_integer():
                         delta -= 2
                 else:
                     delta += _float_delta(item)
-            elif kind is int and not -_SAFE_INT <= item <= _SAFE_INT:
-                delta += js_number_length(item) - len(str(item))
+            elif kind is list:
+                push(item)
     return delta
 
 
