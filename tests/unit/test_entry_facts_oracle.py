@@ -1,6 +1,7 @@
 """Entry facts against the way their parts were written before, kept here as oracles: the usage
-tokens summed the parts through a generator (now a plain loop), and `iso_to_ms` built the epoch
-as an aware datetime at every call (now once)."""
+tokens summed the parts through a generator (now a plain loop), `iso_to_ms` built the epoch as
+an aware datetime at every call (now once), and a message's text blocks were joined from a
+generator (now a loop)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sessionfold.projections.jsjson import js_trim
 from sessionfold.projections.pruning import entry_facts as ef
 
 
@@ -96,3 +98,47 @@ def test_iso_to_ms_as_before(value: Any) -> None:
     """ISO timestamps (any offset or none, Z or z, every precision, padded), other text and
     other types give the milliseconds (or None) the old code gave."""
     assert ef.iso_to_ms(value) == _old_iso_to_ms(value)
+
+
+def _old_result_text(message: dict[str, Any]) -> str:
+    """result_text as it was."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(
+        block["text"]
+        for block in content
+        if isinstance(block, dict)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+    )
+
+
+_block = st.one_of(
+    st.builds(lambda text: {"type": "text", "text": text}, st.text(max_size=5)),
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["text", "image", "thinking", "toolCall"])},
+        optional={"text": st.one_of(st.text(max_size=5), st.none(), st.integers())},
+    ),
+    st.text(max_size=3),
+    st.none(),
+    st.lists(st.text(max_size=2), max_size=2),
+)
+_content_message = st.fixed_dictionaries(
+    {},
+    optional={
+        "content": st.one_of(st.lists(_block, max_size=5), st.text(max_size=5), st.integers()),
+        "role": st.sampled_from(["assistant", "toolResult"]),
+    },
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_content_message)
+def test_texts_as_before(message: dict[str, Any]) -> None:
+    """A message's joined text (string content, blocks of every kind, text that is not a str,
+    blocks that are not objects, no content) and an assistant's trimmed text are as before."""
+    assert ef.result_text(message) == _old_result_text(message)
+    assert ef.assistant_text(message) == js_trim(_old_result_text(message))

@@ -197,13 +197,14 @@ def result_text(message: dict[str, Any]) -> str:
         return content
     if not isinstance(content, list):
         return ""
-    return "\n".join(
-        block["text"]
-        for block in content
-        if isinstance(block, dict)
-        and block.get("type") == "text"
-        and isinstance(block.get("text"), str)
-    )
+    # A plain loop, not a generator in the join: one text block (most results) is one pass.
+    texts = []
+    for block in content:
+        if isinstance(block, dict) and block.get("type") == "text":
+            text = block.get("text")
+            if isinstance(text, str):
+                texts.append(text)
+    return "\n".join(texts)
 
 
 def assistant_text(message: dict[str, Any]) -> str:
