@@ -339,101 +339,39 @@ class EntryError(ValueError):
 # holds this to it).
 
 _NONE = type(None)
-_STR = (str,)
 _OPT_STR = (str, _NONE)
 _OPT_NUMBER = (int, float, _NONE)
 _OPT_BOOL = (bool, _NONE)
-#: What `dict.get` returns for a required field that is not there: no type accepts it.
-_ABSENT: Any = object()
-
-#: A field: its name, what stands for it when it is absent (a valid value when it may be
-#: left out, else `_ABSENT`), and the exact types its value may have.
-Fields = tuple[tuple[str, Any, tuple[type, ...]], ...]
-
-#: Per block type, its fields.
-_BLOCK_FIELDS: dict[str, Fields] = {
-    "text": (("text", _ABSENT, _STR), ("textSignature", None, _OPT_STR)),
-    "thinking": (
-        ("thinking", _ABSENT, _STR),
-        ("thinkingSignature", None, _OPT_STR),
-        ("redacted", None, _OPT_BOOL),
-    ),
-    "toolCall": (
-        ("id", _ABSENT, _STR),
-        ("name", _ABSENT, _STR),
-        ("arguments", {}, (dict,)),
-        ("thoughtSignature", None, _OPT_STR),
-        ("partialJson", None, _OPT_STR),
-    ),
-}
-_MESSAGE_FIELDS: dict[str, Fields] = {
-    "user": (("timestamp", None, _OPT_NUMBER),),
-    "assistant": (
-        ("api", None, _OPT_STR),
-        ("provider", None, _OPT_STR),
-        ("model", None, _OPT_STR),
-        ("stopReason", None, _OPT_STR),
-        ("errorMessage", None, _OPT_STR),
-        ("timestamp", None, _OPT_NUMBER),
-    ),
-    "toolResult": (
-        ("toolCallId", _ABSENT, _STR),
-        ("toolName", None, _OPT_STR),
-        ("isError", False, (bool,)),
-        ("timestamp", None, _OPT_NUMBER),
-    ),
-}
-#: Entry types other than message, by their own fields (the common ones: id, parentId, timestamp).
-_ENTRY_FIELDS: dict[str, Fields] = {
-    "thinking_level_change": (("thinkingLevel", _ABSENT, _STR),),
-    "model_change": (("provider", None, _OPT_STR), ("modelId", None, _OPT_STR)),
-}
-_USAGE_INTS = ("input", "output", "cacheRead", "cacheWrite")
-_COST_FIELDS = ("input", "output", "cacheRead", "cacheWrite", "total")
-
-
-def _fields_ok(value: dict[str, Any], fields: Fields) -> bool:
-    # Exact types: bool is an int subclass, and only a field that names bool takes one. A loop,
-    # not all() over a generator: this runs for most lines, and the generator costs more.
-    for name, absent, types in fields:  # noqa: SIM110
-        if type(value.get(name, absent)) not in types:
-            return False
-    return True
-
-
-def _blocks_ok(content: Any) -> bool:
-    if type(content) is not list:
-        return False
-    for block in content:
-        if type(block) is not dict:
-            return False
-        kind = block.get("type")
-        fields = _BLOCK_FIELDS.get(kind) if type(kind) is str else None
-        if fields is None:
-            return False  # an image or an unknown type: pydantic decides
-        for name, absent, types in fields:
-            if type(block.get(name, absent)) not in types:
-                return False
-    return True
+_OPT_INT = (int, _NONE)
 
 
 def _usage_ok(usage: Any) -> bool:
+    """Whether an assistant message's `usage` (None or absent included) has plain types."""
     if usage is None:
         return True
     if type(usage) is not dict:
         return False
-    for name in _USAGE_INTS:
-        if type(usage.get(name, 0)) is not int:
-            return False
-    if type(usage.get("totalTokens")) not in (int, _NONE):
+    if not (
+        type(usage.get("input", 0)) is int
+        and type(usage.get("output", 0)) is int
+        and type(usage.get("cacheRead", 0)) is int
+        and type(usage.get("cacheWrite", 0)) is int
+        and type(usage.get("totalTokens")) in _OPT_INT
+    ):
         return False
     cost = usage.get("cost")
     if cost is None:
         return True
     if type(cost) is not dict:
         return False
-    for name in _COST_FIELDS:
-        value = cost.get(name, 0.0)
+    get = cost.get
+    for value in (
+        get("input", 0.0),
+        get("output", 0.0),
+        get("cacheRead", 0.0),
+        get("cacheWrite", 0.0),
+        get("total", 0.0),
+    ):
         if type(value) is not float and not (type(value) is int and -(2**53) <= value <= 2**53):
             return False  # a float, or an int a float holds (pydantic's float takes it as it is)
     return True
@@ -443,28 +381,103 @@ def is_common_entry(raw: dict[str, Any]) -> bool:
     """True when `raw` is an entry of a common shape that `parse_entry` accepts (a user,
     assistant or tool result message with plain JSON field types, a thinking level or model
     change); False means: ask `parse_entry`, never that the entry is invalid."""
+    # Each shape's fields spelled out, the commonest shapes first: the reader asks this of
+    # most lines, and loops over tables of fields cost about twice as much (a test holds this
+    # to the table-driven check it replaced).
     if type(raw.get("id")) is not str:
         return False
     if type(raw.get("parentId")) not in _OPT_STR or type(raw.get("timestamp")) not in _OPT_STR:
         return False
     kind = raw.get("type")
     if kind != "message":
-        fields = _ENTRY_FIELDS.get(kind) if type(kind) is str else None
-        return fields is not None and _fields_ok(raw, fields)
+        return _common_other(raw, kind)
     message = raw.get("message")
     if type(message) is not dict:
         return False
     role = message.get("role")
-    fields = _MESSAGE_FIELDS.get(role) if type(role) is str else None
-    if fields is None or not _fields_ok(message, fields):
+    if type(role) is not str:
         return False
-    if role == "user":
-        content = message.get("content")  # required: a missing one is pydantic's to name
-        if type(content) is not str and not _blocks_ok(content):
+    if role == "assistant":
+        if not (
+            type(message.get("api")) in _OPT_STR
+            and type(message.get("provider")) in _OPT_STR
+            and type(message.get("model")) in _OPT_STR
+            and type(message.get("stopReason")) in _OPT_STR
+            and type(message.get("errorMessage")) in _OPT_STR
+            and type(message.get("timestamp")) in _OPT_NUMBER
+        ):
             return False
-    elif "content" in message and not _blocks_ok(message["content"]):
+        if "content" in message and not _common_blocks(message["content"]):
+            return False
+        return _usage_ok(message.get("usage"))
+    if role == "toolResult":
+        if not (
+            type(message.get("toolCallId")) is str
+            and type(message.get("toolName")) in _OPT_STR
+            and type(message.get("isError", False)) is bool
+            and type(message.get("timestamp")) in _OPT_NUMBER
+        ):
+            return False
+        return "content" not in message or _common_blocks(message["content"])
+    if role == "user":
+        if type(message.get("timestamp")) not in _OPT_NUMBER:
+            return False
+        content = message.get("content")  # required: a missing one is pydantic's to name
+        return type(content) is str or _common_blocks(content)
+    return False
+
+
+def _common_other(raw: dict[str, Any], kind: Any) -> bool:
+    """`is_common_entry` of an entry whose type is not message."""
+    if type(kind) is not str:
         return False
-    return role != "assistant" or _usage_ok(message.get("usage"))
+    if kind == "thinking_level_change":
+        return type(raw.get("thinkingLevel")) is str
+    if kind == "model_change":
+        return type(raw.get("provider")) in _OPT_STR and type(raw.get("modelId")) in _OPT_STR
+    return False
+
+
+#: `arguments` absent: what stands for it (pydantic's default, a dict).
+_NO_ARGUMENTS: dict[str, Any] = {}
+
+
+def _common_blocks(content: Any) -> bool:
+    """Whether a message's content is a list of text, tool call and thinking blocks of plain
+    types (text first: most blocks are)."""
+    if type(content) is not list:
+        return False
+    for block in content:
+        if type(block) is not dict:
+            return False
+        kind = block.get("type")
+        if type(kind) is not str:
+            return False
+        if kind == "text":
+            if (
+                type(block.get("text")) is not str
+                or type(block.get("textSignature")) not in _OPT_STR
+            ):
+                return False
+        elif kind == "toolCall":
+            if not (
+                type(block.get("id")) is str
+                and type(block.get("name")) is str
+                and type(block.get("arguments", _NO_ARGUMENTS)) is dict
+                and type(block.get("thoughtSignature")) in _OPT_STR
+                and type(block.get("partialJson")) in _OPT_STR
+            ):
+                return False
+        elif kind == "thinking":
+            if not (
+                type(block.get("thinking")) is str
+                and type(block.get("thinkingSignature")) in _OPT_STR
+                and type(block.get("redacted")) in _OPT_BOOL
+            ):
+                return False
+        else:
+            return False  # an image or an unknown type: pydantic decides
+    return True
 
 
 def check_entry(raw: dict[str, Any]) -> None:
