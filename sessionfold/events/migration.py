@@ -9,17 +9,20 @@ at header-inclusive index i is a hash of (session id, i). That also resolves a v
 from __future__ import annotations
 
 import hashlib
-from functools import lru_cache
 from typing import Any
 
 CURRENT_VERSION = 3
 
 
-# An entry's parent id is the previous entry's own id: a few cached ids halve the hashing.
-@lru_cache(maxsize=16)
 def v1_entry_id(session_id: str, index: int) -> str:
     """Deterministic 8-hex id for the v1 entry at header-inclusive `index` (pi's id shape)."""
     return hashlib.sha256(f"{session_id}/{index}".encode()).hexdigest()[:8]
+
+
+# The id `migrate_entry` made last, as (session id, index, id): a v1 entry's parent is the
+# entry migrated just before it, so one hash a line instead of two (one tuple read and
+# replaced whole, so threads migrating other files only miss it).
+_last_id: tuple[str, int, str] = ("", -1, "")
 
 
 def file_version(header: dict[str, Any]) -> int:
@@ -36,12 +39,18 @@ def migrate_entry(
     The dict is changed in place where needed (it came straight from the parser); key order of
     everything that was already there is kept.
     """
+    global _last_id
     if version <= 1 and "id" not in entry:
-        migrated = {
-            "type": entry.get("type"),
-            "id": v1_entry_id(session_id, index),
-            "parentId": v1_entry_id(session_id, index - 1) if index > 1 else None,
-        }
+        parent = None
+        if index > 1:
+            last = _last_id
+            if last[1] == index - 1 and last[0] == session_id:
+                parent = last[2]
+            else:
+                parent = v1_entry_id(session_id, index - 1)
+        own = v1_entry_id(session_id, index)
+        _last_id = (session_id, index, own)
+        migrated = {"type": entry.get("type"), "id": own, "parentId": parent}
         # `type` keeps its place (first) and its value: the same object `get` read.
         migrated.update(entry)
         entry = migrated
