@@ -13,10 +13,12 @@ from typing import Any
 
 CURRENT_VERSION = 3
 
+_sha256 = hashlib.sha256
+
 
 def v1_entry_id(session_id: str, index: int) -> str:
     """Deterministic 8-hex id for the v1 entry at header-inclusive `index` (pi's id shape)."""
-    return hashlib.sha256(f"{session_id}/{index}".encode()).hexdigest()[:8]
+    return _sha256(f"{session_id}/{index}".encode()).hexdigest()[:8]
 
 
 # The id `migrate_entry` made last, as (session id, index, id): a v1 entry's parent is the
@@ -40,6 +42,7 @@ def migrate_entry(
     everything that was already there is kept.
     """
     global _last_id
+    kind = entry.get("type")  # the same object before and after the ids go in front
     if version <= 1 and "id" not in entry:
         parent = None
         if index > 1:
@@ -48,16 +51,17 @@ def migrate_entry(
                 parent = last[2]
             else:
                 parent = v1_entry_id(session_id, index - 1)
-        own = v1_entry_id(session_id, index)
+        own = _sha256(f"{session_id}/{index}".encode()).hexdigest()[:8]  # v1_entry_id, inline
         _last_id = (session_id, index, own)
-        migrated = {"type": entry.get("type"), "id": own, "parentId": parent}
+        migrated = {"type": kind, "id": own, "parentId": parent}
         # `type` keeps its place (first) and its value: the same object `get` read.
         migrated.update(entry)
         entry = migrated
-        kept = entry.pop("firstKeptEntryIndex", None)
-        if entry.get("type") == "compaction" and isinstance(kept, int) and 0 < kept < index:
-            entry["firstKeptEntryId"] = v1_entry_id(session_id, kept)
-    if version <= 2 and entry.get("type") == "message":
+        if "firstKeptEntryIndex" in entry:
+            kept = entry.pop("firstKeptEntryIndex")
+            if kind == "compaction" and isinstance(kept, int) and 0 < kept < index:
+                entry["firstKeptEntryId"] = v1_entry_id(session_id, kept)
+    if version <= 2 and kind == "message":
         message = entry.get("message")
         if isinstance(message, dict) and message.get("role") == "hookMessage":
             message["role"] = "custom"
