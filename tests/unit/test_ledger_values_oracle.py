@@ -162,6 +162,7 @@ def _texts(pieces: int) -> st.SearchStrategy[str]:
 @example("ls", "\u0130 a.ts(1,2): Error")  # lower() makes two characters of one
 @example("git log -1", "deadbee fix\n[main abcdefa] x")  # a commit without a digit
 @example("npm test", "TIME: 3s Time:\t12ms\nDone in 1.5 s, took 2m; 3 passed 1 error")
+@example("ls", "serve localhost:8080 [main 1234567] x")  # an address and a commit made, gated
 @given(_COMMANDS, _texts(40))
 def test_command_values_finds_what_every_pattern_scanning_the_whole_output_finds(
     command: str, output: str
@@ -255,3 +256,13 @@ def test_only_the_kelvin_sign_and_dotted_capital_i_lower_case_to_ascii() -> None
     }
     assert found == {"\u212a", "\u0130"}
     assert "\u0130" in ledger_values._FOLD_BREAKERS
+
+
+@settings(max_examples=2000)
+@example("")
+@example("\u0663")  # a decimal digit that is not ASCII
+@example("abc 9")
+@given(st.one_of(st.text(max_size=60), st.text(alphabet="ab 09\u0663\u00e9", max_size=20)))
+def test_a_digit_is_found_where_the_digit_pattern_finds_one(text: str) -> None:
+    """Property: `_has_digit` (ten looks in ASCII text) answers as `_DIGIT.search` does."""
+    assert ledger_values._has_digit(text) == (ledger_values._DIGIT.search(text) is not None)

@@ -309,6 +309,15 @@ _WC_COMMAND = re.compile(r"(?:^|[\s;&|])wc\s+-l\b")
 _DIGIT = re.compile(r"\d")
 
 
+def _has_digit(output: str) -> bool:
+    """Whether `output` holds a decimal digit (`_DIGIT.search`): in ASCII text, a look for
+    each of the ten (a `find` per digit at C speed, where \\d tests every character's Unicode
+    category); other text is scanned."""
+    if output.isascii():
+        return any(map(output.__contains__, "0123456789"))
+    return _DIGIT.search(output) is not None
+
+
 def command_values(command: str, output: str) -> list[tuple[str, str]]:
     """(value, what) pairs a command's output shows, in output order, without repeats."""
     found: list[tuple[str, str]] = []
@@ -323,18 +332,23 @@ def command_values(command: str, output: str) -> list[tuple[str, str]]:
 
     # Every kind but a commit's hash reads a digit (\\d): an output without one (a third to
     # a half of them) is read for commits only.
-    digits = _DIGIT.search(output) is not None
+    digits = _has_digit(output)
     lowered = _ascii_lowered(output) if digits else None
+    # Each pattern is tried only when a word it cannot match without stands in the output (as
+    # `_scanned` would find none): most outputs are short, and a scan's calls cost more than
+    # their looks.
     if digits:
         if "wc" in command and _WC_COMMAND.search(command):
             for line in output.splitlines():
                 match = _WC_LINE.match(line)
                 if match:
                     add(match.group(1), "lines, wc -l")
-        for match in _scanned(_ERROR_LOCATION, output, lowered):
-            add(match.group("loc"), "error location")
-    for match in _scanned(_COMMIT_MADE, output, lowered):
-        add(match.group("hash"), "commit made")
+        if lowered is None or "error" in lowered or "warning" in lowered:
+            for match in _scanned(_ERROR_LOCATION, output, lowered):
+                add(match.group("loc"), "error location")
+    if "[" in output:
+        for match in _scanned(_COMMIT_MADE, output, lowered):
+            add(match.group("hash"), "commit made")
     if "git" in command and _GIT_LOG.search(command):
         for line in output.splitlines()[:1]:
             match = _LOG_LINE.match(line.strip())
@@ -342,14 +356,18 @@ def command_values(command: str, output: str) -> list[tuple[str, str]]:
                 add(match.group("hash"), "newest commit logged")
     if not digits:
         return found
-    for match in _scanned(_ADDRESS, output, lowered):
-        add(match.group(0), "address")
-    for match in _scanned(_PORT, output, lowered):
-        add(match.group(0), "port")
-    for match in _scanned(_TIMING, output, lowered):
-        add(match.group("t"), "timing")
-    for match in _scanned(_TESTS, output, lowered):
-        add(match.group(0), "test total")
+    if ":" in output:  # every address's words end with one
+        for match in _scanned(_ADDRESS, output, lowered):
+            add(match.group(0), "address")
+    if lowered is None or "port" in lowered:
+        for match in _scanned(_PORT, output, lowered):
+            add(match.group(0), "port")
+    if lowered is None or any(map(lowered.__contains__, _TIMING_LOWER)):
+        for match in _scanned(_TIMING, output, lowered):
+            add(match.group("t"), "timing")
+    if any(map(output.__contains__, _NEEDS[_TESTS])):
+        for match in _scanned(_TESTS, output, lowered):
+            add(match.group(0), "test total")
     return found
 
 
