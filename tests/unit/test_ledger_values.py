@@ -565,6 +565,46 @@ def test_shapes_read_through_one_memo_of_runs_are_each_texts_shapes(texts: list[
         assert ledger_values._shapes(text, memo) == _shapes_whole(text)
 
 
+def _run_values_whole(run: str) -> tuple[str, ...]:
+    """`_run_values` as it read every hinted run with all six alternatives (the oracle)."""
+    if ledger_values._SHAPE_HINT.search(run) is None:
+        return ()
+    values = (value.rstrip(".:,") for value in ledger_values._SHAPE_AT_START.findall(run))
+    return tuple(value for value in values if len(value) >= 4)
+
+
+#: The characters runs are made of, in the pieces the alternatives turn on: capitals after
+#: lower case and digits, hex digits, a "_", a "/", dots, a titlecase letter (neither lower
+#: nor upper case) and other non-ASCII word characters.
+_RUN_PIECES = st.sampled_from(
+    (
+        *"aAfFgZ09_/.~@+-",
+        *("deadbee", "abc1234", "Foo", "fooBar", "getX", "ABC", "x_y", "src/", ".ts", "a.b"),
+        *("\u01c5", "\u00e9", "\u00c9", "\u0663"),
+    )
+)
+
+
+@settings(max_examples=3000)
+@example("deadbee")  # seven hex digits, no digit: a hint but no hash
+@example("abc1234")
+@example("fooBar")
+@example("\u01c5fooBar")  # titlecase: `islower` is false
+@example("src/fooBar.ts")
+@example("x_yZ")
+@given(
+    st.one_of(
+        st.lists(_RUN_PIECES, min_size=1, max_size=12).map("".join),
+        st.from_regex(ledger_values._SHAPE_RUN, fullmatch=True),
+    )
+)
+def test_a_runs_values_read_with_the_alternatives_it_allows_are_the_whole_reads(run: str) -> None:
+    """Property: a run's values, read with only the alternatives its characters allow (no
+    path without "/", no snake case without "_", no camel or Pascal case in a run
+    `islower`), are the ones every alternative finds."""
+    assert ledger_values._run_values(run) == _run_values_whole(run)
+
+
 #: The code `_DEFINES` reads: its words, the same words inside others, what may follow them.
 _DEFINE_PIECES = st.sampled_from(
     (

@@ -376,19 +376,49 @@ def command_values(command: str, output: str) -> list[tuple[str, str]]:
 # extension), a hash (hex digits with a letter and a digit), an identifier (camelCase,
 # PascalCase with an inner capital, snake_case). No bare number: a number alone does not say
 # what it is, and the kinds above already read the ones that do.
-_SHAPE = re.compile(
-    r"(?<![\w.@/~-])(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]+"
-    r"|(?<![\w.@/-])[\w.@-]+(?:/[\w.@-]+)+\.\w+\b"
-    r"|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b"
-    r"|\b[a-z]+(?:[A-Z][a-z0-9]*)+\b"
-    r"|\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b"
-    r"|\b[A-Za-z][a-z0-9]*(?:_[A-Za-z0-9]+)+\b"
+#: `_SHAPE`'s alternatives, in its order: two paths (each needs a "/"), a hash, camelCase and
+#: PascalCase (each needs a capital), snake_case (needs a "_").
+_SHAPE_ALTERNATIVES = (
+    r"(?<![\w.@/~-])(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]+",
+    r"(?<![\w.@/-])[\w.@-]+(?:/[\w.@-]+)+\.\w+\b",
+    r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b",
+    r"\b[a-z]+(?:[A-Z][a-z0-9]*)+\b",
+    r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b",
+    r"\b[A-Za-z][a-z0-9]*(?:_[A-Za-z0-9]+)+\b",
 )
+_SHAPE = re.compile("|".join(_SHAPE_ALTERNATIVES))
 _MIN_CHARS = 4
 # `_SHAPE` read at a word's start only: every alternative starts after a non-word character
 # (a lookbehind that refuses \w, or \b before a word character), so the prefix changes no
 # match; it ends the attempt at each position inside a word after one check, not six.
 _SHAPE_AT_START = re.compile(r"(?<!\w)(?:" + _SHAPE.pattern + ")")
+
+
+def _shape_at_start(slash: bool, underscore: bool, capital: bool) -> re.Pattern[str]:
+    """`_SHAPE_AT_START` with only the alternatives a run can match: the paths where it holds
+    a "/", snake_case where a "_", camelCase and PascalCase where it may hold a capital (the
+    hash always). At a position the first alternative that matches is the match, and one that
+    cannot match anywhere in the run changes none: the run's matches are the same, without
+    the tries of the others (a path's greedy run, given back a character at a time, is most
+    of a run's cost)."""
+    kept = [
+        alternative
+        for index, alternative in enumerate(_SHAPE_ALTERNATIVES)
+        if (index > 1 or slash) and (index not in (3, 4) or capital) and (index < 5 or underscore)
+    ]
+    return re.compile(r"(?<!\w)(?:" + "|".join(kept) + ")")
+
+
+#: `_shape_at_start` by (slash, underscore, capital).
+_SHAPE_AT_START_BY = {
+    (slash, underscore, capital): _shape_at_start(slash, underscore, capital)
+    for slash in (False, True)
+    for underscore in (False, True)
+    for capital in (False, True)
+}
+#: Seven hex digits: `_SHAPE_HINT`'s one alternative a run without "/", "_" or a capital can
+#: match.
+_HEX_DIGITS = re.compile(r"[0-9a-f]{7}")
 # A run of the characters `_SHAPE` reads (it matches nothing else and looks at nothing else),
 # as long as the shortest value kept: no match spans two runs or depends on what is around one
 # (the neighbours, never \w nor in a lookbehind's set, read as the text's ends), so the text's
@@ -479,10 +509,20 @@ RunMemo = dict[str, tuple[str, ...]]
 def _run_values(run: str) -> tuple[str, ...]:
     """The values one run of `_SHAPE_RUN` shows, in order (repeats kept): none without a
     hint, else `_SHAPE_AT_START`'s matches without trailing ".:," and at least
-    `_MIN_CHARS` long."""
-    if _SHAPE_HINT.search(run) is None:
-        return ()
-    values = (value.rstrip(".:,") for value in _SHAPE_AT_START.findall(run))
+    `_MIN_CHARS` long. Both read only what the run's characters allow (`_shape_at_start`):
+    a run that `islower` holds no capital, so neither camelCase nor PascalCase."""
+    slash = "/" in run
+    underscore = "_" in run
+    capital = not run.islower()
+    if not (slash or underscore):
+        # `_SHAPE_HINT` without its "/" and "_", and without its capital where there is none
+        if capital:
+            if _SHAPE_HINT.search(run) is None:
+                return ()
+        elif len(run) < 7 or _HEX_DIGITS.search(run) is None:
+            return ()
+    found = _SHAPE_AT_START_BY[slash, underscore, capital].findall(run)
+    values = (value.rstrip(".:,") for value in found)
     return tuple(value for value in values if len(value) >= _MIN_CHARS)
 
 
