@@ -210,7 +210,8 @@ def test_lower_case_keeps_places_and_re_i_letters_but_for_the_fold_breakers() ->
 def test_runs_split_from_ascii_text_are_the_run_patterns_matches(text: str) -> None:
     """Property: the runs of any text, split at C speed from ASCII text, are the ones the
     run pattern finds, in order."""
-    assert ledger_values._runs(text) == ledger_values._SHAPE_RUN.findall(text)
+    runs = [word for word in ledger_values._words(text) if len(word) >= 4]
+    assert runs == ledger_values._SHAPE_RUN.findall(text)
 
 
 def _places(text: str, words: tuple[str, ...]) -> list[int]:
@@ -266,3 +267,23 @@ def test_only_the_kelvin_sign_and_dotted_capital_i_lower_case_to_ascii() -> None
 def test_a_digit_is_found_where_the_digit_pattern_finds_one(text: str) -> None:
     """Property: `_has_digit` (ten looks in ASCII text) answers as `_DIGIT.search` does."""
     assert ledger_values._has_digit(text) == (ledger_values._DIGIT.search(text) is not None)
+
+
+@settings(max_examples=2000)
+@example("src/a.ts \u2500\u2500 fooBar \u2026 x_y")  # marks and box drawing: split as ASCII
+@example("caf\u00e9Bar/x.ts")  # a letter outside ASCII: through the regex
+@example("n\u0663\u0663\u0663 \u2713 abcd")  # a digit outside ASCII
+@given(
+    st.one_of(
+        st.text(alphabet="ab/_.X9 -\u2500\u2026\u2713\u00e9\u0663\u01c5\u00a0\u3000", max_size=60),
+        st.text(max_size=80),
+    )
+)
+def test_the_words_split_from_a_text_hold_its_runs_and_only_shorter_words_between(
+    text: str,
+) -> None:
+    """Property: `_words` gives the run pattern's matches in order, and any other word it
+    gives is shorter than a run (so shows no value)."""
+    words = ledger_values._words(text)
+    assert [w for w in words if len(w) >= 4] == ledger_values._SHAPE_RUN.findall(text)
+    assert all(ledger_values._run_values(w) == () for w in words if len(w) < 4)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
-from itertools import accumulate, chain
+from itertools import accumulate
 from typing import Any
 
 # The group ends at the line's last non-space character; a lazy `.*?` before `\s*$` found that
@@ -533,24 +533,39 @@ _RUN_BYTES = bytes(
 )
 
 
-def _runs(text: str) -> list[str]:
-    """`_SHAPE_RUN.findall(text)`: in ASCII text, the words left when every character a run
-    cannot hold is made a space, four characters or longer (a translate and a split at C
-    speed, about half the regex's time); other text through the regex."""
+#: The ASCII bytes: deleted from a text's UTF-8 to leave its other characters.
+_ASCII_BYTES = bytes(range(128))
+
+
+def _words(text: str) -> list[str]:
+    """The runs of `text` (`_SHAPE_RUN.findall`) in order, with the words shorter than a run
+    between them (none shows a value: `_run_values` of a word shorter than `_MIN_CHARS` is
+    empty) where a split at C speed (about half the regex's time) can read the text: ASCII
+    text, and text whose other characters are none of them a word character (\\w:
+    `isalnum`), as most outputs' box drawing and marks, those made spaces (each byte of their
+    UTF-8 is one, and a run ends at them as at any character it cannot hold). Other text goes
+    through the regex."""
+    data = text.encode()
     if not text.isascii():
-        return _SHAPE_RUN.findall(text)
-    words = text.encode().translate(_RUN_BYTES).decode().split()
-    return [run for run in words if len(run) >= 4]
+        others = data.translate(None, _ASCII_BYTES).decode()
+        if any(char.isalnum() for char in set(others)):
+            return _SHAPE_RUN.findall(text)
+    return data.translate(_RUN_BYTES).decode().split()
 
 
 def _shapes(text: str, memo: RunMemo) -> list[str]:
     """`shapes(text)`, each run read once per `memo` (a run's values do not depend on
     what stands around it: see `_SHAPE_RUN`)."""
-    runs = _runs(text)
-    for run in set(runs).difference(memo):
-        memo[run] = _run_values(run)
-    # The runs' values in text order, first occurrences kept, without a Python step per run.
-    return list(dict.fromkeys(chain.from_iterable(map(memo.__getitem__, runs))))
+    found: dict[str, None] = {}
+    # One look in the memo per word: most words show no value (an empty tuple), and a step
+    # per word costs less than building a set of them and chaining their tuples.
+    for word in _words(text):
+        values = memo.get(word)
+        if values is None:
+            values = memo[word] = _run_values(word)
+        if values:
+            found.update(dict.fromkeys(values))
+    return list(found)
 
 
 #: The words `_DEFINES` starts with: each of its matches starts where one stands after no
