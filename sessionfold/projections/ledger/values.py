@@ -510,7 +510,10 @@ def _run_values(run: str) -> tuple[str, ...]:
     """The values one run of `_SHAPE_RUN` shows, in order (repeats kept): none without a
     hint, else `_SHAPE_AT_START`'s matches without trailing ".:," and at least
     `_MIN_CHARS` long. Both read only what the run's characters allow (`_shape_at_start`):
-    a run that `islower` holds no capital, so neither camelCase nor PascalCase."""
+    a run that `islower` holds no capital, so neither camelCase nor PascalCase; a word
+    shorter than `_MIN_CHARS` (`_words` gives them) holds no value that long."""
+    if len(run) < _MIN_CHARS:
+        return ()
     slash = "/" in run
     underscore = "_" in run
     capital = not run.islower()
