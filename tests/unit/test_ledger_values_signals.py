@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_ledger_verify import Scripted, Session
 
 from sessionfold.events.envelope import EntryEnvelope
@@ -19,7 +21,12 @@ from sessionfold.ports.ledger.model import VALUES_PER_ANSWER, OfflineModel
 from sessionfold.ports.ledger.pass_ import run_pass
 from sessionfold.projections.ledger.facts import facts
 from sessionfold.projections.ledger.render import render, value_lines
-from sessionfold.projections.ledger.values import shapes, span_values, value_signals
+from sessionfold.projections.ledger.values import (
+    command_values,
+    shapes,
+    span_values,
+    value_signals,
+)
 from sessionfold.streams.publishing.session_file import read_session_file
 from sessionfold.streams.runtime.ledger_loop import fold_records
 
@@ -312,3 +319,42 @@ def test_the_large_session_summary_stays_within_the_size() -> None:
     run = fold_records(records, OfflineModel())
     assert run.payloads and all(len(p["summary"]) <= 12_000 for p in run.payloads)
     assert all(p["record"]["narrativeKind"] == "model" for p in run.payloads)
+
+
+#: Output pieces: values code reads (an error location, a commit, a timing, a port), shapes,
+#: and the excerpt's cut mark, which may stand twice (an output that shows " … " itself).
+_OUTPUT_PIECES = st.sampled_from(
+    (
+        "src/a.ts(3,4): error TS1",
+        "[main 1a2b3c4] fix",
+        "took 3s",
+        "port 8080",
+        "fooBar",
+        " … ",
+        "\n",
+        " ",
+        "x_y",
+        "12 passed",
+    )
+)
+
+
+@settings(max_examples=500)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(("ls", "npm test", "git log -1", "wc -l a")),
+            st.lists(_OUTPUT_PIECES, max_size=12).map("".join),
+        ),
+        max_size=5,
+    )
+)
+def test_values_read_from_each_cut_output_once_are_command_values_of_the_output(
+    rows: list[tuple[str, str]],
+) -> None:
+    """Property: a span whose commands carry no values gets the signals it gets when each
+    carries `command_values` of its output (what the pass read before it cut each output
+    once for both its values and its shapes)."""
+    bare = [{"id": f"C{i}", "command": c, "output": o} for i, (c, o) in enumerate(rows)]
+    read = [{**row, "values": command_values(row["command"], row["output"])} for row in bare]
+    assert value_signals(bare) == value_signals(read)

@@ -320,9 +320,14 @@ def _has_digit(output: str) -> bool:
 
 def command_values(command: str, output: str) -> list[tuple[str, str]]:
     """(value, what) pairs a command's output shows, in output order, without repeats."""
+    return _cut_output_values(command, without_cut(output))
+
+
+def _cut_output_values(command: str, output: str) -> list[tuple[str, str]]:
+    """`command_values` of an output already `without_cut` (`value_signals` reads it for
+    its shapes too)."""
     found: list[tuple[str, str]] = []
     seen: set[str] = set()
-    output = without_cut(output)
 
     def add(value: str, what: str) -> None:
         value = value.strip()
@@ -661,15 +666,14 @@ def value_signals(
 
     for position, command in enumerate(commands):
         turn = str(command["id"])
-        pairs = command.get("values") or command_values(
-            command.get("command", ""), command.get("output", "")
-        )
+        # The output without its cut, read once for the values code reads and the shapes.
+        output = without_cut(str(command.get("output") or ""))
+        pairs = command.get("values") or _cut_output_values(command.get("command", ""), output)
         for value, kind in list(pairs)[:per_command]:
             value = str(value).strip()
             if value:
                 shown(value, position, turn, str(kind))
                 found[value][0].add("read")
-        output = without_cut(str(command.get("output") or ""))
         for value in _shapes(output, memo):
             shown(value, position, turn)
         defined.update(_defined_names(output))
