@@ -7,6 +7,9 @@ the whole-output readings did, on any output.
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -108,3 +111,63 @@ def test_result_outcome_read_from_the_facts_text_is_the_outcome_of_the_message(
     facts = entry_facts(entry)
     assert facts.text == message_text(message)
     assert commands.result_outcome(message, facts.text) == commands.result_outcome(message)
+
+
+def old_result_outcome(message: dict[str, Any]) -> commands.Outcome:
+    """`commands.result_outcome` as it was: a new Outcome built for every result."""
+    details = message.get("details")
+    if isinstance(details, dict):
+        code = details.get("exitCode")
+        if isinstance(code, int) and not isinstance(code, bool):
+            return commands.Outcome(code, "ok" if code == 0 else "failed")
+    text = message_text(message)
+    leading = re.match(r"\AExit code (-?\d+)[ \t]*(?:\n|\Z)", text)
+    if leading:
+        code = int(leading.group(1))
+        return commands.Outcome(code, "ok" if code == 0 else "failed")
+    tail = text[-400:]
+    match = re.search(r"Command exited with code (-?\d+)\s*\Z", tail)
+    if match:
+        code = int(match.group(1))
+        return commands.Outcome(code, "ok" if code == 0 else "failed")
+    aborted = re.search(r"Command (aborted|timed out[^\n]*)\s*\Z", tail)
+    if aborted:
+        return commands.Outcome(None, "aborted" if aborted.group(1) == "aborted" else "timeout")
+    if message.get("isError") is True:
+        return commands.Outcome(None, "failed")
+    return commands.Outcome(0, "ok")
+
+
+def old_execution_outcome(message: dict[str, Any]) -> commands.Outcome:
+    """`commands.execution_outcome` as it was."""
+    if message.get("cancelled") is True:
+        return commands.Outcome(None, "cancelled")
+    code = message.get("exitCode")
+    if isinstance(code, int) and not isinstance(code, bool):
+        return commands.Outcome(code, "ok" if code == 0 else "failed")
+    return commands.Outcome(None, "unknown")
+
+
+_CODES = st.one_of(
+    st.integers(-300, 300), st.integers(), st.booleans(), st.none(), st.just("1"), st.just(1.0)
+)
+_ENDINGS = st.sampled_from(
+    ("", "Command exited with code ", "Exit code ", "Command aborted", "Command timed out x")
+)
+
+
+@settings(max_examples=2000)
+@given(_CODES, _ENDINGS, st.booleans(), st.booleans(), st.booleans())
+def test_outcomes_made_once_are_the_outcomes_built_each_time(
+    code: Any, ending: str, with_details: bool, is_error: bool, cancelled: bool
+) -> None:
+    """Property: the outcomes the readers share (each usual exit code's, each status's) are
+    the ones they built for every result and `!` run, exit code and status alike."""
+    number = str(code) if isinstance(code, int) and not isinstance(code, bool) else ""
+    text = ending + number if ending.endswith(" ") else ending
+    result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": is_error}
+    if with_details:
+        result["details"] = {"exitCode": code}
+    assert commands.result_outcome(result) == old_result_outcome(result)
+    run = {"exitCode": code, "cancelled": cancelled}
+    assert commands.execution_outcome(run) == old_execution_outcome(run)

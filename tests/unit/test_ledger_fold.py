@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sessionfold.events.envelope import (
     CompactRequestEnvelope,
@@ -16,7 +19,7 @@ from sessionfold.events.envelope import (
     WorldPayload,
 )
 from sessionfold.events.ledger import LEDGER_PRODUCER, SPAN_RECORD_TYPE
-from sessionfold.projections.ledger.fold import LedgerFold
+from sessionfold.projections.ledger.fold import LedgerFold, path_digest
 from sessionfold.projections.ledger.state import canonical_json, ledger_key, load_head, snapshot
 from sessionfold.projections.pruning import fold as session_fold
 from sessionfold.projections.store import DictStore
@@ -365,3 +368,12 @@ def test_real_session_ledger_matches_the_file(name: str) -> None:
     assert [r["trigger"] for r in requests] == ["compaction"] * compactions
     # Small writes: no single event write comes near the size of the session.
     assert max(store.writes) < 12_000
+
+
+@settings(max_examples=500)
+@given(st.lists(st.text(max_size=40), min_size=1, max_size=8))
+def test_a_paths_digest_kept_per_path_is_its_sha256(paths: list[str]) -> None:
+    """Property: the file index's key part, kept per path, is the path's sha256 (20 hex
+    digits) as the fold computed it for every result, asked once or again."""
+    for path in paths + paths:
+        assert path_digest(path) == hashlib.sha256(path.encode()).hexdigest()[:20]

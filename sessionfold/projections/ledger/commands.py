@@ -37,6 +37,21 @@ class Outcome:
         return self.status not in ("ok", "unknown")
 
 
+#: The outcome of each usual exit code, and of each status without one, made once: a frozen
+#: dataclass takes microseconds to build, and every command result reads one.
+_EXITED = {code: Outcome(code, "ok" if code == 0 else "failed") for code in range(-128, 256)}
+_WITHOUT_EXIT = {
+    status: Outcome(None, status) for status in ("failed", "aborted", "timeout", "cancelled")
+}
+_UNKNOWN = Outcome(None, "unknown")
+
+
+def _exited(code: int) -> Outcome:
+    """The outcome of a command that exited with `code`."""
+    found = _EXITED.get(code)
+    return found if found is not None else Outcome(code, "ok" if code == 0 else "failed")
+
+
 #: Shell tools by name, whatever agent wrote the session: their calls are the ledger's commands.
 #: pi `bash`; Claude Code `Bash`; Codex `shell` and `local_shell` (an argv `command`) and
 #: `exec_command` (`cmd`).
@@ -77,34 +92,32 @@ def result_outcome(message: dict[str, Any], text: str | None = None) -> Outcome:
     if isinstance(details, dict):
         code = details.get("exitCode")
         if isinstance(code, int) and not isinstance(code, bool):
-            return Outcome(code, "ok" if code == 0 else "failed")
+            return _exited(code)
     if text is None:
         text = message_text(message)
     leading = _LEADING_EXIT.match(text)
     if leading:
-        code = int(leading.group(1))
-        return Outcome(code, "ok" if code == 0 else "failed")
+        return _exited(int(leading.group(1)))
     tail = text[-400:]
     match = _EXIT_LINE.search(tail)
     if match:
-        code = int(match.group(1))
-        return Outcome(code, "ok" if code == 0 else "failed")
+        return _exited(int(match.group(1)))
     aborted = _ABORTED.search(tail)
     if aborted:
-        return Outcome(None, "aborted" if aborted.group(1) == "aborted" else "timeout")
+        return _WITHOUT_EXIT["aborted" if aborted.group(1) == "aborted" else "timeout"]
     if message.get("isError") is True:
-        return Outcome(None, "failed")
-    return Outcome(0, "ok")
+        return _WITHOUT_EXIT["failed"]
+    return _EXITED[0]
 
 
 def execution_outcome(message: dict[str, Any]) -> Outcome:
     """The outcome of a user's `!` bashExecution message."""
     if message.get("cancelled") is True:
-        return Outcome(None, "cancelled")
+        return _WITHOUT_EXIT["cancelled"]
     code = message.get("exitCode")
     if isinstance(code, int) and not isinstance(code, bool):
-        return Outcome(code, "ok" if code == 0 else "failed")
-    return Outcome(None, "unknown")
+        return _exited(code)
+    return _UNKNOWN
 
 
 def error_head(text: str, limit: int, *, last: bool = False) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from functools import lru_cache
 from typing import Any, Unpack
 
 import orjson
@@ -72,6 +73,14 @@ PassRequest = dict[str, Any]
 def request_id(session_id: str, seq: int) -> str:
     """The id of the pass a session event at `seq` asks for: deterministic, one per event."""
     return f"{session_id}/ledger/{seq}"
+
+
+@lru_cache(maxsize=4096)
+def path_digest(path: str) -> str:
+    """The key part of a file's index row: its path's sha256, 20 hex digits. Kept per path
+    (a session reads and edits the same files again and again; a digest costs more than the
+    rest of the row)."""
+    return hashlib.sha256(path.encode()).hexdigest()[:20]
 
 
 def is_ours(entry: dict[str, Any]) -> bool:
@@ -397,8 +406,7 @@ class LedgerFold:
         self, head: LedgerHead, path: str, op: str, entry: str | None, seq: int, span: int
     ) -> None:
         """A file read or modified, once per (path, op): the first time it happened."""
-        digest = hashlib.sha256(path.encode()).hexdigest()[:20]
-        index = f"{head['session']}/ledger/file/{op}/{digest}"  # ledger_key(..., op, digest)
+        index = f"{head['session']}/ledger/file/{op}/{path_digest(path)}"  # ledger_key(...)
         if self.store.get(index) is not None:
             return
         number = head["n"].get("F", 0) + 1
