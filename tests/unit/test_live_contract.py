@@ -109,3 +109,30 @@ def test_a_patch_yields_the_render_from_pi_s_array(
     for before, after in itertools.pairwise(patch):
         if isinstance(before, list) and isinstance(after, list):
             assert after[0] != before[1]  # adjacent runs are merged
+
+
+_items = st.lists(
+    st.sampled_from([["user", None], ["assistant", None], ["toolResult", "call_1"]])
+    | st.lists(_scalars, max_size=3),
+    max_size=6,
+)
+
+
+@given(_items, st.lists(_message, max_size=6))
+def test_a_known_shape_reads_as_the_check_of_each_item_would(
+    shape: list[Any], logged: list[dict[str, Any]]
+) -> None:
+    """A request read against a known shape (serve's API process: its render's) is the request
+    read without it, or refused the same way, whatever shape pi sent."""
+    identities = message_identities(logged)
+    known = ([list(identity) for identity in identities], identities)
+    body = {"leaf": "a", "shape": shape, "answer": "patch"}
+    try:
+        plain = contract.context_request(body, 1.0)
+    except contract.BadRequest:
+        with pytest.raises(contract.BadRequest):
+            contract.context_request(body, 1.0, known)
+        return
+    read = contract.context_request(body, 1.0, known)
+    assert read == plain
+    assert contract.same_messages(read.shape, identities) == (shape == known[0])

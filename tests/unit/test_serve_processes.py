@@ -102,20 +102,26 @@ def _nice(pid: int, tid: int) -> int:
     return int(stat.rsplit(")", 1)[1].split()[16])
 
 
-def test_the_fold_process_yields_the_cpu_to_the_api_process(
+def test_the_fold_process_folds_below_the_api_process_priority_but_its_loop(
     served: tuple[Serve, str, list[bytes], Path],
 ) -> None:
-    """Every thread of the fold process (tailer, render, answers, its loop) runs `FOLD_NICE`
-    below the API process' priority; the API process keeps the priority it was started with."""
+    """The fold process' event loop (its main thread: it answers the relayed calls and hands
+    renders over) keeps the API process' priority; every other thread of it (the tailer, the
+    render thread, the compact route's ledger pass, the answers) runs `FOLD_NICE` below."""
     serve, session_id, _lines, _path = served
     with httpx.Client(base_url=serve.url, headers=AUTH, timeout=30) as client:
-        assert client.get(f"/sessions/{session_id}/status").status_code == 200
+        context = client.post(f"/sessions/{session_id}/context", json={"leaf": None, "shape": []})
+        assert context.status_code == 200  # rendered on the render thread
+        compact = client.post(f"/sessions/{session_id}/compact", json={})
+        assert compact.status_code == 200  # a ledger pass on the loop's executor
     fold = fold_process(serve)
     api = serve.process.pid
-    threads = [int(tid) for tid in os.listdir(f"/proc/{fold}/task")]
-    assert len(threads) > 2  # the tailer and the render thread besides the loop
-    assert {_nice(api, int(tid)) for tid in os.listdir(f"/proc/{api}/task")} == {os.nice(0)}
-    assert {_nice(fold, tid) for tid in threads} == {min(19, os.nice(0) + FOLD_NICE)}
+    base = os.nice(0)
+    threads = {int(tid): _nice(fold, int(tid)) for tid in os.listdir(f"/proc/{fold}/task")}
+    assert threads.pop(fold) == base  # the main thread: the loop
+    assert len(threads) >= 3  # the tailer, the render thread, the executor's
+    assert set(threads.values()) == {min(19, base + FOLD_NICE)}
+    assert {_nice(api, int(tid)) for tid in os.listdir(f"/proc/{api}/task")} == {base}
     serve.stop()
 
 

@@ -12,11 +12,12 @@ port and answers caught-up context calls from what the fold process handed over 
 live_front.py), relaying every other call to it on a Unix socket in a private temporary
 directory; the fold process runs the tailer (reads and folds the files), one render thread,
 `--answer-threads` model calls (runtime/live.py: a slow model delays only the session it
-answers) and the live API (web/live_api.py) on that socket, `--fold-nice` below the API
-process' CPU priority. A stop (SIGTERM, Ctrl-C) closes the port, then stops the fold process,
-which waits up to `--shutdown-grace` seconds for the answers still with the model. A fold
-process that ends unasked ends serve with exit code 1 and a line saying so (never half alive);
-a fold process whose API process is gone stops on its own.
+answers) and the live API (web/live_api.py) on that socket. Its threads but the event
+loop's (which answers the relayed calls) run `--fold-nice` below the API process' CPU
+priority. A stop (SIGTERM, Ctrl-C) closes the port, then stops the fold process, which waits
+up to `--shutdown-grace` seconds for the answers still with the model. A fold process that ends
+unasked ends serve with exit code 1 and a line saying so (never half alive); a fold process
+whose API process is gone stops on its own.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import signal
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -65,8 +68,9 @@ DEFAULT_SESSIONS = Path("~/.pi/agent/sessions")
 #: (`--shutdown-grace`): one that comes back in time is journaled and folded; one that does not
 #: is asked again at the next start.
 SHUTDOWN_GRACE_S = 30.0
-#: How much lower the fold process' CPU priority is than the API process' (a nice increment)
-#: by default (`--fold-nice`). On a machine with more work than cores, the API process' few
+#: How much lower the fold process' folding threads' CPU priority (the tailer, the render and
+#: answer threads; not its event loop's) is than the API process' (a nice increment) by
+#: default (`--fold-nice`). On a machine with more work than cores, the API process' few
 #: milliseconds per call then get a CPU ahead of the folds' long runs, so a caught-up call no
 #: longer waits out the fold process' time slices (docs/live.md, Performance).
 FOLD_NICE = 10
@@ -143,8 +147,8 @@ def register(app: typer.Typer) -> None:
                 envvar="SESSIONFOLD_SERVE_FOLD_NICE",
                 min=0,
                 max=19,
-                help="How much lower the fold process' CPU priority is than the port's "
-                "(a nice increment; 0: the same).",
+                help="How much lower the fold process' folding threads' CPU priority is "
+                "than the port's (a nice increment; 0: the same).",
             ),
         ] = FOLD_NICE,
         api_token: ApiToken = None,
@@ -295,13 +299,30 @@ def _fold_ended(err: Console, process: BaseProcess) -> int:
     return 1
 
 
+#: Whether a nice value is a thread's own (Linux), so the fold process can lower every thread
+#: but its event loop's: the loop answers relayed calls and hands renders over at the API
+#: process' priority while the tailer, the renders and the answers run below it.
+_PER_THREAD_NICE = sys.platform.startswith("linux")
+
+
+def _lowered(increment: int) -> Callable[[], None]:
+    """What lowers the calling thread's CPU priority by `increment` (nothing where a nice
+    value is the process' own: `_fold_process` lowered it all at its start)."""
+
+    def lower() -> None:
+        if _PER_THREAD_NICE and increment:
+            os.nice(increment)  # on Linux the calling thread's nice value only
+
+    return lower
+
+
 def _fold_process(fold: _FoldSide, socket_path: str, frames: Connection, alive: Connection) -> None:
     """The fold process: `LiveFolds` and the live API over it on `socket_path`, what its
     answers were made from handed over on `frames`; it stops at SIGTERM (the API process
     stopping) or once `alive` ends (that process gone)."""
     configure_cli_logging()
-    # First, so every thread of the process (each made from this one) inherits it.
-    os.nice(fold.nice)
+    if not _PER_THREAD_NICE:
+        os.nice(fold.nice)  # the whole process, loop too: every thread is made from this one
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the API process stops this one
     config = fold.config
     diff_model = diff_model_for(fold.ledger_model)
@@ -313,7 +334,9 @@ def _fold_process(fold: _FoldSide, socket_path: str, frames: Connection, alive: 
         answer_threads=fold.answer_threads,
     )
     handover = Handover(live, frames.fileno())
-    api = LiveApi(live, fold.wait_s, diff_model, handover=handover)
+    api = LiveApi(
+        live, fold.wait_s, diff_model, handover=handover, on_render_thread=_lowered(fold.nice)
+    )
     quiet_bad_requests()
     freeze_after_full_collections()  # the sessions' entries and state live as long as serve
     sys.setswitchinterval(SWITCH_INTERVAL_S)
@@ -331,10 +354,17 @@ async def _fold_serve(
     from aiohttp import web
 
     stop = threading.Event()
-    tailer = threading.Thread(
-        target=live.follow, args=(stop, fold.poll_s), name="tail", daemon=True
-    )
+    lower = _lowered(fold.nice)
+
+    def tail() -> None:
+        lower()  # and the answer threads it starts inherit the tailer's priority
+        live.follow(stop, fold.poll_s)
+
+    tailer = threading.Thread(target=tail, name="tail", daemon=True)
     tailer.start()
+    loop = asyncio.get_running_loop()
+    # The compact route's ledger passes, and the stop's waits, run there: folds too.
+    loop.set_default_executor(ThreadPoolExecutor(initializer=lower))
     runner = web.AppRunner(api.app(None), access_log=None)
     await runner.setup()
     # Every relayed call the API process holds open is a connection: room for a fleet's at once
@@ -343,7 +373,6 @@ async def _fold_serve(
     await site.start()
     handover.ready(len(live.sessions))
     done = asyncio.Event()
-    loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, done.set)
     loop.add_reader(alive.fileno(), done.set)  # readable only at its end: the API process left
     try:

@@ -114,6 +114,8 @@ class LiveApi:
     #: serve's fold process: what its answers were made from goes to the API process
     #: (live_front.py), and each answer says its outcome in a header for that process' metrics.
     handover: Handover | None = None
+    #: Run first on the render thread (serve's fold process lowers its CPU priority there).
+    on_render_thread: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         if self.metrics is None:
@@ -409,7 +411,9 @@ class LiveApi:
 
         self.live.on_lines = woken if handover is None else moved
         self._hooked = True
-        self._renders = ThreadPoolExecutor(1, thread_name_prefix="sessionfold-render")
+        self._renders = ThreadPoolExecutor(
+            1, thread_name_prefix="sessionfold-render", initializer=self.on_render_thread
+        )
 
     async def _unhook(self, _app: web.Application) -> None:
         self.live.on_lines = None

@@ -169,6 +169,12 @@ class KeptRender:
     identities: list[Identity]
     pruned: bool
     forms: dict[str, bytes]  # the encoded array or patch, by form (those asked so far)
+    #: `identities` as a request's JSON shape gives them: a call's shape equal to it needs no
+    #: check item by item (contract.context_request's `known`).
+    shape: list[list[str | None]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.shape = [list(identity) for identity in self.identities]
 
 
 @dataclass
@@ -249,7 +255,7 @@ class LiveFront:
             parsed = orjson.loads(body)
             if not isinstance(parsed, dict):
                 return None
-            asked = contract.context_request(parsed, self.wait_s)
+            asked = contract.context_request(parsed, self.wait_s, (kept.shape, kept.identities))
         except (orjson.JSONDecodeError, BadRequest):
             return None
         if asked.leaf is not None and asked.leaf not in handed.ids:
