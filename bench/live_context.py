@@ -17,7 +17,9 @@ pi's array (the unpruned context at that leaf, encoded before the timed part) to
   array, the check of it and the transport; `live - caught-up` is the wait for the fold and
   the render (the `render` column gives the render alone, embedded). `in srv` is serve's own
   time of it (its Server-Timing); with `--node`, a node process of its own (node's fetch, as
-  the extension calls) times the same call once more (`node`), free of this process's delays.
+  the extension calls) times the same call once more (`node`), free of this process's delays;
+  a last table splits node's calls by whether another of them was in flight meanwhile (one
+  node process times all N sessions' calls, where each pi makes one at a time).
 
 Per level: p50/p99 of both over every call of every repeat (and the median over repeats of each
 run's p99), bytes sent and received per call, serve's CPU use (its processes together) and
@@ -131,6 +133,7 @@ class Sample:
     caught_ms: float
     caught_server_ms: float | None  # the caught-up call's time in serve (its Server-Timing)
     caught_node_ms: float | None  # the same call timed from node (`--node`), else None
+    caught_node_alone: bool  # node's call had no other of node's calls in flight meanwhile
     changed: bool
     first: bool  # the session's first call: it also waits for serve to find the file
     bad: str | None  # "stale", "mismatch", an HTTP status, or None
@@ -345,7 +348,7 @@ async def grow(
         again = await client.post(route, content=request)
         caught_ms = (time.perf_counter() - started) * 1e3
         url = f"{client.base_url}".rstrip("/") + route
-        node_ms = None if probe is None else await probe.timed(url, request)
+        node_ms, alone = (None, False) if probe is None else await probe.timed(url, request)
         bad: str | None = None
         changed = False
         if first.status_code != 200 or again.status_code != 200:
@@ -366,6 +369,7 @@ async def grow(
                 caught_ms,
                 server_ms(again),
                 node_ms,
+                alone,
                 changed,
                 first_call,
                 bad,
@@ -383,7 +387,7 @@ class NodeProbe:
 
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
-        self.waiting: dict[int, asyncio.Future[float | None]] = {}
+        self.waiting: dict[int, asyncio.Future[tuple[float | None, bool]]] = {}
         self.numbers = itertools.count()
         self.reader = asyncio.create_task(self._read())
 
@@ -400,10 +404,12 @@ class NodeProbe:
         async for line in self.process.stdout:
             answer = orjson.loads(line)
             ok = answer["status"] == 200
-            self.waiting.pop(answer["n"]).set_result(float(answer["ms"]) if ok else None)
+            timed = (float(answer["ms"]) if ok else None, bool(answer["alone"]))
+            self.waiting.pop(answer["n"]).set_result(timed)
 
-    async def timed(self, url: str, request: bytes) -> float | None:
-        """node's time of one POST of `request` to `url` (ms), None if it was not a 200."""
+    async def timed(self, url: str, request: bytes) -> tuple[float | None, bool]:
+        """node's time of one POST of `request` to `url` (ms), None if it was not a 200, and
+        whether no other of node's calls was in flight meanwhile."""
         assert self.process.stdin is not None
         number = next(self.numbers)
         answer = self.waiting[number] = asyncio.get_running_loop().create_future()
@@ -566,6 +572,25 @@ def report_level(
     return " ".join(cells)
 
 
+def report_alone(rows: Sequence[tuple[str, Sequence[Run]]]) -> None:
+    """node's caught-up calls split by whether another of node's calls was in flight: one
+    node process times every session's, where a pi extension makes one call at a time."""
+    print("\nnode's caught-up calls, alone in the node process / overlapping another of its calls")
+    quantiles = f"{'p50 ms':>7} {'p99 ms':>7}"
+    print(f"{'N':>10} {'alone':>6} {quantiles} {'others':>6} {quantiles}")
+    for label, runs in rows:
+        timed = [(s.caught_node_ms, s.caught_node_alone) for run in runs for s in run.samples]
+        parts = [
+            [ms for ms, was in timed if ms is not None and was == alone] for alone in (True, False)
+        ]
+        cells = [f"{label:>10}"]
+        for part in parts:
+            cells.append(f"{len(part):>6}")
+            for q in (0.5, 0.99):
+                cells.append(f"{quantile(part, q) if part else float('nan'):7.1f}")
+        print(" ".join(cells))
+
+
 HEADER = (
     f"{'':>5}{'N':>5} {'calls':>6} {'live':>7} {'live':>7} {'caught':>7} {'caught':>7} "
     f"{'run p99':>7} {'in srv':>7} {'in srv':>7} {'node':>7} {'node':>7} {'KB sent':>8} "
@@ -709,6 +734,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(f"\n{HEADER}")
         every: list[Sample] = []  # serve's
+        rows: list[tuple[str, list[Run]]] = []  # serve's and base's, for `report_alone`
         worker_bad: list[str] = []
         for sessions in levels:
             runs = []
@@ -724,12 +750,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
             every.extend(s for run in runs for s in run.samples)
             print(report_level(runs, fold_us, render_us, "     "), flush=True)
+            rows.append((f"{sessions:>5}", runs))
             if base:
                 print(report_level(base, fold_us, render_us, "base "), flush=True)
+                rows.append((f"{sessions:>5} base", base))
             if workers:
                 worker_bad.extend(s.bad for run in workers for s in run.samples if s.bad)
                 print(report_level(workers, fold_us, render_us, "wrkr "), flush=True)
         report_lengths(every, templates)
+        if load.node:
+            report_alone(rows)
         bad = [s.bad for s in every if s.bad is not None] + worker_bad
         if bad:
             print(
