@@ -5,6 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Final, Literal, TypeVar
 
+import msgspec
 import orjson
 from pydantic import (
     BaseModel,
@@ -69,18 +70,18 @@ class Payload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class FactsCell:
+class FactsCell(msgspec.Struct, gc=False):
     """Where an entry payload keeps the facts the folds derive from its entry, once
     (projections/pruning/entry_facts.py): the entry they were read from and the facts.
 
     Equal to every other cell and never copied, so a payload compares, copies and dumps as
-    its fields alone."""
+    its fields alone. A struct the collector does not track (it holds the entry and its
+    facts, neither of which refers back to it, so it closes no cycle): built in C, and the
+    payload's private dict holding it is left untracked too, two objects fewer per envelope
+    for the collector to walk."""
 
-    __slots__ = ("entry", "facts")
-
-    def __init__(self) -> None:
-        self.entry: dict[str, Any] | None = None
-        self.facts: Any = None
+    entry: dict[str, Any] | None = None
+    facts: Any = None
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, FactsCell)
