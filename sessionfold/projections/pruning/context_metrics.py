@@ -267,7 +267,10 @@ def load_head(store: Store, session_id: str) -> DigestHead:
         return empty_head()
     mx = stored["mx"].copy()
     mx["gx"] = list(mx["gx"])
-    return {**stored, "mx": mx}
+    # dict.copy clones the table in one step; `{**stored, "mx": mx}` inserted key by key.
+    state = stored.copy()
+    state["mx"] = mx
+    return state
 
 
 def _row(store: Store, session_id: str, n: int) -> MessageRow:

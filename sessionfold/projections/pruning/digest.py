@@ -126,7 +126,9 @@ def apply_facts(
         # metrics.load_head's private copy, made here: the append enters the metrics once.
         mx = stored["mx"].copy()
         mx["gx"] = list(mx["gx"])
-        state = {**stored, "mx": mx}
+        # dict.copy clones the table in one step; `{**stored, "mx": mx}` inserted key by key.
+        state = stored.copy()
+        state["mx"] = mx
     known: TreeNode | None = store.get(node_key)
     if known is not None and known["k"] < state["k"]:
         return None  # an id already folded: pi never reuses one (see _folded_before)
@@ -345,8 +347,13 @@ def _index_row(store: Store, session_id: str, state: DigestHead, row: MessageRow
                 store.put(f"{session_id}/c/{call['id']}", value)  # key(sid, "c", id)
     elif role == "toolResult":
         occ_key = f"{session_id}/o/{row['occ']}"  # key(session_id, "o", occ)
+        positions = store.get(occ_key)
+        if not positions:
+            # A new occurrence key (nearly every result): no comprehension to run.
+            store.put(occ_key, [row["n"]])
+            return
         # Keep only positions still below this row: others belong to an abandoned branch.
-        kept = [n for n in store.get(occ_key) or () if n < row["n"]]
+        kept = [n for n in positions if n < row["n"]]
         store.put(occ_key, [*kept, row["n"]])
 
 

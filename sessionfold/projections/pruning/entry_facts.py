@@ -214,11 +214,15 @@ def assistant_text(message: dict[str, Any]) -> str:
 
 def call_arguments(block: dict[str, Any]) -> dict[str, Any]:
     """A tool call's arguments: `input ?? args ?? arguments ?? {}` (H2)."""
-    for name in ("input", "args", "arguments"):
-        value = block.get(name)
-        if value is not None:
-            return value if isinstance(value, dict) else {}
-    return {}
+    # Spelled out, not a loop over the three names: a call per toolCall block, one frame.
+    value = block.get("input")
+    if value is None:
+        value = block.get("args")
+        if value is None:
+            value = block.get("arguments")
+            if value is None:
+                return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _usage_tokens(message: dict[str, Any]) -> int | None:
@@ -229,11 +233,20 @@ def _usage_tokens(message: dict[str, Any]) -> int | None:
         return None
     total = usage.get("totalTokens")
     if not isinstance(total, int) or total <= 0:
+        # The four parts spelled out (`_USAGE_PARTS`' order): no loop per assistant.
         total = 0
-        for name in _USAGE_PARTS:  # a plain loop: no generator per assistant
-            part = usage.get(name)
-            if isinstance(part, int):
-                total += part
+        part = usage.get("input")
+        if isinstance(part, int):
+            total += part
+        part = usage.get("output")
+        if isinstance(part, int):
+            total += part
+        part = usage.get("cacheRead")
+        if isinstance(part, int):
+            total += part
+        part = usage.get("cacheWrite")
+        if isinstance(part, int):
+            total += part
     return total if total > 0 else None
 
 
@@ -241,7 +254,11 @@ _USAGE_PARTS = ("input", "output", "cacheRead", "cacheWrite")
 
 
 def _number_or_none(value: Any) -> int | float | None:
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return value if isinstance(value, _NUMBER) and not isinstance(value, bool) else None
+
+
+#: `int | float` built once: the union in an isinstance call is built at every call.
+_NUMBER = (int, float)
 
 
 # --- entry -> message ------------------------------------------------------------------------
@@ -288,7 +305,7 @@ def iso_to_ms(value: Any) -> int | None:
 def occurrence_key(call_id: Any, timestamp: Any) -> str:
     """`id@timestamp` (§1.1), or the bare id when the timestamp is not a number."""
     bare = _js_string(call_id)
-    if isinstance(timestamp, int | float) and not isinstance(timestamp, bool):
+    if isinstance(timestamp, _NUMBER) and not isinstance(timestamp, bool):
         return f"{bare}@{js_number_text(timestamp)}"
     return bare
 
