@@ -1,7 +1,7 @@
 """The live context route of `sessionfold serve` under concurrent sessions, beside the fold.
 
     .venv/bin/python bench/live_context.py [--levels 1,50,200] [--messages 1000] [--repeat 1]
-        [--node]
+        [--node [--node-probes K]]
 
 For each level N, a real `sessionfold serve` process tails a fresh temp dir while N sessions of
 about `--messages` messages (synthetic, copies of `--distinct` generated ones under their own
@@ -19,7 +19,8 @@ pi's array (the unpruned context at that leaf, encoded before the timed part) to
   time of it (its Server-Timing); with `--node`, a node process of its own (node's fetch, as
   the extension calls) times the same call once more (`node`), free of this process's delays;
   a last table splits node's calls by whether another of them was in flight meanwhile (one
-  node process times all N sessions' calls, where each pi makes one at a time).
+  node process times all N sessions' calls, where each pi makes one at a time;
+  `--node-probes K` deals the sessions' calls round K node processes).
 
 Per level: p50/p99 of both over every call of every repeat (and the median over repeats of each
 run's p99), bytes sent and received per call, serve's CPU use (its processes together) and
@@ -118,7 +119,7 @@ class Load:
     send: str  # "shape" (what the extension sends) or "messages" (the whole array)
     start: int  # messages already in each file when serve starts (caught up on, no calls)
     partitions: int = 4  # the worker's topics' partitions (`--worker`)
-    node: bool = False  # time each caught-up call once more from node (`--node`)
+    node: int = 0  # node processes timing each caught-up call once more (`--node`), 0: none
 
 
 @dataclass
@@ -478,8 +479,8 @@ async def clients(
     samples: list[Sample] = []
     async with httpx.AsyncClient(base_url=url, timeout=120) as client:
         await caught_up(client, files, load)
-    probe = await NodeProbe.started() if load.node else None
-    if probe is not None:  # node loads its fetch on the first call: not a figure of serve's
+    probes = [await NodeProbe.started() for _ in range(load.node)]
+    for probe in probes:  # node loads its fetch on the first call: not a figure of serve's
         await probe.timed(f"{url}/sessions/warm-up/context", b"{}")
     async with AsyncExitStack() as stack:
         own = [
@@ -487,11 +488,13 @@ async def clients(
             for _ in files
         ]
         tasks = [
-            grow(client, tmpl, session_id, path, load, samples, probe)
-            for client, (tmpl, session_id, path) in zip(own, files, strict=True)
+            grow(client, tmpl, session_id, path, load, samples, probes[n % len(probes)])
+            if probes
+            else grow(client, tmpl, session_id, path, load, samples)
+            for n, (client, (tmpl, session_id, path)) in enumerate(zip(own, files, strict=True))
         ]
         await asyncio.gather(*tasks)
-    if probe is not None:
+    for probe in probes:
         await probe.close()
     return samples
 
@@ -694,6 +697,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="time each caught-up call once more from a node process (node's fetch, as the "
         "extension calls): the `node` columns, free of this process's delays",
     )
+    parser.add_argument(
+        "--node-probes",
+        type=int,
+        default=1,
+        metavar="K",
+        help="with --node: K node processes, the sessions' calls dealt round among them "
+        "(fewer of a probe's calls in flight at once)",
+    )
     parser.add_argument("--seed", type=int, default=23)
     parser.add_argument("--profile", type=int, default=0, help="top N functions of a render")
     parser.add_argument(
@@ -705,7 +716,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     levels = [int(level) for level in args.levels.split(",") if level]
     load = Load(
-        args.poll_ms, args.gap_ms / 1e3, args.send, args.start_at, args.partitions, args.node
+        args.poll_ms,
+        args.gap_ms / 1e3,
+        args.send,
+        args.start_at,
+        args.partitions,
+        max(1, args.node_probes) if args.node else 0,
     )
     turns = max(1, round(args.messages / MESSAGES_PER_TURN))
     average = os.getloadavg()
@@ -714,6 +730,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"sessions of {turns} assistant messages, calls at {args.calls} messages, "
         f"serve --poll-ms {args.poll_ms}, gap {args.gap_ms} ms, {args.repeat} run(s) per level, "
         f"pi's array sent as {args.send}, files start at {args.start_at} messages"
+        + (f", {load.node} node process(es) timing" if load.node else "")
     )
     with tempfile.TemporaryDirectory(prefix="live-context-") as tmp:
         work = Path(tmp)
