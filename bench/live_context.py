@@ -488,9 +488,15 @@ async def clients(
             for _ in files
         ]
         tasks = [
-            grow(client, tmpl, session_id, path, load, samples, probes[n % len(probes)])
-            if probes
-            else grow(client, tmpl, session_id, path, load, samples)
+            grow(
+                client,
+                tmpl,
+                session_id,
+                path,
+                load,
+                samples,
+                probes[n % len(probes)] if probes else None,
+            )
             for n, (client, (tmpl, session_id, path)) in enumerate(zip(own, files, strict=True))
         ]
         await asyncio.gather(*tasks)
