@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from sessionfold.events.migration import migrate_entry
 
 
-@lru_cache(maxsize=16)
+# typed: `firstKeptEntryIndex` may be True, which an untyped cache would take for 1 (flaky).
+@lru_cache(maxsize=16, typed=True)
 def _old_id(session_id: str, index: int) -> str:
     return hashlib.sha256(f"{session_id}/{index}".encode()).hexdigest()[:8]
 
