@@ -59,10 +59,21 @@ def migrate_entry(
         entry = migrated
         if "firstKeptEntryIndex" in entry:
             kept = entry.pop("firstKeptEntryIndex")
-            if kind == "compaction" and isinstance(kept, int) and 0 < kept < index:
-                entry["firstKeptEntryId"] = v1_entry_id(session_id, kept)
+            position = kept_position(kept)
+            if kind == "compaction" and position is not None and 0 < position < index:
+                entry["firstKeptEntryId"] = v1_entry_id(session_id, position)
     if version <= 2 and kind == "message":
         message = entry.get("message")
         if isinstance(message, dict) and message.get("role") == "hookMessage":
             message["role"] = "custom"
     return entry
+
+
+def kept_position(kept: Any) -> int | None:
+    """The entry position pi's `entries[firstKeptEntryIndex]` reads, None for none: pi takes any
+    JSON number (`typeof === "number"`), so 2.0 is position 2, 2.5 is none, and true is none."""
+    if type(kept) is int:
+        return kept
+    if type(kept) is float and kept.is_integer():
+        return int(kept)
+    return None

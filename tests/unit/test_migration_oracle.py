@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from functools import lru_cache
 from typing import Any
 
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessionfold.events.migration import migrate_entry
+from sessionfold.events.migration import kept_position, migrate_entry
 
 
-# typed: `firstKeptEntryIndex` may be True, which an untyped cache would take for 1 (flaky).
-@lru_cache(maxsize=16, typed=True)
 def _old_id(session_id: str, index: int) -> str:
     return hashlib.sha256(f"{session_id}/{index}".encode()).hexdigest()[:8]
 
@@ -34,8 +31,9 @@ def old_migrate_entry(
         }
         migrated.update(entry)
         entry = migrated
-        kept = entry.pop("firstKeptEntryIndex", None)
-        if entry.get("type") == "compaction" and isinstance(kept, int) and 0 < kept < index:
+        # Which values are a position is the shared rule (kept_position), not what is oracled.
+        kept = kept_position(entry.pop("firstKeptEntryIndex", None))
+        if entry.get("type") == "compaction" and kept is not None and 0 < kept < index:
             entry["firstKeptEntryId"] = _old_id(session_id, kept)
     if version <= 2 and entry.get("type") == "message":
         message = entry.get("message")
@@ -50,7 +48,7 @@ ENTRY = st.fixed_dictionaries(
         "type": st.sampled_from(["message", "compaction", "custom", None, 3]),
         "id": st.sampled_from(["a1", None, 7]),
         "parentId": st.sampled_from(["a0", None]),
-        "firstKeptEntryIndex": st.sampled_from([0, 1, 2, 5, 40, -1, "2", None, True]),
+        "firstKeptEntryIndex": st.sampled_from([0, 1, 2, 5, 40, -1, "2", None, True, 2.0, 2.5]),
         "message": st.sampled_from([{"role": "hookMessage"}, {"role": "user"}, "x"]),
         "summary": st.just("s"),
     },

@@ -201,6 +201,23 @@ def test_v1_ids_are_position_derived(tmp_path: Path) -> None:
     assert records[2].payload.entry["parentId"] == v1_entry_id("v1s", 1)
 
 
+@pytest.mark.parametrize(
+    ("index", "kept"), [(b"2", 2), (b"2.0", 2), (b"2.5", None), (b"true", None), (b'"2"', None)]
+)
+def test_v1_compaction_index_is_what_pi_takes_for_a_position(
+    tmp_path: Path, index: bytes, kept: int | None
+) -> None:
+    """pi looks a compaction's firstKeptEntryIndex up when it is a JSON number (2.0 is entry
+    2, 2.5 none); true or "2" name no entry and give no firstKeptEntryId."""
+    header = b'{"type":"session","id":"v1s"}'
+    entry = b'{"type":"model_change","provider":"p","modelId":"m"}'
+    compaction = b'{"type":"compaction","summary":"s","firstKeptEntryIndex":' + index + b"}"
+    lines = [header, entry, entry, entry, compaction]
+    migrated = list(read_session_file(_write(tmp_path, lines)))[4].payload.entry
+    assert migrated["type"] == "compaction"
+    assert migrated.get("firstKeptEntryId") == (None if kept is None else v1_entry_id("v1s", kept))
+
+
 def test_schema_invalid_entry_keeps_its_place(tmp_path: Path) -> None:
     """An object with a readable id that is not a valid entry: a dead letter and a placeholder
     with its ids and the seq it would have had; the entry after it keeps its seq."""
