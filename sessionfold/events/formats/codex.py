@@ -142,7 +142,7 @@ class CodexTranslator:
         timestamp = value.get("timestamp")
         if isinstance(timestamp, str):
             self._timestamp = timestamp
-        if kind in _WRAPPED and "payload" in value:
+        if isinstance(kind, str) and kind in _WRAPPED and "payload" in value:
             payload = value["payload"]
             if not isinstance(payload, dict):
                 raise MappingError(f"codex: {kind}.payload is not an object")
@@ -209,6 +209,8 @@ class CodexTranslator:
 
     def _item(self, item: dict[str, Any], line: int, timestamp: str | None) -> list[dict[str, Any]]:
         kind = item.get("type")
+        if not isinstance(kind, str):  # any JSON type may stand here; only a string names a kind
+            raise MappingError("codex: response_item.type is not a string")
         if kind == "message":
             role = item.get("role")
             if role == "assistant":
@@ -224,8 +226,6 @@ class CodexTranslator:
             if not isinstance(item.get("call_id"), str) or not item["call_id"]:
                 raise MappingError(f"codex: {kind}.call_id is not a string")
             return [*self._flush(), self._result(item, line, timestamp)]
-        if not isinstance(kind, str):
-            raise MappingError("codex: response_item.type is not a string")
         return self._unknown(line, timestamp, kind, item)
 
     def _event(

@@ -61,6 +61,7 @@ from sessionfold.projections.views.phases import (
     prune,
     prune_messages,
 )
+from sessionfold.projections.views.validity import Problem, repaired
 
 __all__ = [
     "ChainEntry",
@@ -100,11 +101,19 @@ class ContextView:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     #: id(message) -> sequence number, for every message that is the log's own object.
     origin: dict[int, int] = field(default_factory=dict)
+    #: Calls the log holds no result of, answered by a placeholder (views/validity.py).
+    repairs: list[Problem] = field(default_factory=list)
 
     @property
     def tokens(self) -> dict[str, int]:
-        """{"pruned": tokens the model sees, "unpruned": tokens of pi's unpruned context}."""
-        return {"pruned": tokens(self.messages), "unpruned": tokens(self.unpruned)}
+        """{"pruned": tokens the model sees, "unpruned": tokens of pi's unpruned context}, each
+        with the placeholder results a provider needs (pi-ai puts the same ones in)."""
+        return {"pruned": tokens(self.messages), "unpruned": tokens(self.unpruned_sent)}
+
+    @property
+    def unpruned_sent(self) -> list[dict[str, Any]]:
+        """pi's unpruned context as a provider gets it: with the placeholder results."""
+        return repaired(self.unpruned)[0]
 
     def to_json(self) -> dict[str, Any]:
         """`sessionfold context --format json`: the messages and both token counts."""
@@ -369,8 +378,11 @@ def context_at(
             memo.grown += 1
         memo.keep(key, entries, base, carry)
     result: PruneResult = carry.result
+    # A provider refuses a call without its result: a lost line must not make the context
+    # unusable (the placeholder is pi-ai's own; nothing else moves).
+    messages, repairs = repaired(result.messages)
     return ContextView(
-        messages=result.messages,
+        messages=messages,
         unpruned=base.unpruned,
         base=base.messages,
         pruned=result.pruned,
@@ -378,4 +390,5 @@ def context_at(
         chains=chains,
         diagnostics=problems + result.diagnostics,
         origin=base.origin,
+        repairs=repairs,
     )

@@ -430,14 +430,14 @@ class LiveFolds:
         if cached is None:
             tokens = {
                 "pruned": self._tokens(view.messages, view),
-                "unpruned": self._tokens(view.unpruned, view),
+                "unpruned": self._tokens(view.unpruned_sent, view),
             }
         else:
             was = cached.view
             tokens = {
                 "pruned": self._count(view.messages, view, was.messages, cached.tokens["pruned"]),
                 "unpruned": self._count(
-                    view.unpruned, view, was.unpruned, cached.tokens["unpruned"]
+                    view.unpruned_sent, view, was.unpruned_sent, cached.tokens["unpruned"]
                 ),
             }
         if cached is not None and extends(view.unpruned, cached.view.unpruned):

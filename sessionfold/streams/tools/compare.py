@@ -168,7 +168,7 @@ def run_session(
         state["turns"] = turns
         view = render()
         run.tokens.append(counter.count(view.messages, view.origin))
-        run.unpruned.append(counter.count(view.unpruned, view.origin))
+        run.unpruned.append(counter.count(view.unpruned_sent, view.origin))
         if on_turn is not None:
             on_turn(turns - 1, view)
 
@@ -177,7 +177,7 @@ def run_session(
         replayer.feed(record)
     view = render()
     run.final = counter.count(view.messages, view.origin)
-    run.final_unpruned = counter.count(view.unpruned, view.origin)
+    run.final_unpruned = counter.count(view.unpruned_sent, view.origin)
     state_json = replayer.runtime.session_state(session_id)
     attempts = state_json["flush_attempts"]
     run.attempts = len(attempts)
