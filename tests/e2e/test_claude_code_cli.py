@@ -122,10 +122,6 @@ def _command(ledger: dict[str, Any], call: str) -> dict[str, Any]:
     return found
 
 
-@pytest.mark.xfail(
-    reason="reader fix pending: Claude Code parallel tool calls lose results off the leaf path",
-    strict=False,
-)
 def test_parallel_calls_are_each_answered_once_after_their_response(session: Session) -> None:
     messages = context_of(session.before)
     assert pairing_problems(messages) == []
@@ -213,11 +209,6 @@ def test_the_compaction_is_folded_with_the_scripted_summary(session: Session) ->
     assert prompts[-1] == "go on"
 
 
-@pytest.mark.xfail(
-    reason="reader fix pending: Claude Code compact_boundary.compactMetadata.preservedSegment "
-    "(the messages kept after the summary) is dropped",
-    strict=False,
-)
 def test_the_messages_the_compaction_kept_follow_its_summary(session: Session) -> None:
     """The model's first request after /compact had the summary, then the last answer kept
     (compactMetadata.preservedSegment), then the new prompt: the fold renders the same."""

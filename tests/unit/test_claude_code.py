@@ -151,9 +151,9 @@ def test_one_response_of_several_lines_is_one_assistant_message() -> None:
         ("session", None),
         ("message", "user"),
         ("message", "assistant"),
-        ("x-claude-code.progress", None),
         ("message", "toolResult"),
         ("message", "toolResult"),
+        ("x-claude-code.progress", None),  # the results follow their response at once
         ("message", "user"),
     ]
     assistant = out[2]
@@ -163,9 +163,9 @@ def test_one_response_of_several_lines_is_one_assistant_message() -> None:
     ]  # fmt: skip
     assert assistant["message"]["stopReason"] == "toolUse"
     assert assistant["message"]["usage"]["totalTokens"] == 3 + 900 + 40 + 12
-    assert out[3]["parentId"] == "a4" and out[4]["parentId"] == "p1"
-    assert out[4]["message"]["toolName"] == "Bash" and out[4]["message"]["isError"] is True
-    assert out[5]["message"]["toolName"] == "Read" and out[6]["parentId"] == "r2"
+    assert [e["parentId"] for e in out[3:]] == ["a4", "r1", "r2", "p1"]  # one chain
+    assert out[3]["message"]["toolName"] == "Bash" and out[3]["message"]["isError"] is True
+    assert out[4]["message"]["toolName"] == "Read"
 
 
 def test_a_checkpoint_inside_a_group_stands_at_its_first_line(transcript: list[Path]) -> None:
@@ -263,3 +263,65 @@ def test_a_dead_letter_inside_a_held_group_is_not_sent_again_on_resume(tmp_path:
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+def _path_messages(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages on the path from the last entry back to the root, in order."""
+    by_id = {e["id"]: e for e in entries if e["type"] != "session"}
+    path: list[dict[str, Any]] = []
+    at: str | None = entries[-1]["id"]
+    while at is not None and at in by_id:
+        path.append(by_id[at])
+        at = by_id[at]["parentId"]
+    return [e["message"] for e in reversed(path) if e["type"] == "message"]
+
+
+@SETTINGS
+@given(
+    calls=st.integers(min_value=2, max_value=5),
+    order=st.randoms(use_true_random=False),
+    attachment=st.booleans(),
+)
+def test_parallel_results_hang_under_their_calls_and_all_stay_on_the_path(
+    calls: int, order: Any, attachment: bool
+) -> None:
+    """Claude Code 2.1 writes a response of N parallel calls as N lines of one message.id, and
+    each result line under its own call's line, in the order the tools finished; the next line
+    hangs off the last result written. Every result is on the leaf's path, right after the
+    response, in the order written, and the context is one a provider accepts."""
+    from sessionfold.projections.views.validity import problems
+
+    base = {"sessionId": "s1", "cwd": "/w", "timestamp": "2026-12-01T10:00:00.000Z"}
+    lines: list[dict[str, Any]] = [
+        {**base, "type": "user", "uuid": "u1", "parentUuid": None,
+         "message": {"role": "user", "content": "go"}},
+    ]  # fmt: skip
+    parent = "u1"
+    for n in range(calls):
+        block = {"type": "tool_use", "id": f"t{n}", "name": "Bash", "input": {"command": "ls"}}
+        message = {"id": "msg_1", "role": "assistant", "model": "m", "content": [block]}
+        lines.append({**base, "type": "assistant", "uuid": f"a{n}", "parentUuid": parent,
+                      "message": message})  # fmt: skip
+        parent = f"a{n}"
+    finished = list(range(calls))
+    order.shuffle(finished)
+    for n in finished:
+        block = {"type": "tool_result", "tool_use_id": f"t{n}", "content": f"out {n}"}
+        lines.append({**base, "type": "user", "uuid": f"r{n}", "parentUuid": f"a{n}",
+                      "message": {"role": "user", "content": [block]}})  # fmt: skip
+    last = f"r{finished[-1]}"
+    if attachment:
+        lines.append({**base, "type": "attachment", "uuid": "x1", "parentUuid": last,
+                      "attachment": {"type": "prompt_snapshot"}})  # fmt: skip
+        last = "x1"
+    lines.append({**base, "type": "user", "uuid": "u2", "parentUuid": last,
+                  "message": {"role": "user", "content": "thanks"}})  # fmt: skip
+    translator = ClaudeCodeTranslator()
+    out: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        out += translator.feed(line, number)
+    out += translator.close()
+    path = _path_messages(out)
+    assert [m["role"] for m in path] == ["user", "assistant", *["toolResult"] * calls, "user"]
+    assert [m["toolCallId"] for m in path[2:-1]] == [f"t{n}" for n in finished]
+    assert problems(path) == []

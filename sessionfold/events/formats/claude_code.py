@@ -43,6 +43,10 @@ from sessionfold.events.formats.base import MappingError
 FORMAT = "claude-code"
 PREFIX = "x-claude-code."
 META_TYPE = PREFIX + "meta"
+#: customType of an attachment line whose rendered text the model is sent.
+ATTACHMENT_TYPE = PREFIX + "attachment"
+#: How many response lines `_merged` remembers (a kept segment names a recent response).
+MERGED_KEPT = 512
 
 #: Claude Code's line types (agent-schemas, up to CLI 2.1.144); others are kept as unknown.
 LINE_TYPES = frozenset(
@@ -213,6 +217,12 @@ class ClaudeCodeTranslator:
     def __init__(self) -> None:
         self._header = False
         self._group: _Group | None = None
+        # The last closed group's line uuids -> the id of its last entry: a later line hangs
+        # off whichever result was written last, and the group is one chain now.
+        self._tails: dict[str, str] = {}
+        # Lines of recent responses -> their merged message's id (a compaction's kept segment
+        # names a response by one of its lines); bounded, oldest dropped first.
+        self._merged: dict[str, str] = {}
 
     @property
     def open_since(self) -> int | None:
@@ -233,7 +243,7 @@ class ClaudeCodeTranslator:
                 out.append(_header(value, *session))
         group = self._group
         if group is not None and not group.takes(value):
-            out += _entries(group)
+            out += self._close(group)
             group = None
         if group is None:
             group = self._group = _Group(since=line)
@@ -243,7 +253,22 @@ class ClaudeCodeTranslator:
     def close(self) -> list[dict[str, Any]]:
         """The entries of the group still held (end of the file)."""
         group, self._group = self._group, None
-        return [] if group is None else _entries(group)
+        return [] if group is None else self._close(group)
+
+    def _close(self, group: _Group) -> list[dict[str, Any]]:
+        """A group's entries, remembering where later lines that name its lines now hang."""
+        entries = _entries(group, self._tails, self._merged)
+        if entries:
+            last = entries[-1]["id"]
+            self._tails = {v["uuid"]: last for v, _n in group.lines if _on_chain(v)}
+        merged = _merged_id(group)
+        if merged is not None:
+            for value, _line in group.lines:
+                if _on_chain(value) and _kind(value) == "assistant":
+                    self._merged[value["uuid"]] = merged
+            while len(self._merged) > MERGED_KEPT:
+                del self._merged[next(iter(self._merged))]
+        return entries
 
 
 def _check(value: dict[str, Any]) -> None:
@@ -276,44 +301,61 @@ def _header(value: dict[str, Any], session: str, parent: str | None) -> dict[str
     return header
 
 
-def _entries(group: _Group) -> list[dict[str, Any]]:
-    """A closed group's entries: off-chain lines first (chained), then the chain lines.
+def _entries(
+    group: _Group, tails: dict[str, str], merged: dict[str, str]
+) -> list[dict[str, Any]]:
+    """A closed group's entries as one chain: off-chain lines first, then the chain lines.
 
-    The response's lines make one assistant message where its first line stood; a boundary
-    and the summary line after it make one compaction.
+    The response's lines make one assistant message where its first line stood, and the
+    results of its calls follow it at once, in the order they were written (as Claude Code
+    sends them), before any other line of the group: a result hangs under its own call's line
+    in the file, a fork whose other branches the path from the leaf would skip. A boundary and
+    the summary line after it make one compaction.
     """
     detached = [(v, n) for v, n in group.lines if _detached(v)]
     chain = [v for v, _n in group.lines if not _detached(v)]
-    alias: dict[str, str] = {}
     out: list[dict[str, Any]] = []
-    parent = _parent(chain[0], alias) if chain else None
+    parent = _parent(chain[0], tails) if chain else None
     for value, line in detached:
         entry = _unknown(value, _str(value.get("uuid")) or f"line-{line}", parent)
         out.append(entry)
         parent = entry["id"]
     chunks = [v for v in chain if _kind(v) == "assistant"]
-    merged = False
+    head: list[dict[str, Any]] = []  # up to the response's message
+    results: list[dict[str, Any]] = []
+    rest: list[dict[str, Any]] = []
     for position, value in enumerate(chain):
-        own = parent if position == 0 else _parent(value, alias)
         kind = _kind(value)
         if kind == "assistant":
-            if not merged:
-                merged = True
-                entry = _assistant(chunks, own)
-                alias.update((chunk["uuid"], entry["id"]) for chunk in chunks)
-                out.append(entry)
+            if value is chunks[0]:
+                head = [*rest, _assistant(chunks)]
+                rest = []
             continue
         if kind == "summary" and position > 0 and _kind(chain[position - 1]) == "boundary":
             continue  # taken with its boundary
         if kind == "boundary":
             following = chain[position + 1] if position + 1 < len(chain) else None
             summary = following if following is not None and _kind(following) == "summary" else None
-            entry = _compaction(value, summary, own)
-            alias[value["uuid"]] = entry["id"]
-            out.append(entry)
+            rest.append(_compaction(value, summary, merged))
             continue
-        out += _line_entries(value, kind, own, group)
+        for entry in _line_entries(value, kind, group):
+            is_result = entry.get("message", {}).get("role") == "toolResult"
+            (results if is_result and head else rest).append(entry)
+    for entry in [*head, *results, *rest]:
+        entry["parentId"] = parent
+        parent = entry["id"]
+        out.append(entry)
     return out
+
+
+def _merged_id(group: _Group) -> str | None:
+    """The id of the message a group's response lines make (its last line's uuid)."""
+    chunks = [v for v, _n in group.lines if _on_chain(v) and _kind(v) == "assistant"]
+    return chunks[-1]["uuid"] if chunks else None
+
+
+def _on_chain(value: dict[str, Any]) -> bool:
+    return not _detached(value)
 
 
 def _parent(value: dict[str, Any], alias: dict[str, str]) -> str | None:
@@ -338,7 +380,7 @@ def _unknown(value: dict[str, Any], entry_id: str, parent: str | None) -> dict[s
     return entry
 
 
-def _assistant(chunks: list[dict[str, Any]], parent: str | None) -> dict[str, Any]:
+def _assistant(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     """One assistant message from the lines of one API response, id the last line's uuid."""
     content: list[Any] = []
     model = usage = stop = None
@@ -370,7 +412,7 @@ def _assistant(chunks: list[dict[str, Any]], parent: str | None) -> dict[str, An
     ms = iso_ms(chunks[0].get("timestamp"))
     if ms is not None:
         mapped["timestamp"] = ms
-    entry = _base("message", chunks[-1]["uuid"], parent, chunks[0])
+    entry = _base("message", chunks[-1]["uuid"], None, chunks[0])
     entry["message"] = mapped
     return entry
 
@@ -418,19 +460,40 @@ def _usage(usage: dict[str, Any]) -> dict[str, Any]:
 
 
 def _compaction(
-    boundary: dict[str, Any], summary: dict[str, Any] | None, parent: str | None
+    boundary: dict[str, Any], summary: dict[str, Any] | None, merged: dict[str, str]
 ) -> dict[str, Any]:
-    """A boundary and its summary line as one compaction: nothing before it is kept."""
+    """A boundary and its summary line as one compaction: what it kept is the segment its
+    `compactMetadata.preservedSegment` names from its head on (CLI 2.1), else nothing."""
     meta = boundary.get("compactMetadata")
-    tokens = meta.get("preTokens") if isinstance(meta, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    tokens = meta.get("preTokens")
     entry_id = summary["uuid"] if summary is not None else boundary["uuid"]
-    entry = _base("compaction", entry_id, parent, boundary)
+    entry = _base("compaction", entry_id, None, boundary)
     text = _text(summary["message"]["content"]) if summary is not None else ""
     entry["summary"] = text
-    entry["firstKeptEntryId"] = None
+    segment = meta.get("preservedSegment")
+    kept = segment.get("headUuid") if isinstance(segment, dict) else None
+    # the head names a line; a response's lines are one message, whose id is its last line's
+    entry["firstKeptEntryId"] = merged.get(kept, kept) if isinstance(kept, str) else None
     if isinstance(tokens, int) and not isinstance(tokens, bool):
         entry["tokensBefore"] = tokens
     return entry
+
+
+def _rendered(value: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The text blocks of an attachment line the model is sent (`rendered[].content`), or None
+    for a line the model never sees (no `rendered`: state the CLI keeps for itself)."""
+    if value.get("type") != "attachment":
+        return None
+    rendered = value.get("rendered")
+    if not isinstance(rendered, list):
+        return None
+    texts = [
+        {"type": "text", "text": part["content"]}
+        for part in rendered
+        if isinstance(part, dict) and isinstance(part.get("content"), str)
+    ]
+    return texts or None
 
 
 def _text(content: Any) -> str:
@@ -457,18 +520,24 @@ def _user_blocks(blocks: list[Any]) -> list[Any]:
     return out
 
 
-def _line_entries(
-    value: dict[str, Any], kind: str, parent: str | None, group: _Group
-) -> list[dict[str, Any]]:
-    """The entries of one user or other chain line; the last one takes the line's uuid."""
+def _line_entries(value: dict[str, Any], kind: str, group: _Group) -> list[dict[str, Any]]:
+    """The entries of one user or other chain line; the last one takes the line's uuid.
+
+    Their `parentId`s are set by the caller, which chains the group's entries."""
     uuid: str = value["uuid"]
+    parent = None
     if kind == "other":
+        rendered = _rendered(value)
+        if rendered is not None:  # an attachment the model is sent (CLI 2.1's `rendered`)
+            entry = _base("custom_message", uuid, None, value)
+            entry.update(customType=ATTACHMENT_TYPE, content=rendered, display=False)
+            return [entry]
         return [_unknown(value, uuid, parent)]
     message = value["message"]
     content = message["content"]
     ms = iso_ms(value.get("timestamp"))
     if kind == "summary":  # a summary without its boundary: a compaction all the same
-        return [_compaction(value, value, parent)]
+        return [_compaction(value, value, {})]
     if kind == "results":
         names = _call_names(group)
         pieces: list[dict[str, Any]] = []

@@ -4,8 +4,9 @@ The pi session gives the story (prompts, rules and withdrawals, tool calls and t
 failures, timing, usage); this module writes it the way Claude Code 2.1 writes a transcript:
 one line per content block of a response, the lines of one response sharing `message.id` and
 `requestId` and repeating its usage (with cache tokens); `thinking` blocks with a signature;
-runs of single calls merged into parallel calls of one response; `tool_result` blocks in user
-lines with `is_error` (Bash failures as "Exit code N" first) and a `toolUseResult`; hook
+runs of single calls merged into parallel calls of one response, each result of parallel calls
+under its own call's line and the results now and then in another order than the calls (the
+tools finished so); `tool_result` blocks in user lines with `is_error` (Bash failures as "Exit code N" first) and a `toolUseResult`; hook
 `progress` lines, `file-history-snapshot` and `queue-operation` lines off the chain; a slash
 command's injected lines; a `<system-reminder>` inside a prompt; a `compact_boundary` system
 line and its `isCompactSummary` summary; a Task call whose subagent transcript is written to
@@ -294,9 +295,10 @@ def _response(writer: _Writer, step: list[Entry]) -> None:
         blocks.append({"type": "text", "text": "(no content)"})
     usage = _usage(message.get("usage") or {})
     stop = "tool_use" if message.get("stopReason") == "toolUse" else "end_turn"
+    call_lines: dict[str, str] = {}  # tool_use id -> the uuid of the line that made the call
     for index, block in enumerate(blocks):
         last = index == len(blocks) - 1
-        writer.chain(
+        line = writer.chain(
             "assistant",
             stamp,
             requestId=request,
@@ -312,6 +314,7 @@ def _response(writer: _Writer, step: list[Entry]) -> None:
             },
         )
         if block["type"] == "tool_use":
+            call_lines[block["id"]] = line["uuid"]
             writer.chain(
                 "progress",
                 stamp,
@@ -324,8 +327,17 @@ def _response(writer: _Writer, step: list[Entry]) -> None:
                 toolUseID=block["id"],
                 parentToolUseID=block["id"],
             )
-    for result in step[1:]:
+    results = step[1:]
+    parallel = len(call_lines) > 1
+    if parallel and msg_id[-1] < "n":
+        # the tools finished in another order than they were called (no rng draw: the rest of
+        # the corpus stays as it was)
+        results = results[::-1]
+    for result in results:
         body = result["message"]
+        if parallel and body.get("toolCallId") in call_lines:
+            # Claude Code 2.1 hangs each result of parallel calls under its own call's line
+            writer.last = call_lines[body["toolCallId"]]
         name = names.get(body.get("toolCallId"), str(body.get("toolName")))
         text, error, structured = _result(name, body)
         block = {"tool_use_id": body.get("toolCallId"), "type": "tool_result", "content": text}
