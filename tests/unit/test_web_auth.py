@@ -225,3 +225,72 @@ def test_a_request_line_over_the_limit_is_a_400_logged_without_its_text() -> Non
         assert "SSSS" not in text and TOKEN not in text and record.exc_info is None
         assert text == "refused a malformed HTTP request: LineTooLong"
         assert record.levelno == logging.WARNING
+
+
+#: Authorization values that are not a bearer token, as raw bytes on the wire.
+MALFORMED_AUTHORIZATION = (
+    b"Bearer \xff",  # a byte that is not UTF-8 (a surrogate escape to aiohttp)
+    b"Bearer " + TOKEN.encode() + b"\xff",
+    b"\xff\xfe",  # no scheme
+    TOKEN.encode(),  # no scheme, the token itself
+    b"Bearer",  # no token
+    b"Bearer    ",
+    b"Bearer \xc3\xa9\xe2\x82\xac",  # UTF-8, not ASCII
+    b"Basic \xff",
+    b"Bearer " + b"\xff" * 4000,  # long, under aiohttp's line limit
+    b"Bearer " + b"A" * 8000,
+)
+
+
+def _raw_status(port: int, path: str, authorization: bytes) -> bytes:
+    """The status line a GET of `path` with this Authorization header's bytes gets."""
+    request = (
+        f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n".encode()
+        + b"Authorization: "
+        + authorization
+        + b"\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        raw.sendall(request)
+        return raw.recv(200).split(b"\r\n")[0]
+
+
+def _live_apps() -> dict[str, web.Application]:
+    """The guard as the workers mount it, and serve's two processes' apps."""
+    from sessionfold.streams.runtime.live import LiveFolds
+    from sessionfold.streams.web.live_api import LiveApi
+    from sessionfold.streams.web.live_front import LiveFront
+
+    return {
+        "worker": _app(TOKEN),
+        "serve-fold": LiveApi(LiveFolds([])).app(TOKEN),
+        "serve-api": LiveFront("/nonexistent/fold.sock").app(TOKEN),
+    }
+
+
+@pytest.mark.parametrize("which", ["worker", "serve-fold", "serve-api"])
+def test_a_malformed_authorization_header_is_a_401(which: str) -> None:
+    """A header that is no bearer token (a byte that is not UTF-8, no scheme, no token,
+    non-ASCII, long) is refused 401 like a wrong token, on every protected route; it was a 500
+    (an encode of aiohttp's surrogate escapes raised in the guard)."""
+    app = _live_apps()[which]
+    path = "/sessions/s1" if which == "worker" else "/sessions/s1/status"
+
+    async def run() -> list[bytes]:
+        async with TestServer(app) as server:
+            assert server.port is not None
+            port = server.port
+            return await asyncio.to_thread(
+                lambda: [_raw_status(port, path, value) for value in MALFORMED_AUTHORIZATION]
+            )
+
+    statuses = asyncio.run(run())
+    assert statuses == [b"HTTP/1.1 401 Unauthorized"] * len(MALFORMED_AUTHORIZATION)
+
+
+def test_token_matches_refuses_bytes_that_are_not_utf8() -> None:
+    """aiohttp's surrogate escapes of undecodable bytes, and lone surrogates, are no token."""
+    assert not token_matches("Bearer \udcff", TOKEN)
+    assert not token_matches(f"Bearer {TOKEN}\udcff", TOKEN)
+    assert not token_matches("Bearer \ud800", TOKEN)
+    assert not token_matches("\udcff", TOKEN)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from itertools import chain
@@ -515,6 +515,12 @@ class SessionFileReader:
         self._cursor = value
 
     @property
+    def offset(self) -> int:
+        """How many bytes of the file were read (past `position` while a group is held): a
+        file shorter than this was truncated under the reader."""
+        return self._cursor.offset
+
+    @property
     def known_ids(self) -> set[str] | None:
         """The ids read so far if the reader has needed them yet (never reads the file)."""
         return self._ids
@@ -564,7 +570,7 @@ class SessionFileReader:
         # chain flattens the lists in C: a generator a level costs per record.
         yield from chain.from_iterable(self.lines(final))
 
-    def lines(self, final: bool = True) -> Iterator[list[Record]]:
+    def lines(self, final: bool = True) -> Generator[list[Record], None, None]:
         """Yield the records of each line past the current position, a list per line.
 
         When a list is yielded, `position` already stands after its line (or at the first line
@@ -575,7 +581,7 @@ class SessionFileReader:
         """
         return self._read(final, close=final)  # a generator: nothing is read before it is asked
 
-    def _read(self, final: bool, close: bool) -> Iterator[list[Record]]:
+    def _read(self, final: bool, close: bool) -> Generator[list[Record], None, None]:
         """`lines`, with the closing of the held group at the end apart (`close`)."""
         if self._rebuild:
             self._catch_up(self._cursor.offset)

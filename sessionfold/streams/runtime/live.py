@@ -31,16 +31,29 @@ answer, so a caller waiting for a leaf wakes at once instead of polling the stat
 lock. `close` waits (bounded) for the answers still out: an answer that came back is journaled
 before it is folded, so one the wait gives up on is asked again at the next start, never twice.
 
+Faults (docs/live.md, "Faults"): one file never stops the others. A file whose read or fold
+raises is set aside (`_set_aside`): one warning naming the file and the error's class, its
+session dropped (it answers unknown-session), and it is folded afresh once its size, inode or
+mtime moves. `follow` reads each file for `FILE_SLICE_S` at most per poll, so a file that grows
+without end or folds slowly delays the others by that much, not for good. A file whose identity
+changed under the reader (another inode at the path, a size below what was read, other first
+bytes) is folded afresh as what it now is: the state its old session had from that path is
+dropped first, so an id never answers with another file's content. A session id a file names
+while another live file holds it (a copy) sets the newcomer aside; one whose file is gone or
+replaced (a move) is folded afresh from its new path.
+
 Costs (bench/live_context.py): a render from scratch is O(the session's context) in Python, so
 each session keeps its last render (`LiveSession.memo`), which the next one grows by the new
 entries while no flush came between (views/context.py `RenderMemo`), and `rendered` keeps it
 with its token counts and encoded messages until the session folds anything more (counting
 only the messages a grown render added); `poll` stats each file before opening it, so the
-files that did not change since the last poll cost a stat, not an open and a read.
+files that did not change since the last poll cost a stat, not an open and a read (one that
+did costs one more open and a read of its first KiB, `_replaced`: about 7 us).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -51,6 +64,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import orjson
@@ -84,6 +98,7 @@ from sessionfold.streams.publishing.session_file import (
     DeadLetter,
     FileKindError,
     SessionFileReader,
+    file_kind,
     session_files,
 )
 from sessionfold.streams.runtime.answer_journal import AnswerJournal, with_journals
@@ -100,6 +115,18 @@ log = logging.getLogger(__name__)
 DEFAULT_ANSWER_THREADS = 8
 #: How often `follow` looks for new session files, seconds (lines are read every `poll_s`).
 DISCOVER_EVERY_S = 0.5
+#: How long `follow`'s poll reads and folds one file before it goes on to the next, seconds: a
+#: file that grows without end, or whose lines fold slowly, delays the others by this much per
+#: poll, never for good (the rest is read at the next poll, which then comes at once).
+FILE_SLICE_S = 0.05
+#: How many of a file's first bytes are kept to tell a file rewritten at the same path (another
+#: session's header, or the file truncated and written again past where it was read).
+HEAD_BYTES = 1024
+
+
+class DuplicateSession(Exception):
+    """A file names a session another live file holds (a copy): it is set aside, not folded
+    into that session's state."""
 
 
 @dataclass
@@ -173,6 +200,12 @@ class _Tail:
     reader: SessionFileReader
     session_id: str | None = None
     seen: tuple[int, int, int] | None = None  # (size, inode, mtime) when last read through
+    #: (device, inode) of the file read so far: another one at the path is another file.
+    identity: tuple[int, int] | None = None
+    #: The file's first bytes as read (up to HEAD_BYTES): others there, it was rewritten.
+    head: bytes = b""
+    #: Set aside by a fault: not read again until its (size, inode, mtime) moves from `seen`.
+    aside: bool = False
 
 
 class LiveFolds:
@@ -216,6 +249,16 @@ class LiveFolds:
         self._passes = threading.Lock()
         #: id -> (the log's own message, its token estimate): see `_tokens`.
         self._counted: dict[int, tuple[dict[str, Any], int]] = {}
+        #: Files set aside since the start (each fault once, however many polls it stays).
+        self.set_aside_total = 0
+        #: Called (on the tailer) once a file is set aside.
+        self.on_set_aside: Callable[[], None] | None = None
+        #: Called (on the tailer, under `lock`) with a session's id once its state is dropped
+        #: (its file set aside, replaced or moved): what was handed over of it answers no more.
+        self.on_dropped: Callable[[str], None] | None = None
+        #: Per session id dropped: where its next `LiveSession.folds` starts, so no state of
+        #: the new one equals a state of the old (a render of the old never answers for it).
+        self._generations: dict[str, int] = {}
 
     # --- tailing -------------------------------------------------------------------------------
 
@@ -228,38 +271,169 @@ class LiveFolds:
                 new += 1
         return new
 
-    def poll(self) -> int:
-        """Fold every complete line written since the last poll; how many lines were read."""
+    def poll(self, slice_s: float | None = None) -> int:
+        """Fold every complete line written since the last poll; how many lines were read.
+
+        With `slice_s`, each file is read for that long at most: what is left is read at the
+        next poll, and `wanted` is set so that one comes at once. A file whose read or fold
+        raises is set aside (`_set_aside`) and the poll goes on with the next one."""
         lines = 0
         for tail in list(self.tails.values()):
+            if self.tails.get(tail.path) is not tail:
+                continue  # dropped in this poll: its session moved to another file
             try:
-                # pi only appends: a file whose size, inode and mtime did not move holds no new
-                # line, and a stat costs far less than opening and reading it again.
                 stat = os.stat(tail.path)
-                seen = (stat.st_size, stat.st_ino, stat.st_mtime_ns)
-                if seen == tail.seen:
-                    continue
-                read = 0
-                try:
-                    for records in tail.reader.lines(final=False):
-                        read += 1
-                        with self.lock:
-                            for record in records:
-                                self._feed(tail, record)
-                finally:
-                    # Announced per file, not once the poll is done: a call waiting for this
-                    # session's leaf need not wait for every other file's lines too. Also
-                    # when a fold raised partway: the lines before it moved the state.
-                    if read:
-                        self._announce(tail.session_id)
-                tail.seen = seen  # taken before the read: a line written since moves it again
-            except (FileNotFoundError, FileKindError):
-                # Gone or replaced by something that is not a file: what was folded stays.
-                log.warning("live: stopped tailing a file", extra={"file": str(tail.path)})
-                del self.tails[tail.path]
+            except FileNotFoundError:
+                self._stop_tailing(tail)
                 continue
+            except OSError as exc:  # unreadable for now (permissions): retried when it reads
+                if not tail.aside:
+                    self._set_aside(tail, None, exc)
+                continue
+            # pi only appends: a file whose size, inode and mtime did not move holds no new
+            # line, and a stat costs far less than opening and reading it again.
+            seen = (stat.st_size, stat.st_ino, stat.st_mtime_ns)
+            if seen == tail.seen:
+                continue
+            try:
+                if not S_ISREG(stat.st_mode):  # never opened: a device, a FIFO swapped in
+                    raise FileKindError(tail.path, file_kind(stat.st_mode))
+                replaced = self._replaced(tail, stat)
+                if replaced is not None:
+                    log.warning(
+                        "live: a file was replaced: folded afresh",
+                        extra={"file": str(tail.path), "session": tail.session_id, "why": replaced},
+                    )
+                if tail.aside or replaced is not None:
+                    self._restart(tail)
+                read, done = self._read(tail, stat, slice_s)
+            except (FileNotFoundError, FileKindError):
+                self._stop_tailing(tail)
+                continue
+            except Exception as exc:  # whatever one file does, the others are read on
+                self._set_aside(tail, seen, exc)
+                continue
+            if done:
+                tail.seen = seen  # taken before the read: a line written since moves it again
+            else:
+                self.wanted.set()  # the rest at the next poll, without the interval's wait
             lines += read
         return lines
+
+    def _read(self, tail: _Tail, stat: os.stat_result, slice_s: float | None) -> tuple[int, bool]:
+        """Fold the file's lines read since the last poll (for `slice_s` at most); how many,
+        and whether the read got to the end."""
+        until = None if slice_s is None else time.monotonic() + slice_s
+        if tail.identity is None:
+            tail.identity = (stat.st_dev, stat.st_ino)
+        read = 0
+        lines = tail.reader.lines(final=False)
+        try:
+            for records in lines:
+                read += 1
+                with self.lock:
+                    for record in records:
+                        self._feed(tail, record)
+                if until is not None and time.monotonic() >= until:
+                    return read, False
+            return read, True
+        finally:
+            lines.close()  # a read cut short closes the file now, not at its collection
+            # Announced per file, not once the poll is done: a call waiting for this session's
+            # leaf need not wait for every other file's lines too. Also when a fold raised
+            # partway: the lines before it moved the state.
+            if read:
+                self._announce(tail.session_id)
+            if len(tail.head) < HEAD_BYTES and tail.reader.offset > len(tail.head):
+                with contextlib.suppress(OSError):  # gone meanwhile: the next poll says so
+                    tail.head = _first_bytes(tail.path, min(tail.reader.offset, HEAD_BYTES))
+
+    def _replaced(self, tail: _Tail, stat: os.stat_result) -> str | None:
+        """Why the file at the tail's path is not the one read so far (`inode`, `shrunk`,
+        `head`), or None. Only files that changed are asked: a stat and, once read, an open
+        and a read of their first bytes."""
+        if tail.identity is None:
+            return None  # nothing read yet
+        if (stat.st_dev, stat.st_ino) != tail.identity:
+            return "inode"
+        if stat.st_size < tail.reader.offset:
+            return "shrunk"
+        if tail.head and _first_bytes(tail.path, len(tail.head)) != tail.head:
+            return "head"
+        return None
+
+    def _restart(self, tail: _Tail) -> None:
+        """Read the tail's file from its start, as a new file: the state its session had from
+        this path is dropped first."""
+        with self.lock:
+            self._drop_of(tail)
+        tail.reader = SessionFileReader(tail.path)
+        tail.session_id = None
+        tail.identity = None
+        tail.head = b""
+        tail.aside = False
+
+    def _set_aside(self, tail: _Tail, seen: tuple[int, int, int] | None, exc: Exception) -> None:
+        """Stop reading a file whose read or fold raised, until it changes: one warning (ids
+        and the error's class only), one count, and its session's state dropped (it may hold
+        half a fold; the session answers unknown-session until the file folds afresh)."""
+        with self.lock:
+            self._drop_of(tail)
+        tail.aside = True
+        tail.seen = seen
+        self.set_aside_total += 1
+        log.warning(
+            "live: a file set aside until it changes",
+            extra={
+                "file": str(tail.path),
+                "session": tail.session_id,
+                "error": type(exc).__name__,
+            },
+        )
+        if self.on_set_aside is not None:
+            self.on_set_aside()
+
+    def files_set_aside(self) -> int:
+        """How many files are set aside now (not read until they change)."""
+        return sum(1 for tail in list(self.tails.values()) if tail.aside)
+
+    def _stop_tailing(self, tail: _Tail) -> None:
+        # Gone or replaced by something that is not a file: what was folded stays.
+        log.warning("live: stopped tailing a file", extra={"file": str(tail.path)})
+        if self.tails.get(tail.path) is tail:
+            del self.tails[tail.path]
+
+    def _drop_of(self, tail: _Tail) -> None:
+        """Drop the state of the tail's session, if this file holds it. Caller holds `lock`."""
+        session = None if tail.session_id is None else self.sessions.get(tail.session_id)
+        if session is not None and session.path is tail.path:
+            self._drop(session)
+
+    def _drop(self, session: LiveSession) -> None:
+        """Forget a session: its entries, its rows in the store, what was handed over of it
+        (`on_dropped`). A scan of the store's keys: only at a fault or a replaced file.
+        Caller holds `lock`."""
+        session_id = session.session_id
+        del self.sessions[session_id]
+        self._generations[session_id] = session.folds + 1
+        store = self.runtime.store
+        prefix = f"{session_id}/"
+        for key in [k for k in store if k == session_id or k.startswith(prefix)]:
+            del store[key]
+        if self.on_dropped is not None:
+            self.on_dropped(session_id)
+
+    def _moved(self, session: LiveSession) -> bool:
+        """Whether the file a session was folded from no longer holds it (gone, or another
+        file at its path): then a file naming it now is where it moved."""
+        owner = self.tails.get(session.path)
+        if owner is None or owner.aside:
+            return True
+        try:
+            stat = os.stat(session.path)
+        except OSError:
+            return True
+        return (stat.st_dev, stat.st_ino) != owner.identity
 
     def follow(self, stop: threading.Event, poll_s: float) -> None:
         """Find new files and fold new lines until `stop` is set (serve's tailer thread)."""
@@ -271,7 +445,7 @@ class LiveFolds:
                     self.rescan.clear()
                     self.discover()
                     found = now
-                self.poll()
+                self.poll(FILE_SLICE_S)
             except Exception as exc:  # one bad poll never ends serving; the next one tries again
                 log.warning("live: a poll failed", extra={"error": type(exc).__name__})
             # Every `poll_s`, or at once when a call waits for a line (`wanted`).
@@ -290,10 +464,20 @@ class LiveFolds:
             elif known is not None:
                 known.dead_letters += 1
             return
-        tail.session_id = record.session_id
         session = self.sessions.get(record.session_id)
+        if session is not None and session.path is not tail.path:
+            # Another file holds the session: a copy of it (set aside), or the file it was
+            # folded from moved here, or was made again at its path (its state dropped,
+            # folded afresh from here). `is not` first: the common case costs no comparison.
+            if session.path != tail.path and not self._moved(session):
+                raise DuplicateSession
+            self._drop(session)
+            session = None
+        tail.session_id = record.session_id
         if session is None:
-            session = LiveSession(record.session_id, tail.path)
+            session = LiveSession(
+                record.session_id, tail.path, folds=self._generations.get(record.session_id, 0)
+            )
             if self._journals:
                 session.journal = AnswerJournal.open(tail.path, writable=True)
             self.sessions[record.session_id] = session
@@ -377,6 +561,8 @@ class LiveFolds:
             return
         try:
             with self.lock:
+                if self.sessions.get(session.session_id) is not session:
+                    return  # dropped meanwhile (its file set aside or replaced): not folded
                 session.asking = False
                 self._fold_answer(session, answer.envelope)
                 self._route(session)
@@ -480,6 +666,20 @@ class LiveFolds:
         """The session's projections (`sessionfold fold --json`'s document)."""
         session = self.sessions[session_id]
         return self.runtime.session_state(session_id, session.dead_letters)
+
+
+def _first_bytes(path: Path, size: int) -> bytes:
+    """The first `size` bytes of a regular file: an open, an fstat and a pread (a third of
+    `open_session_file`'s cost, paid at each poll that finds the file changed). O_NONBLOCK: a
+    FIFO swapped in is not waited on, and is refused by its fstat."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        kind = file_kind(os.fstat(fd).st_mode)
+        if kind != "regular file":
+            raise FileKindError(path, kind)
+        return os.pread(fd, size, 0)
+    finally:
+        os.close(fd)
 
 
 class _AnswerPool:

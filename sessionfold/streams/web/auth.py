@@ -62,13 +62,22 @@ def exposure_warning(bind: str, token: str | None) -> str | None:
 
 
 def token_matches(header: str | None, token: str) -> bool:
-    """Whether an `Authorization` header carries the bearer `token` (constant-time compare)."""
+    """Whether an `Authorization` header carries the bearer `token` (constant-time compare).
+
+    Any header that is not one (no scheme, no token, bytes that are not UTF-8) is a plain no:
+    aiohttp hands undecodable bytes over as surrogate escapes, which a strict encode refused
+    with a 500 on every protected route.
+    """
     if header is None:
         return False
     scheme, _, value = header.strip().partition(" ")
     if scheme.lower() != "bearer":
         return False
-    return hmac.compare_digest(value.strip().encode(), token.encode())
+    try:
+        presented = value.strip().encode("utf-8", "surrogateescape")  # the bytes as sent
+    except UnicodeError:  # a lone surrogate no byte escaped to: no token's
+        return False
+    return hmac.compare_digest(presented, token.encode())
 
 
 def unauthorized(presented: bool) -> web.Response:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -131,6 +132,8 @@ class LiveApi:
         #: with the event loop (which answers kept renders) and the tailer, and lengthen every
         #: call's wait for it.
         self._renders: ThreadPoolExecutor | None = None
+        #: `live.set_aside_total` as counted in `metrics` so far.
+        self._set_aside_counted = 0
 
     # --- the routes -------------------------------------------------------------------------
 
@@ -235,7 +238,11 @@ class LiveApi:
     ) -> tuple[dict[str, Any], str, bytes | None] | None:
         """The answer's fields, and its encoded array (or patch) when it carries one; None
         when, not `stale`, the session is no longer settled (wait for its answer first)."""
-        rendered = self.live.rendered(session_id, contract.epoch_of)
+        try:
+            rendered = self.live.rendered(session_id, contract.epoch_of)
+        except KeyError:  # dropped since the wait (its file set aside or replaced)
+            answer = contract.unchanged(session_id, request.leaf, 0, "unknown-session", False)
+            return answer, "", None
         if not stale and not rendered.settled:
             return None  # half a flush, which no synchronous fold shows (a rare race)
         return self._answer(session_id, request, stale, rendered)
@@ -365,8 +372,16 @@ class LiveApi:
         return web.Response(status=204)
 
     async def health(self, _request: web.Request) -> web.Response:
-        """Always 200 while the server runs."""
-        return json_response({"status": "ok", "sessions": len(self.live.sessions)})
+        """Always 200 while the server runs: the sessions held, the files set aside now and
+        since the start (docs/live.md, Faults)."""
+        return json_response(
+            {
+                "status": "ok",
+                "sessions": len(self.live.sessions),
+                "files_set_aside": self.live.files_set_aside(),
+                "files_set_aside_total": self.live.set_aside_total,
+            }
+        )
 
     async def prometheus(self, _request: web.Request) -> web.Response:
         """The live metrics in Prometheus' text format."""
@@ -410,6 +425,28 @@ class LiveApi:
             woken(session_id)
 
         self.live.on_lines = woken if handover is None else moved
+        metrics = self.metrics
+        assert metrics is not None
+        counted = threading.Lock()
+        live = self.live
+
+        def set_aside() -> None:
+            # The total so far less what was counted: also the files set aside before the
+            # app started (serve's tailer starts first).
+            with counted:
+                metrics.files_set_aside.inc(live.set_aside_total - self._set_aside_counted)
+                self._set_aside_counted = live.set_aside_total
+            if handover is not None:
+                handover.set_aside()  # counted where serve's /metrics is: the API process
+
+        def dropped(session_id: str) -> None:
+            if handover is not None:
+                handover.dropped(session_id)
+            woken(session_id)  # a call waiting for it answers unknown-session
+
+        self.live.on_set_aside = set_aside
+        self.live.on_dropped = dropped
+        set_aside()
         self._hooked = True
         self._renders = ThreadPoolExecutor(
             1, thread_name_prefix="sessionfold-render", initializer=self.on_render_thread
@@ -417,6 +454,8 @@ class LiveApi:
 
     async def _unhook(self, _app: web.Application) -> None:
         self.live.on_lines = None
+        self.live.on_set_aside = None
+        self.live.on_dropped = None
         self._hooked = False
         renders, self._renders = self._renders, None
         if renders is not None:

@@ -57,6 +57,7 @@ class LiveMetrics:
     calls: Counter
     seconds: Histogram
     fail_opens: Counter
+    files_set_aside: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> LiveMetrics:
@@ -80,6 +81,12 @@ class LiveMetrics:
                 "sessionfold_live_fail_opens",
                 "Fail-opens the pi extension reported (it kept pi's own context).",
                 ["kind"],
+                registry=registry,
+            ),
+            Counter(
+                "sessionfold_live_files_set_aside",
+                "Session files serve set aside after a fault reading or folding them (each "
+                "until it changes; the other sessions go on).",
                 registry=registry,
             ),
         )

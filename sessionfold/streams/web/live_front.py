@@ -101,9 +101,11 @@ class Handover:
         self._broken = False
 
     def ready(self, sessions: int) -> None:
-        """Say the fold process' API answers (and how many sessions it holds)."""
+        """Say the fold process' API answers (and how many sessions it holds, and how many
+        files were set aside before it did: the tailer starts first)."""
         with self._lock:
             self._send(("ready", sessions))
+            self._send(("set-aside", self.live.set_aside_total))
 
     def answered(self, session_id: str, patch: bool, rendered: Rendered) -> None:
         """A context answer of the session was made from `rendered` (not stale): hand it over
@@ -145,6 +147,20 @@ class Handover:
                 return
             del self._handed[session_id]
             self._send(("moved", session_id))
+
+    def dropped(self, session_id: str) -> None:
+        """The session's state was dropped (its file set aside or replaced): nothing handed
+        over of it answers, and its ids start again from its next render."""
+        with self._lock:
+            self._handed.pop(session_id, None)
+            self._ids_sent.pop(session_id, None)
+            self._send(("dropped", session_id))
+
+    def set_aside(self) -> None:
+        """A file was set aside: the total so far, for the API process' metrics (serve's
+        /metrics), which counts what it was not sent yet."""
+        with self._lock:
+            self._send(("set-aside", self.live.set_aside_total))
 
     def _send(self, message: Any) -> None:
         if self._broken:
@@ -197,6 +213,8 @@ class LiveFront:
     sessions: dict[str, HandedSession] = field(default_factory=dict)
     #: Calls answered here (the rest were relayed): a test's and a profile's figure.
     answered_here: int = 0
+    #: The fold process' files set aside, as counted in `metrics` so far.
+    set_aside_counted: int = 0
 
     def __post_init__(self) -> None:
         if self.metrics is None:
@@ -218,8 +236,19 @@ class LiveFront:
             self.apply(message)
 
     def apply(self, message: tuple[Any, ...]) -> None:
-        """Apply one frame of the fold process (`render`, `form` or `moved`)."""
+        """Apply one frame of the fold process (`render`, `form`, `moved`, `dropped` or
+        `set-aside`)."""
         kind, session_id = message[0], message[1]
+        if kind == "set-aside":  # the total: a frame sent twice counts nothing twice
+            assert self.metrics is not None
+            total = int(message[1])
+            if total > self.set_aside_counted:
+                self.metrics.files_set_aside.inc(total - self.set_aside_counted)
+                self.set_aside_counted = total
+            return
+        if kind == "dropped":
+            self.sessions.pop(session_id, None)  # its ids too: another file's may follow
+            return
         handed = self.sessions.get(session_id)
         if handed is None:
             handed = self.sessions[session_id] = HandedSession()
