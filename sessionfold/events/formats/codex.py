@@ -61,6 +61,9 @@ _WRAPPED = {
 # Shell output shapes Codex writes: a freeform head line, or unified exec's exit line.
 _EXIT_HEAD = re.compile(r"\AExit code: (-?\d+)\b")
 _PROCESS_EXIT = re.compile(r"^Process exited with code (-?\d+)\b", re.M)
+# A command the sandbox refused or killed: "... failed in sandbox <kind> with execution error:
+# ... exit code: N" (the text Codex returns when the sandboxed run fails).
+_SANDBOX_EXIT = re.compile(r"failed in sandbox\b.{0,400}?\bexit code:? (-?\d+)\b", re.S)
 #: The deepest a call's parsed `arguments` may nest: the entry holds them four levels down
 #: (entry, message, content, block), and every entry stays within the reader's MAX_DEPTH.
 ARGUMENTS_DEPTH = MAX_DEPTH - 8
@@ -75,6 +78,10 @@ _EFFORT = {
 }
 
 
+#: A tool output not yet emitted: its line, timestamp and item.
+_Pending = tuple[int, str | None, dict[str, Any]]
+
+
 @dataclass(slots=True)
 class _Group:
     """One model response still open: its blocks, usage, and what came in between."""
@@ -85,6 +92,8 @@ class _Group:
     usage: dict[str, Any] | None = None
     # entries of lines read while the group was open (event_msgs, unknown items), emitted after it
     after: list[tuple[int, str | None, dict[str, Any]]] = field(default_factory=list)
+    # results of its own calls read while it waits for its usage, emitted right after it
+    results: list[_Pending] = field(default_factory=list)
 
 
 class CodexTranslator:
@@ -107,6 +116,13 @@ class CodexTranslator:
         self._tokens: int | None = None
         self._timestamp: str | None = None
         self._group: _Group | None = None
+        # Whether a token_count precedes the response it measures (CLI 0.40's order), decided by
+        # the first one that carries usage: before any response was opened, it does.
+        self._usage_first: bool | None = None
+        self._responses = 0
+        self._usage_next: dict[str, Any] | None = None  # 0.40: the next response's usage
+        # Outputs read before their call (paired once the call comes; at most the next response)
+        self._early: dict[str, _Pending] = {}
 
     @property
     def open_since(self) -> int | None:
@@ -134,7 +150,7 @@ class CodexTranslator:
 
     def close(self) -> list[dict[str, Any]]:
         """The entries of the response still open at the end of the file."""
-        return self._flush()
+        return [*self._flush(), *self._unanswered()]
 
     # --- lines -------------------------------------------------------------------------------
 
@@ -204,6 +220,12 @@ class CodexTranslator:
             return self._turn_context(payload, line, timestamp)
         if kind == "compacted":
             return self._compacted(payload, line, timestamp)
+        if kind == "token_usage_record":
+            # CLI 0.169: written right after the response's items, with its usage
+            usage = payload.get("usage")
+            counted = _counts(usage) if isinstance(usage, dict) else None
+            out = self._took(counted, record=True) if counted is not None else []
+            return [*out, *self._unknown(line, timestamp, kind, payload)]
         # session_meta again (a resumed or forked rollout) and the newer kinds: kept as they are
         return self._unknown(line, timestamp, kind, payload)
 
@@ -214,19 +236,40 @@ class CodexTranslator:
         if kind == "message":
             role = item.get("role")
             if role == "assistant":
+                out = self._next_response()
                 self._open(line, timestamp).content.extend(_text_blocks(item, "content"))
-                return []
+                return out
             if role not in ("user", "developer", "system"):
                 raise MappingError("codex: message.role is not user, assistant or developer")
             return [*self._flush(), *self._turn(item, role, line, timestamp)]
         if kind in _ASSISTANT_ITEMS:
+            out = self._next_response()
             self._open(line, timestamp).content.append(self._block(kind, item))
-            return []
+            return out
         if kind in _OUTPUT_ITEMS:
-            if not isinstance(item.get("call_id"), str) or not item["call_id"]:
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str) or not call_id:
                 raise MappingError(f"codex: {kind}.call_id is not a string")
-            return [*self._flush(), self._result(item, line, timestamp)]
+            return self._output(call_id, (line, timestamp, item))
         return self._unknown(line, timestamp, kind, item)
+
+    def _next_response(self) -> list[dict[str, Any]]:
+        """The open response, closed when its results came already: a model item now is the
+        next response's (a CLI whose usage follows the outputs may have none for it)."""
+        return self._flush() if self._group is not None and self._group.results else []
+
+    def _output(self, call_id: str, output: _Pending) -> list[dict[str, Any]]:
+        """A call's output: held with the open response that made the call (its usage may still
+        come), held until its call comes when none made it yet, else the next entry."""
+        group = self._group
+        if group is not None and call_id in _call_ids(group.content):
+            group.results.append(output)
+            return []
+        if call_id not in self._names:
+            # written before its call (a Codex rollout can): paired when the call comes
+            self._early[call_id] = output
+            return []
+        return [*self._flush(), self._result(*output)]
 
     def _event(
         self, event: dict[str, Any], line: int, timestamp: str | None
@@ -237,12 +280,24 @@ class CodexTranslator:
         if kind == "token_count":
             usage = _usage(event)
             if usage is not None:
-                self._tokens = usage["totalTokens"]
-                if self._group is not None:
-                    # the response is complete: its usage closes it
-                    self._group.usage = usage
-                    return [*self._flush(), *self._unknown(line, timestamp, kind, event)]
+                return [*self._took(usage), *self._unknown(line, timestamp, kind, event)]
         return self._unknown(line, timestamp, kind, event)
+
+    def _took(self, usage: dict[str, Any], record: bool = False) -> list[dict[str, Any]]:
+        """A request's usage: the open response's (it closes it), or, in a rollout whose counts
+        precede their responses (CLI 0.40), the next response's."""
+        self._tokens = usage["totalTokens"]
+        if self._usage_first is None:
+            self._usage_first = not record and self._responses == 0 and self._group is None
+        if self._usage_first and not record:
+            out = self._flush()
+            self._usage_next = usage
+            return out
+        if self._group is not None:
+            if self._group.usage is None:
+                self._group.usage = usage
+            return self._flush()
+        return []  # a count repeated after its response (current CLIs): the response has it
 
     def _turn_context(
         self, context: dict[str, Any], line: int, timestamp: str | None
@@ -369,7 +424,7 @@ class CodexTranslator:
         self._names[call_id] = name
         return {"type": "toolCall", "id": call_id, "name": name, "arguments": arguments}
 
-    def _result(self, item: dict[str, Any], line: int, timestamp: str | None) -> dict[str, Any]:
+    def _result(self, line: int, timestamp: str | None, item: dict[str, Any]) -> dict[str, Any]:
         call_id = str(item["call_id"])
         output = item.get("output")
         failed = False
@@ -398,6 +453,9 @@ class CodexTranslator:
     def _open(self, line: int, timestamp: str | None) -> _Group:
         if self._group is None:
             self._group = _Group(line, timestamp)
+            self._responses += 1
+            if self._usage_next is not None:
+                self._group.usage, self._usage_next = self._usage_next, None
         return self._group
 
     def _flush(self) -> list[dict[str, Any]]:
@@ -421,8 +479,18 @@ class CodexTranslator:
                 group.line, group.timestamp, {"type": "message", "message": _compact(message)}
             )
         ]
+        # its results at once (those written before their call first, in call order), so no
+        # other message comes between a call and its result
+        early = [self._early.pop(c) for c in _call_ids(group.content) if c in self._early]
+        out.extend(self._result(*output) for output in [*early, *group.results])
         out.extend(self._entry(*pending) for pending in group.after)
-        return out
+        return out + self._unanswered(before=group.line)
+
+    def _unanswered(self, before: int | None = None) -> list[dict[str, Any]]:
+        """Outputs held for a call that did not come (in the response after them, or before
+        the end): results with no call, which the render's orphan sweep leaves out."""
+        stale = [c for c, (line, _t, _i) in self._early.items() if before is None or line < before]
+        return [self._result(*self._early.pop(c)) for c in stale]
 
     def _unknown(self, line: int, timestamp: Any, kind: str, raw: Any) -> list[dict[str, Any]]:
         """A line this mapping does not read, kept (its encrypted parts by size only)."""
@@ -450,6 +518,11 @@ class CodexTranslator:
 
 
 # --- helpers ---------------------------------------------------------------------------------
+
+
+def _call_ids(content: list[dict[str, Any]]) -> list[str]:
+    """The ids of a response's tool calls, in order."""
+    return [b["id"] for b in content if b.get("type") == "toolCall"]
 
 
 def _list(value: Any) -> list[Any]:
@@ -506,7 +579,8 @@ def _arguments(raw: Any) -> dict[str, Any]:
 
 def _exit_code(output: str) -> int | None:
     """The exit code a Codex shell output carries: `{"output", "metadata": {"exit_code"}}` JSON,
-    a freeform `Exit code: N` head, or unified exec's `Process exited with code N` line."""
+    a freeform `Exit code: N` head, unified exec's `Process exited with code N` line, or a
+    sandbox failure's `exit code: N`; None when it carries none (unknown, not success)."""
     if output.startswith("{"):
         parsed = _json(output)
         metadata = parsed.get("metadata") if isinstance(parsed, dict) else None
@@ -514,27 +588,33 @@ def _exit_code(output: str) -> int | None:
         if isinstance(code, int) and not isinstance(code, bool):
             return code
         return None
-    match = _EXIT_HEAD.match(output) or _PROCESS_EXIT.search(output[:2000])
+    head = output[:2000]
+    match = _EXIT_HEAD.match(output) or _PROCESS_EXIT.search(head) or _SANDBOX_EXIT.search(head)
     return int(match.group(1)) if match else None
 
 
 def _usage(event: dict[str, Any]) -> dict[str, Any] | None:
-    """A token_count's last request usage in pi's shape (OpenAI input counts include cached)."""
+    """A token_count's last request usage in pi's shape, or None."""
     info = event.get("info")
     last = info.get("last_token_usage") if isinstance(info, dict) else None
     if not isinstance(last, dict):
         last = event if "input_tokens" in event else None  # the older flat token_count
-    if last is None:
-        return None
-    counts = [last.get(k, 0) for k in ("input_tokens", "cached_input_tokens", "output_tokens")]
+    return None if last is None else _counts(last)
+
+
+def _counts(last: dict[str, Any]) -> dict[str, Any] | None:
+    """OpenAI usage counts in pi's shape (OpenAI's input count includes the cached part and the
+    part written to the cache), or None when a count is not an integer."""
+    names = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens")
+    counts = [last.get(k, 0) for k in names]
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in counts):
         return None
-    given, cached, output = (int(v) for v in counts)
+    given, cached, written, output = (int(v) for v in counts)
     return {
-        "input": max(given - cached, 0),
+        "input": max(given - cached - written, 0),
         "output": output,
         "cacheRead": cached,
-        "cacheWrite": 0,
+        "cacheWrite": written,
         "totalTokens": given + output,
         "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0},
     }
