@@ -47,6 +47,7 @@ from sessionfold.projections.ledger.records import (
     AnomalyDetail,
     AnomalyRow,
     BashCall,
+    CommandRow,
     FileCall,
     ForeignSummary,
     LedgerHead,
@@ -372,12 +373,13 @@ class LedgerFold:
                 return
         if isinstance(call, dict) or tool in commands.SHELL_TOOLS:
             command = call.get("command", "") if isinstance(call, dict) else ""
-            outcome = commands.result_outcome(message, facts.text)
+            shell = commands.shell_output(facts.text, tool)
+            outcome = commands.result_outcome(message, facts.text, shell)
             self._command(
                 head,
                 command,
                 outcome,
-                facts.text,
+                shell.text,
                 "bash",
                 entry_id,
                 seq,
@@ -428,7 +430,7 @@ class LedgerFold:
         seq: int,
         span: int,
         call_id: str | None,
-    ) -> None:
+    ) -> CommandRow:
         config = self.config
         command_id = f"C{head['n']['C'] + 1}"
         error_id = None
@@ -448,29 +450,27 @@ class LedgerFold:
                     "span": span,
                 },
             )
-        self._put_row(
-            head,
-            "C",
-            {
-                "id": command_id,
-                "command": command[: config.command_chars],
-                "exit": outcome.exit,
-                "status": outcome.status,
-                "source": source,
-                "error": error_id,
-                "call": call_id,
-                "excerpt": commands.excerpt(output, config.excerpt_chars),
-                # Values the whole output shows (a count, an error location, a commit),
-                # verbatim, so one in the middle of a long output is not lost to the excerpt.
-                "values": [
-                    [value[: config.world_value_chars], what]
-                    for value, what in command_values(command, output)[: config.command_values]
-                ],
-                "entry": entry_id,
-                "seq": seq,
-                "span": span,
-            },
-        )
+        row: CommandRow = {
+            "id": command_id,
+            "command": command[: config.command_chars],
+            "exit": outcome.exit,
+            "status": outcome.status,
+            "source": source,
+            "error": error_id,
+            "call": call_id,
+            "excerpt": commands.excerpt(output, config.excerpt_chars),
+            # Values the whole output shows (a count, an error location, a commit),
+            # verbatim, so one in the middle of a long output is not lost to the excerpt.
+            "values": [
+                [value[: config.world_value_chars], what]
+                for value, what in command_values(command, output)[: config.command_values]
+            ],
+            "entry": entry_id,
+            "seq": seq,
+            "span": span,
+        }
+        self._put_row(head, "C", row)
+        return row
 
     def _compaction(
         self, head: LedgerHead, entry: dict[str, Any], entry_id: str | None, seq: int
