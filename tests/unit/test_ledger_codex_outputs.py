@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +21,7 @@ from sessionfold.ports.ledger.model import OfflineModel
 from sessionfold.projections.ledger import commands
 from sessionfold.projections.ledger.fold import LedgerFold
 from sessionfold.projections.ledger.render import render
-from sessionfold.projections.ledger.state import snapshot
+from sessionfold.projections.ledger.state import canonical_json, ledger_key, snapshot
 from sessionfold.projections.ledger.text import user_words
 from sessionfold.projections.store import DictStore
 from sessionfold.streams.runtime.ledger_loop import fold_records
@@ -167,11 +168,176 @@ def test_a_sandbox_failure_reads_its_exit_code(
     assert (command["error"] is None) == (code == 0)
 
 
+# --- item 3: unified exec polls join their command ---------------------------------------------
+
+
+def _running(session: int, body: str, *, chunk: str = "3fa2c1") -> str:
+    return (
+        f"Chunk ID: {chunk}\nWall time: 1.0012 seconds\nProcess running with session ID "
+        f"{session}\nOriginal token count: 12\nOutput:\n{body}"
+    )
+
+
 def _exited(code: int, body: str) -> str:
     return (
         f"Chunk ID: 9d0e11\nWall time: 0.2500 seconds\nProcess exited with code {code}\n"
         f"Original token count: 40\nOutput:\n{body}"
     )
+
+
+def _poll(call_id: str, session: int) -> dict[str, Any]:
+    return call(call_id, "write_stdin", {"session_id": session, "chars": ""})
+
+
+def test_a_failing_unified_exec_run_is_one_failed_command() -> None:
+    """`npm test` started by exec_command and ended by a write_stdin poll with code 1 is one
+    command, exit 1, whose error is the command's, not write_stdin's; no poll state stays."""
+    store = DictStore()
+    lines = [
+        call("e1", "exec_command", {"cmd": "npm test", "yield_time_ms": 1000}),
+        output("e1", _running(5, "> app@1.0.0 test\n> vitest run\n")),
+        tokens(),
+        _poll("p1", 5),
+        output("p1", _running(5, " RUN  v1.6.0 /w\n")),
+        tokens(),
+        _poll("p2", 5),
+        output("p2", _exited(1, " FAIL  src/a.test.ts > parses\nTests  1 failed | 3 passed\n")),
+    ]
+    state = fold(lines, store)
+    (command,) = state["commands"]
+    assert (command["command"], command["exit"], command["status"]) == ("npm test", 1, "failed")
+    assert command["call"] == "e1"
+    (error,) = state["errors"]
+    assert (error["tool"], error["command"], error["id"]) == ("bash", "C1", command["error"])
+    assert error["head"] == "Tests  1 failed | 3 passed"
+    assert "vitest run" in command["excerpt"] and "1 failed" in command["excerpt"]
+    assert "Chunk ID" not in command["excerpt"]
+    assert ["1 failed", "test total"] in command["values"]
+    assert not [k for k in store if "/ledger/exec/" in k or "/ledger/call/" in k]
+
+
+def test_a_running_command_stays_unknown_until_its_poll_ends_it() -> None:
+    """Before the poll that ends it, a unified exec command is unknown; a clean end is ok."""
+    start = [
+        call("e1", "exec_command", {"cmd": "cargo build"}),
+        output("e1", _running(7, "Compiling a v0.1.0\n")),
+        tokens(),
+    ]
+    (running,) = fold(start)["commands"]
+    assert (running["exit"], running["status"]) == (None, "unknown")
+    state = fold([*start, _poll("p1", 7), output("p1", _exited(0, "Finished in 3.2s\n"))])
+    (command,) = state["commands"]
+    assert (command["exit"], command["status"], command["error"]) == (0, "ok", None)
+    assert state["errors"] == []
+
+
+@st.composite
+def _exec_sessions(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, int | None]]:
+    """Interleaved unified exec sessions: each started, polled, maybe ended with a code; and
+    each command's expected exit (None while still running)."""
+    count = draw(st.integers(1, 4))
+    polls = {n: draw(st.integers(0, 3)) for n in range(count)}
+    ends = {n: draw(st.one_of(st.none(), st.integers(0, 3))) for n in range(count)}
+    lines: list[dict[str, Any]] = []
+    steps = [n for n in range(count) for _ in range(polls[n] + 1)]
+    done = dict.fromkeys(range(count), 0)
+    # Any interleaving of the sessions, each session's own steps in order.
+    for n in draw(st.permutations(steps)):
+        step, done[n] = done[n], done[n] + 1
+        code = ends[n] if step == polls[n] else None
+        body = f"chunk {n}.{step} of job_{n}\n"
+        text = _running(10 + n, body) if code is None else _exited(code, body)
+        if step == 0:
+            lines += [call(f"e{n}", "exec_command", {"cmd": f"job {n}"}), output(f"e{n}", text)]
+        else:
+            lines += [_poll(f"p{n}.{step}", 10 + n), output(f"p{n}.{step}", text)]
+        lines.append(tokens())
+    return lines, {f"job {n}": ends[n] for n in range(count)}
+
+
+@settings(max_examples=150)
+@given(_exec_sessions())
+def test_polls_join_their_command_in_any_interleaving(
+    sessions: tuple[list[dict[str, Any]], dict[str, int | None]],
+) -> None:
+    """Property: however sessions interleave, each exec_command is one command whose outcome
+    is its ending poll's code (unknown while running); every error is a command's; the store
+    keeps a poll key only for the sessions still open; folding every envelope twice changes
+    nothing."""
+    lines, expected = sessions
+    store = DictStore()
+    state = fold(lines, store)
+    got = {c["command"]: c["exit"] for c in state["commands"]}
+    assert got == expected
+    for command in state["commands"]:
+        code = expected[command["command"]]
+        status = "unknown" if code is None else ("ok" if code == 0 else "failed")
+        assert command["status"] == status
+        assert (command["error"] is not None) == (code not in (None, 0))
+        assert "Chunk ID" not in command["excerpt"]
+    assert all(e["tool"] == "bash" and e["command"] for e in state["errors"])
+    open_keys = sorted(k for k in store if "/ledger/exec/" in k)
+    running = sorted(str(10 + int(c.split()[1])) for c, code in expected.items() if code is None)
+    assert [k.rsplit("/", 1)[1] for k in open_keys] == running
+    twice = DictStore()
+    ledger = LedgerFold(twice)
+    for envelope in envelopes(lines):
+        ledger.apply(envelope)
+        ledger.apply(envelope)
+    assert canonical_json(snapshot(twice, SID)) == canonical_json(state)
+
+
+class _Crash(Exception):
+    """The worker died."""
+
+
+class _CrashingStore(DictStore):
+    """A store that keeps values as bytes, as a changelog does (a value read is a copy, not
+    the object the fold changes), and whose next write of the ledger head dies (`armed`)."""
+
+    armed = False
+
+    def get(self, key: str) -> Any | None:
+        found = super().get(key)
+        return None if found is None else orjson.loads(found)
+
+    def put(self, key: str, value: Any) -> None:
+        if self.armed and key == ledger_key(SID, "head"):
+            self.armed = False
+            raise _Crash
+        super().put(key, orjson.dumps(value))
+
+
+@settings(max_examples=50)
+@given(st.integers(1, 3), st.booleans())
+def test_a_poll_folded_again_after_a_crash_before_its_head_is_joined_once(
+    polls: int, ends: bool
+) -> None:
+    """Property: a crash after a poll's rows but before its head, then the poll folded again
+    (redelivery), gives the state of one fold: its output joined once, one error."""
+    lines = [call("e1", "exec_command", {"cmd": "make"}), output("e1", _running(3, "start\n"))]
+    for n in range(1, polls + 1):
+        body = f"step {n}: error in job_{n}\n"
+        text = _exited(2, body) if ends and n == polls else _running(3, body)
+        lines += [tokens(), _poll(f"p{n}", 3), output(f"p{n}", text)]
+    whole = fold(lines)
+    store = _CrashingStore()
+    ledger = LedgerFold(store)
+    for envelope in envelopes(lines):
+        message = envelope.payload.entry.get("message") or {}
+        is_poll = message.get("toolName") == "write_stdin"
+        store.armed = is_poll
+        try:
+            ledger.apply(envelope)
+        except _Crash:
+            ledger.apply(envelope)  # redelivered: the head never said it was folded
+    assert canonical_json(snapshot(store, SID)) == canonical_json(whole)
+    assert sorted(k for k in store if "/exec/" in k) == (
+        [] if ends else [ledger_key(SID, "exec", 3)]
+    )
+    (command,) = whole["commands"]
+    assert command["excerpt"].count(f"step {polls}:") == 1
+    assert len(whole["errors"]) == (1 if ends else 0)
 
 
 # --- items 4 and 6: values and error heads read the printed text, not the wrapper -------------
