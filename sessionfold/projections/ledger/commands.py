@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from sessionfold.projections.ledger.text import message_text
 from sessionfold.projections.pruning.digest import path_argument
 from sessionfold.projections.pruning.entry_facts import CallFact
@@ -56,6 +58,12 @@ def _exited(code: int) -> Outcome:
 #: pi `bash`; Claude Code `Bash`; Codex `shell` and `local_shell` (an argv `command`) and
 #: `exec_command` (`cmd`).
 SHELL_TOOLS = frozenset({"bash", "Bash", "shell", "local_shell", "exec_command"})
+#: Codex's unified exec poll: `write_stdin` reads more of a process `exec_command` started.
+POLL_TOOL = "write_stdin"
+#: Tools whose every output states how its command ended (Codex writes the code into the
+#: output it returns), so an output that states nothing is an unknown outcome. pi's `bash` and
+#: Claude Code's `Bash` write a code only when the command failed: their silence is a clean exit.
+STATING_TOOLS = frozenset({"shell", "local_shell", "exec_command", POLL_TOOL})
 # An argv that runs its last word as a script: the script is the command line.
 _SHELLS = frozenset({"bash", "sh", "zsh", "dash", "/bin/bash", "/bin/sh", "/bin/zsh"})
 
@@ -85,9 +93,13 @@ def command_text(arguments: dict[str, Any]) -> str:
     return shlex.join(command)
 
 
-def result_outcome(message: dict[str, Any], text: str | None = None) -> Outcome:
-    """The outcome of a bash tool result: `details.exitCode`, else pi's trailing exit line.
-    `text`: the message's text (`message_text`), when the caller has it already."""
+def result_outcome(
+    message: dict[str, Any], text: str | None = None, shell: ShellOutput | None = None
+) -> Outcome:
+    """The outcome of a bash tool result: `details.exitCode`, else the exit line pi or Claude
+    Code writes; for a tool of `STATING_TOOLS`, else the code its framing or a sandbox failure
+    states, else failed (isError) or unknown. `text`: the message's text (`message_text`), and
+    `shell`: its `shell_output`, when the caller has them already."""
     details = message.get("details")
     if isinstance(details, dict):
         code = details.get("exitCode")
@@ -105,9 +117,121 @@ def result_outcome(message: dict[str, Any], text: str | None = None) -> Outcome:
     aborted = _ABORTED.search(tail)
     if aborted:
         return _WITHOUT_EXIT["aborted" if aborted.group(1) == "aborted" else "timeout"]
+    stating = message.get("toolName") in STATING_TOOLS
+    if stating:
+        if shell is None:
+            shell = shell_output(text, POLL_TOOL)
+        code = shell.exit if shell.exit is not None else sandbox_exit(text)
+        if code is not None:
+            return _exited(code)
     if message.get("isError") is True:
         return _WITHOUT_EXIT["failed"]
-    return _EXITED[0]
+    return _UNKNOWN if stating else _EXITED[0]
+
+
+# Codex refuses a command its sandbox stopped with an error that states the code before the
+# command's own output ("failed in sandbox LinuxSeccomp with execution error: sandbox denied
+# exec error, exit code: 2, stdout: ..."; `exit_code: 2` where it prints the error's fields).
+_SANDBOX_FAILURE = re.compile(r"failed in sandbox|sandbox denied exec error")
+_SANDBOX_EXIT = re.compile(r"\bexit[ _]code: (-?\d+)")
+#: How far into an output the sandbox error's words, and after them its code, are looked for.
+_SANDBOX_REACH = 1000
+
+
+def sandbox_exit(text: str) -> int | None:
+    """The exit code a Codex sandbox failure states, or None: the first `exit code: N` after
+    its words, so a code the command printed later is not read."""
+    failure = _SANDBOX_FAILURE.search(text, 0, _SANDBOX_REACH)
+    if failure is None:
+        return None
+    code = _SANDBOX_EXIT.search(text, failure.end(), failure.end() + _SANDBOX_REACH)
+    return int(code.group(1)) if code else None
+
+
+@dataclass(frozen=True, slots=True)
+class ShellOutput:
+    """A shell output read apart from the agent's framing: what the command printed, the exit
+    code the framing states, and the unified exec session of a process still running."""
+
+    text: str
+    exit: int | None = None
+    session: str | None = None
+
+
+# One line of the header Codex puts above a shell output: the freeform one (`Exit code: N`,
+# `Wall time: ...`, `Total output lines: N`) and unified exec's (`Chunk ID: ...`, `Wall time`,
+# `Process exited with code N` or `Process running with session ID N`, `Original token
+# count: N`). The header ends at an `Output:` line; the rest is what the command printed.
+_FRAMING_LINE = re.compile(
+    r"(?:Chunk ID: \S*|Wall time: [\d.]+ seconds|Original token count: \d+"
+    r"|Total output lines: \d+|Exit code: (?P<code>-?\d+)"
+    r"|Process exited with code (?P<exited>-?\d+)"
+    r"|Process running with session ID (?P<session>\d+))[ \t\r]*"
+)
+_OUTPUT_LINE = re.compile(r"Output:[ \t\r]*")
+#: The most header lines Codex writes above an output.
+_FRAMING_LINES = 8
+
+
+def shell_output(text: str, tool: object) -> ShellOutput:
+    """A shell tool's output as the command printed it. A Codex tool's (`STATING_TOOLS`) is
+    read apart from its framing: the 0.40 JSON wrapper `{"output", "metadata": {"exit_code"}}`
+    decoded, or the header above an `Output:` line left out; any other output is as it is."""
+    if tool not in STATING_TOOLS:
+        return ShellOutput(text)
+    if text.startswith("{"):
+        return _json_output(text)
+    code: int | None = None
+    session: str | None = None
+    start = 0
+    for lines in range(_FRAMING_LINES + 1):
+        end = text.find("\n", start)
+        stop = len(text) if end < 0 else end
+        if lines and _OUTPUT_LINE.fullmatch(text, start, stop):
+            return ShellOutput(text[stop + 1 :], code, session)
+        line = _FRAMING_LINE.fullmatch(text, start, stop) if lines < _FRAMING_LINES else None
+        if line is None:
+            break
+        found = line.group("code") or line.group("exited")
+        code = int(found) if found is not None else code
+        running = line.group("session")
+        session = str(int(running)) if running is not None else session
+        if end < 0:
+            return ShellOutput("", code, session)  # a header with no output under it
+        start = end + 1
+    return ShellOutput(text)
+
+
+def _json_output(text: str) -> ShellOutput:
+    """Codex 0.40's `{"output": ..., "metadata": {"exit_code": N, ...}}`, decoded; any other
+    text as it is."""
+    try:
+        parsed = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return ShellOutput(text)
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("output"), str):
+        return ShellOutput(text)
+    metadata = parsed.get("metadata")
+    if not isinstance(metadata, dict):
+        return ShellOutput(text)
+    code = metadata.get("exit_code")
+    known = isinstance(code, int) and not isinstance(code, bool)
+    return ShellOutput(parsed["output"], code if known else None)
+
+
+def poll_calls(calls: Sequence[CallFact]) -> list[tuple[str, str]]:
+    """(tool-call id, unified exec session id) of every `write_stdin` call of an assistant."""
+    found: list[tuple[str, str]] = []
+    for call in calls:
+        if call.name != POLL_TOOL or not isinstance(call.id, str):
+            continue
+        arguments = call.arguments
+        session = arguments.get("session_id") if isinstance(arguments, dict) else None
+        if isinstance(session, int) and not isinstance(session, bool) and session >= 0:
+            found.append((call.id, str(session)))
+        elif isinstance(session, str) and session.isdecimal() and session.isascii():
+            found.append((call.id, str(int(session))))
+    return found
 
 
 def execution_outcome(message: dict[str, Any]) -> Outcome:

@@ -47,10 +47,13 @@ from sessionfold.projections.ledger.records import (
     AnomalyDetail,
     AnomalyRow,
     BashCall,
+    CommandRow,
+    ExecSession,
     FileCall,
     ForeignSummary,
     LedgerHead,
     LedgerRow,
+    PollCall,
 )
 from sessionfold.projections.ledger.rules import lift_check
 from sessionfold.projections.ledger.state import (
@@ -61,7 +64,7 @@ from sessionfold.projections.ledger.state import (
     span_has_content,
 )
 from sessionfold.projections.ledger.text import user_words
-from sessionfold.projections.ledger.values import command_values
+from sessionfold.projections.ledger.values import command_values, without_cut
 from sessionfold.projections.pruning.entry_facts import EntryFacts, facts_of
 from sessionfold.projections.store import Store
 
@@ -331,6 +334,11 @@ class LedgerFold:
                     "entry": entry_id,
                 }
                 self.store.put(ledger_key(head["session"], "call", call_id), file)
+            for call_id, session in commands.poll_calls(facts.calls):
+                # A poll joins its command only while the fold knows the process runs.
+                if self.store.get(ledger_key(head["session"], "exec", session)) is not None:
+                    poll: PollCall = {"poll": session, "seq": seq, "entry": entry_id}
+                    self.store.put(ledger_key(head["session"], "call", call_id), poll)
         elif role == "toolResult":
             self._tool_result(head, facts, entry_id, seq, span, cleanup)
         elif role == "bashExecution" and isinstance(message.get("command"), str):
@@ -362,6 +370,11 @@ class LedgerFold:
         call_key = f"{head['session']}/ledger/call/{call_id}" if call_id is not None else ""
         call = self.store.get(call_key) if call_key else None
         tool = facts.tool
+        if isinstance(call, dict) and "poll" in call:
+            cleanup.append(call_key)
+            if self._poll(head, call["poll"], facts, entry_id, seq, span, cleanup):
+                return
+            call = None  # its process is no longer known: read as any tool's result
         if isinstance(call, dict) and "file" in call:
             # A file tool's result: the file counts as read or modified when the call worked.
             if not facts.is_error:
@@ -372,18 +385,28 @@ class LedgerFold:
                 return
         if isinstance(call, dict) or tool in commands.SHELL_TOOLS:
             command = call.get("command", "") if isinstance(call, dict) else ""
-            outcome = commands.result_outcome(message, facts.text)
-            self._command(
+            shell = commands.shell_output(facts.text, tool)
+            outcome = commands.result_outcome(message, facts.text, shell)
+            row = self._command(
                 head,
                 command,
                 outcome,
-                facts.text,
+                shell.text,
                 "bash",
                 entry_id,
                 seq,
                 span,
                 call_id,
             )
+            if shell.session is not None and outcome.status == "unknown":
+                # Unified exec: the process runs on; the polls of its session end the command.
+                running: ExecSession = {
+                    "C": head["n"]["C"],
+                    "seq": seq,
+                    "excerpt": row["excerpt"],
+                    "values": row["values"],
+                }
+                self.store.put(ledger_key(head["session"], "exec", shell.session), running)
             if call_key:
                 cleanup.append(call_key)
         elif facts.is_error:
@@ -428,7 +451,7 @@ class LedgerFold:
         seq: int,
         span: int,
         call_id: str | None,
-    ) -> None:
+    ) -> CommandRow:
         config = self.config
         command_id = f"C{head['n']['C'] + 1}"
         error_id = None
@@ -448,29 +471,101 @@ class LedgerFold:
                     "span": span,
                 },
             )
-        self._put_row(
-            head,
-            "C",
-            {
-                "id": command_id,
-                "command": command[: config.command_chars],
-                "exit": outcome.exit,
-                "status": outcome.status,
-                "source": source,
-                "error": error_id,
-                "call": call_id,
-                "excerpt": commands.excerpt(output, config.excerpt_chars),
-                # Values the whole output shows (a count, an error location, a commit),
-                # verbatim, so one in the middle of a long output is not lost to the excerpt.
-                "values": [
-                    [value[: config.world_value_chars], what]
-                    for value, what in command_values(command, output)[: config.command_values]
-                ],
-                "entry": entry_id,
-                "seq": seq,
-                "span": span,
-            },
-        )
+        row: CommandRow = {
+            "id": command_id,
+            "command": command[: config.command_chars],
+            "exit": outcome.exit,
+            "status": outcome.status,
+            "source": source,
+            "error": error_id,
+            "call": call_id,
+            "excerpt": commands.excerpt(output, config.excerpt_chars),
+            # Values the whole output shows (a count, an error location, a commit),
+            # verbatim, so one in the middle of a long output is not lost to the excerpt.
+            "values": [
+                [value[: config.world_value_chars], what]
+                for value, what in command_values(command, output)[: config.command_values]
+            ],
+            "entry": entry_id,
+            "seq": seq,
+            "span": span,
+        }
+        self._put_row(head, "C", row)
+        return row
+
+    def _poll(
+        self,
+        head: LedgerHead,
+        session: str,
+        facts: EntryFacts,
+        entry_id: str | None,
+        seq: int,
+        span: int,
+        cleanup: list[str],
+    ) -> bool:
+        """Join a unified exec poll's result to the command its session runs: its output to
+        the command's, and the outcome it states (an exit ends the command). False when the
+        fold knows no such process (the poll is then read as any tool's result)."""
+        exec_key = ledger_key(head["session"], "exec", session)
+        running: ExecSession | None = self.store.get(exec_key)
+        if not isinstance(running, dict):
+            return False
+        row_key = ledger_key(head["session"], "C", running["C"])
+        row: CommandRow | None = self.store.get(row_key)
+        if not isinstance(row, dict):
+            return False
+        config = self.config
+        message: dict[str, Any] = facts.message  # type: ignore[assignment]  # a result's facts
+        shell = commands.shell_output(facts.text, commands.POLL_TOOL)
+        outcome = commands.result_outcome(message, facts.text, shell)
+        excerpt, values = running["excerpt"], running["values"]
+        if running["seq"] < seq:  # not joined yet: a poll folded again is joined once
+            # The excerpt of the outputs so far and this one's is the excerpt of their join
+            # (a cut excerpt keeps its head, and the new tail never reaches back to its cut).
+            excerpt = commands.excerpt(excerpt + shell.text, config.excerpt_chars)
+            values = [list(pair) for pair in values]
+            seen = {pair[0] for pair in values}
+            for value, what in command_values(row["command"], shell.text):
+                if len(values) >= config.command_values:
+                    break
+                value = value[: config.world_value_chars]
+                if value not in seen:
+                    seen.add(value)
+                    values.append([value, what])
+        if outcome.status == "unknown":
+            self.store.put(row_key, {**row, "excerpt": excerpt, "values": values})
+            self.store.put(exec_key, {**running, "seq": seq, "excerpt": excerpt, "values": values})
+            return True
+        error_id = None
+        if outcome.failed:
+            error_id = f"E{head['n']['E'] + 1}"
+            # What is left of the earlier outputs, and all of this one.
+            output = without_cut(running["excerpt"]) + shell.text
+            self._put_row(
+                head,
+                "E",
+                {
+                    "id": error_id,
+                    "tool": "bash",
+                    "command": row["id"],
+                    "head": commands.error_head(output, config.error_head_chars, last=True)
+                    or (f"exit {outcome.exit}" if outcome.exit is not None else outcome.status),
+                    "entry": entry_id,
+                    "seq": seq,
+                    "span": span,
+                },
+            )
+        ended: CommandRow = {
+            **row,
+            "exit": outcome.exit,
+            "status": outcome.status,
+            "error": error_id,
+            "excerpt": excerpt,
+            "values": values,
+        }
+        self.store.put(row_key, ended)
+        cleanup.append(exec_key)  # after the head: a crash before it folds the poll again
+        return True
 
     def _compaction(
         self, head: LedgerHead, entry: dict[str, Any], entry_id: str | None, seq: int

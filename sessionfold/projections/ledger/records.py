@@ -61,6 +61,24 @@ class BashCall(TypedDict):
     entry: str | None  # entry_id of the assistant entry
 
 
+class PollCall(TypedDict):
+    """`ledger/call/<id>`: a unified exec poll (`write_stdin`) waiting for its result."""
+
+    poll: str  # exec_session_id: the session it reads, open when the call was folded
+    seq: int  # seq of the assistant entry
+    entry: str | None  # entry_id of the assistant entry
+
+
+class ExecSession(TypedDict):
+    """`ledger/exec/<session id>`: a unified exec process still running, and the command row
+    its polls update (deleted when a poll ends it)."""
+
+    C: int  # command_number: the C<n> exec_command started
+    seq: int  # joined_seq: the last result joined (the start's, then each poll's)
+    excerpt: str  # output_excerpt of every result joined so far
+    values: list[list[str]]  # values read from them so far
+
+
 class FileCall(TypedDict):
     """`ledger/call/<id>`: a file tool call waiting for its result."""
 

@@ -5,6 +5,7 @@ Layout, all under `key(session, "ledger", ...)`:
   C/<n> E/<n>     commands and errors with ids C<n>, E<n>
   u/<n>           user messages (text capped): rules quote them, the pass labels them
   call/<id>       a bash call waiting for its result (deleted when it arrives)
+  exec/<session>  a unified exec process still running: its C row (deleted when it ends)
   R/<n> D/<n> X/<n> V/<n>   rules (with their lift), decisions, dead ends, values
   F/<n>           files read or modified by pi's file tools (once per path and kind)
   file/<op>/<h>   which F row holds a path (h: its digest), so a file is kept once

@@ -40,14 +40,23 @@ def message_text(message: dict[str, Any]) -> str:
 
 # Context an agent injects into a user turn (Claude Code's reminders): not the user's words.
 _INJECTED_BLOCK = re.compile(r"<system-reminder>.*?(?:</system-reminder>|\Z)", re.S)
+# Codex's VS Code extension sends the open tabs, the active file and the selection above the
+# user's request: context the model saw, not the user's words. The request follows its heading.
+_IDE_CONTEXT = re.compile(r"\s*# Context from my IDE setup:[ \t]*\r?\n")
+_IDE_REQUEST = re.compile(r"^## My request for Codex:[ \t]*\r?\n?", re.M)
 
 
 def user_words(message: dict[str, Any]) -> str:
-    """The words a user message holds, without the reminders an agent injects into it."""
+    """The words a user message holds, without the reminders an agent injects into it, and of
+    an IDE-wrapped turn its request alone."""
     text = message_text(message)
-    if "<system-reminder>" not in text:
-        return text
-    return _INJECTED_BLOCK.sub("", text).rstrip()
+    if "<system-reminder>" in text:
+        text = _INJECTED_BLOCK.sub("", text).rstrip()
+    if _IDE_CONTEXT.match(text):
+        request = _IDE_REQUEST.search(text)
+        if request is not None:  # without the heading, where the words start is not known
+            text = text[request.end() :]
+    return text
 
 
 def _trimmed(text: str, start: int, end: int) -> Region | None:
