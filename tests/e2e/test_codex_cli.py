@@ -168,11 +168,6 @@ def test_a_large_output_is_the_truncated_text_the_model_saw(session: Session) ->
     assert (row["command"], row["status"], row["exit"]) == (_cmd(LARGE), "ok", 0)
 
 
-@pytest.mark.xfail(
-    reason="reader fix pending: unified exec write_stdin polls (the exit code reaches the "
-    "command through its poll) and unknown exit codes shown as 0",
-    strict=False,
-)
 def test_a_polled_command_gets_the_exit_code_its_poll_saw(session: Session) -> None:
     messages = context_of(session.before)
     started = _result(messages, RUNNING.id)
@@ -190,10 +185,6 @@ def test_a_polled_command_gets_the_exit_code_its_poll_saw(session: Session) -> N
     assert sorted(errors) == sorted([FAILING.id, RUNNING.id])
 
 
-@pytest.mark.xfail(
-    reason="reader fix pending: Codex usage order (token_count comes after the tool outputs)",
-    strict=False,
-)
 def test_usage_per_response_is_what_the_model_reported(session: Session) -> None:
     messages = context_of(session.before)
     got = [m.get("usage") for m in messages if m.get("role") == "assistant"]

@@ -331,8 +331,10 @@ def test_a_refused_line_keeps_its_place_and_the_open_response() -> None:
         translator.feed(output(None, "x"), 4)
     assert refused.value.parent_id == first[-1]["id"]
     assert translator.open_since == 3
-    after = translator.feed(output("a", "ok"), 5)
-    assistant, result = after
+    # the output joins its response, which waits for its usage (or the end) to close
+    assert translator.feed(output("a", "ok"), 5) == []
+    assert translator.open_since == 3
+    assistant, result = translator.close()
     assert assistant["parentId"] == refused.value.id
     assert assistant["message"]["content"][0]["id"] == "a"
     assert result["parentId"] == assistant["id"]

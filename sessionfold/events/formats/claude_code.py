@@ -301,9 +301,7 @@ def _header(value: dict[str, Any], session: str, parent: str | None) -> dict[str
     return header
 
 
-def _entries(
-    group: _Group, tails: dict[str, str], merged: dict[str, str]
-) -> list[dict[str, Any]]:
+def _entries(group: _Group, tails: dict[str, str], merged: dict[str, str]) -> list[dict[str, Any]]:
     """A closed group's entries as one chain: off-chain lines first, then the chain lines.
 
     The response's lines make one assistant message where its first line stood, and the
