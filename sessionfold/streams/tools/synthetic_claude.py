@@ -8,9 +8,10 @@ runs of single calls merged into parallel calls of one response, each result of 
 under its own call's line and the results now and then in another order than the calls (the
 tools finished so); `tool_result` blocks in user lines with `is_error` (Bash failures as "Exit
 code N" first) and a `toolUseResult`; hook `progress` lines, `file-history-snapshot` and
-`queue-operation` lines off the chain; a slash command's injected lines; a `<system-reminder>` inside a prompt; a `compact_boundary` system
-line and its `isCompactSummary` summary; a Task call whose subagent transcript is written to
-`<session>/subagents/agent-<id>.jsonl`. Same seed, same bytes: no clock, no uuid4.
+`queue-operation` lines off the chain; a slash command's injected lines; a `<system-reminder>`
+inside a prompt; a `compact_boundary` system line and its `isCompactSummary` summary; a Task
+call whose subagent transcript is written to `<session>/subagents/agent-<id>.jsonl`. Same seed,
+same bytes: no clock, no uuid4.
 """
 
 from __future__ import annotations
