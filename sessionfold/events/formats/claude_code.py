@@ -106,7 +106,7 @@ def _str(value: Any) -> str | None:
 def session_of(value: dict[str, Any]) -> tuple[str, str | None] | None:
     """(session id, parent session id) a line belongs to; None when it names no session."""
     session = _str(value.get("sessionId"))
-    if session is None:
+    if not session:  # absent, not a string, or empty: no session is named
         return None
     agent = _str(value.get("agentId"))
     if value.get("isSidechain") is True and agent:

@@ -65,7 +65,7 @@ from sessionfold.projections.ledger.state import (
 )
 from sessionfold.projections.ledger.text import user_words
 from sessionfold.projections.ledger.values import command_values, without_cut
-from sessionfold.projections.pruning.entry_facts import EntryFacts, facts_of
+from sessionfold.projections.pruning.entry_facts import DROPPED_STOPS, EntryFacts, facts_of
 from sessionfold.projections.store import Store
 
 log = logging.getLogger(__name__)
@@ -302,6 +302,7 @@ class LedgerFold:
         role = facts.role
         span = head["span"] + 1
         config = self.config
+        self._pairing(head, facts, entry_id, seq)
         if role == "user":
             text = user_words(message)
             if text.strip():
@@ -355,6 +356,27 @@ class LedgerFold:
                 span,
                 None,
             )
+
+    def _pairing(
+        self, head: LedgerHead, facts: EntryFacts, entry_id: str | None, seq: int
+    ) -> None:
+        """Note what a provider would refuse unpaired, as anomalies: a result whose call is not
+        open (the render's sweep leaves it out), and calls a later message closed unanswered
+        (the render answers them with a placeholder). State: the open call ids, in the head."""
+        open_calls = head.get("open", [])
+        if facts.role == "toolResult":
+            if facts.call_id in open_calls:
+                open_calls.remove(facts.call_id)
+            else:
+                self._anomaly(head, "result-without-call", seq, entry_id)
+            return
+        if open_calls:
+            self._anomaly(head, "call-without-result", seq, entry_id, calls=len(open_calls))
+        calls = [] if facts.stop in DROPPED_STOPS else [c.id for c in facts.calls]
+        if calls:
+            head["open"] = [c for c in calls if isinstance(c, str)]
+        else:
+            head.pop("open", None)
 
     def _tool_result(
         self,

@@ -41,6 +41,7 @@ class LedgerHead(TypedDict):
     ours: OurCompaction | None  # ours: the newest compaction of ours
     foreign: ForeignMark | None  # foreign: the newest compaction not ours
     worldSeq: NotRequired[int]  # world_seq: seq of the last World snapshot folded
+    open: NotRequired[list[str]]  # open_calls: the last assistant's calls with no result yet
 
 
 class ForeignSummary(TypedDict):
@@ -189,6 +190,7 @@ class AnomalyDetail(TypedDict, total=False):
     span: int  # span_number out of order
     rule: str  # rule_id refused or not lifted
     u: str  # user_id named
+    calls: int  # call_count: calls closed with no result
 
 
 class AnomalyRow(AnomalyDetail):

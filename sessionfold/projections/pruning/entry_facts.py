@@ -32,6 +32,9 @@ from sessionfold.events.envelope import EntryEnvelope, FactsCell
 from sessionfold.projections.jsjson import js_json_length, js_length, js_number_text, js_trim
 from sessionfold.projections.pruning.message_facts import call_path, is_passthrough
 
+#: Stop reasons of assistant messages pi-ai drops before sending (their usage and calls count
+#: for nothing the model sees).
+DROPPED_STOPS = frozenset({"error", "aborted"})
 #: `custom_type` of a custom message without a `customType` field.
 NO_CUSTOM_TYPE: Any = msgspec.UNSET
 
@@ -229,7 +232,7 @@ def _usage_tokens(message: dict[str, Any]) -> int | None:
     """The context tokens an assistant's usage reports (pi's turn end), None when none: no
     usage, an errored or aborted turn, or a total that is not above zero."""
     usage = message.get("usage")
-    if not isinstance(usage, dict) or message.get("stopReason") in ("error", "aborted"):
+    if not isinstance(usage, dict) or message.get("stopReason") in DROPPED_STOPS:
         return None
     total = usage.get("totalTokens")
     if not isinstance(total, int) or total <= 0:

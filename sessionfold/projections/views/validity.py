@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sessionfold.projections.pruning.entry_facts import DROPPED_STOPS
+
 #: The text of the result put in for a call the log has no result of (pi-ai's own words).
 MISSING_RESULT = "No result provided"
-#: Assistant messages pi-ai drops before sending (their calls need no results).
-_DROPPED = frozenset({"error", "aborted"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +37,7 @@ class Problem:
 
 def _calls(message: dict[str, Any]) -> list[tuple[str, Any]]:
     """(id, name) of each toolCall block of an assistant message pi-ai sends."""
-    if message.get("stopReason") in _DROPPED:
+    if message.get("stopReason") in DROPPED_STOPS:
         return []
     content = message.get("content")
     if not isinstance(content, list):
