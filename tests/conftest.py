@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -113,3 +114,24 @@ def shared_sessions() -> Path:
     if not SHARED_SESSIONS.is_dir():
         pytest.skip(f"real sessions not found at {SHARED_SESSIONS} (../shared is absent)")
     return SHARED_SESSIONS
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _every_render_is_a_context_a_provider_accepts() -> Iterator[None]:
+    """Hold every context the suite renders in this process to the provider's pairing rule
+    (views/validity.py): each call answered once right after its assistant message, no result
+    without its call. The render's last step (`repaired`) is wrapped, so a render that breaks
+    the rule fails whichever test made it."""
+    from sessionfold.projections.views import context, validity
+
+    plain = context.repaired
+
+    def checked(messages: list[Any]) -> tuple[list[Any], list[validity.Problem]]:
+        out, repairs = plain(messages)
+        broken = validity.problems(out)
+        assert not broken, f"a rendered context a provider would refuse: {broken[:3]}"
+        return out, repairs
+
+    context.repaired = checked  # type: ignore[assignment]
+    yield
+    context.repaired = plain

@@ -3,4 +3,4 @@
 Private to it: `errors` (the base of its refusals, and the way they name a field).
 """
 
-__all__ = ["entries", "envelope", "flush", "formats", "ledger", "lines", "migration"]
+__all__ = ["entries", "envelope", "exit_codes", "flush", "formats", "ledger", "lines", "migration"]

@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from sessionfold.events.exit_codes import sandbox_exit
 from sessionfold.events.formats.base import MappingError
 from sessionfold.events.lines import MAX_DEPTH, too_deep
 
@@ -61,9 +62,6 @@ _WRAPPED = {
 # Shell output shapes Codex writes: a freeform head line, or unified exec's exit line.
 _EXIT_HEAD = re.compile(r"\AExit code: (-?\d+)\b")
 _PROCESS_EXIT = re.compile(r"^Process exited with code (-?\d+)\b", re.M)
-# A command the sandbox refused or killed: "... failed in sandbox <kind> with execution error:
-# ... exit code: N" (the text Codex returns when the sandboxed run fails).
-_SANDBOX_EXIT = re.compile(r"failed in sandbox\b.{0,400}?\bexit code:? (-?\d+)\b", re.S)
 #: The deepest a call's parsed `arguments` may nest: the entry holds them four levels down
 #: (entry, message, content, block), and every entry stays within the reader's MAX_DEPTH.
 ARGUMENTS_DEPTH = MAX_DEPTH - 8
@@ -589,8 +587,8 @@ def _exit_code(output: str) -> int | None:
             return code
         return None
     head = output[:2000]
-    match = _EXIT_HEAD.match(output) or _PROCESS_EXIT.search(head) or _SANDBOX_EXIT.search(head)
-    return int(match.group(1)) if match else None
+    match = _EXIT_HEAD.match(output) or _PROCESS_EXIT.search(head)
+    return int(match.group(1)) if match else sandbox_exit(output)
 
 
 def _usage(event: dict[str, Any]) -> dict[str, Any] | None:

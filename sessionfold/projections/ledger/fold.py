@@ -357,9 +357,7 @@ class LedgerFold:
                 None,
             )
 
-    def _pairing(
-        self, head: LedgerHead, facts: EntryFacts, entry_id: str | None, seq: int
-    ) -> None:
+    def _pairing(self, head: LedgerHead, facts: EntryFacts, entry_id: str | None, seq: int) -> None:
         """Note what a provider would refuse unpaired, as anomalies: a result whose call is not
         open (the render's sweep leaves it out), and calls a later message closed unanswered
         (the render answers them with a placeholder). State: the open call ids, in the head."""

@@ -33,6 +33,7 @@ from sessionfold.projections.pruning import digest
 from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.projections.store import Store
+from sessionfold.projections.views import validity
 from sessionfold.projections.views.base import (
     BaseContext,
     LogEntry,
@@ -112,8 +113,9 @@ class ContextView:
 
     @property
     def unpruned_sent(self) -> list[dict[str, Any]]:
-        """pi's unpruned context as a provider gets it: with the placeholder results."""
-        return repaired(self.unpruned)[0]
+        """pi's unpruned context as a provider gets it: with the placeholder results (its
+        results without a call stay: pi would send them, only the render sweeps them)."""
+        return validity.repaired(self.unpruned)[0]
 
     def to_json(self) -> dict[str, Any]:
         """`sessionfold context --format json`: the messages and both token counts."""
