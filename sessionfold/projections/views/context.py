@@ -118,8 +118,10 @@ class ContextView:
         return validity.repaired(self.unpruned)[0]
 
     def to_json(self) -> dict[str, Any]:
-        """`sessionfold context --format json`: the messages and both token counts."""
-        return {"messages": self.messages, "tokens": self.tokens}
+        """`sessionfold context --format json`: the messages, both token counts, and the
+        render's repairs (code and call id each: docs/formats.md)."""
+        repairs = [{"code": r.code, "toolCallId": r.tool_call_id} for r in self.repairs]
+        return {"messages": self.messages, "tokens": self.tokens, "repairs": repairs}
 
 
 #: One message as pi's array and the log's are matched: (role, toolCallId), None where absent.

@@ -123,6 +123,13 @@ def _print_text(view: ContextView, label: str) -> None:
         "(each recoverable by its ref: --ref REF)",
         highlight=False,
     )
+    if view.repairs:
+        # the placeholders a provider needs for calls whose result the log does not hold
+        out.print(
+            f"{len(view.repairs)} calls without a result in the log, answered 'No result "
+            "provided' (ledger --anomalies lists them)",
+            highlight=False,
+        )
 
 
 def _print_originals(
