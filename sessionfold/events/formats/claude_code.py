@@ -48,9 +48,17 @@ ATTACHMENT_TYPE = PREFIX + "attachment"
 #: How many response lines `_merged` remembers (a kept segment names a recent response).
 MERGED_KEPT = 512
 
-#: Claude Code's line types (agent-schemas, up to CLI 2.1.144); others are kept as unknown.
+#: Claude Code's line types (agent-schemas up to CLI 2.1.144, and what 2.1.328 writes: see
+#: docs/formats.md); others are kept as unknown.
 LINE_TYPES = frozenset(
     {
+        "api-request-shape",
+        "api-request-blob",
+        "api-request",
+        "tools-used",
+        "atis-latch",
+        "cost-state",
+        "mode",
         "user",
         "assistant",
         "system",
