@@ -11,7 +11,9 @@ What maps to what (docs/formats.md says it for users):
   (`redacted_thinking` as redacted thinking) and `tool_use` (as `toolCall`) blocks, `usage`
   with its cache tokens, `stopReason` "toolUse" when it calls tools.
 - The `tool_result` blocks of the user lines answering those calls are `toolResult` messages
-  (toolName from the call, `is_error` as `isError`), one per block.
+  (toolName from the call, `is_error` as `isError`), one per block, right after the response.
+- `attachment` lines with `rendered` text (CLI 2.1) are what the model is sent beside the
+  conversation: hidden `custom_message` entries (`customType` "x-claude-code.attachment").
 - A `compact_boundary` system line and the `isCompactSummary` user line after it are one pi
   `compaction` (`summary`, `tokensBefore` from `compactMetadata.preTokens`, parent the
   boundary's `logicalParentUuid`): Claude Code keeps nothing but the summary.
@@ -26,8 +28,12 @@ Grouping: the translator holds the lines from the last *anchor* (a user turn, a 
 line, a compaction's boundary) until the next one, since a response's lines, the results of its
 calls and the lines written between them are only complete then. Lines off the parentUuid chain
 (no uuid, or an old CLI's inline sidechain) are emitted first in their group, chained from the
-anchor's parent, so the session's leaf stays on the conversation. Its state is only that group:
-a reader resumed at the group's first line with a fresh translator reads on the same.
+anchor's parent, so the session's leaf stays on the conversation. A group is one chain: the
+response's message, the results of its calls (which the file hangs each under its own call's
+line, a fork), then the rest; a later line that names a line of the group just closed hangs off
+its last entry. State: that group, the last group's line uuids, and the merged ids of recent
+responses (bounded); a reader resumed at the group's first line feeds a fresh translator the
+lines before it (base.py), so it reads on the same.
 """
 
 from __future__ import annotations
