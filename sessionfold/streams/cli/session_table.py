@@ -42,6 +42,16 @@ def session_table(session_id: str, state: dict[str, Any]) -> Table:
         f"~{stats['reclaimed_chars'] // 4:,} tokens reclaimed",
     )
     table.add_row("dead letters", str(state["dead_letters"]))
+    anomalies = (state.get("ledger") or {}).get("anomalies") or []
+    calls = sum(a.get("calls", 0) for a in anomalies if a["code"] == "call-without-result")
+    results = sum(1 for a in anomalies if a["code"] == "result-without-call")
+    if calls or results:
+        # what a provider would refuse: the context answers the calls and leaves the results out
+        table.add_row(
+            "unpaired",
+            f"{calls} calls without a result, {results} results without a call "
+            "(ledger --anomalies)",
+        )
     return table
 
 
