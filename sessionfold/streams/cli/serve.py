@@ -17,7 +17,8 @@ loop's (which answers the relayed calls) run `--fold-nice` below the API process
 priority. A stop (SIGTERM, Ctrl-C) closes the port, then stops the fold process, which waits
 up to `--shutdown-grace` seconds for the answers still with the model. A fold process that ends
 unasked ends serve with exit code 1 and a line saying so (never half alive); a fold process
-whose API process is gone stops on its own.
+whose API process is gone ends at once (a thread waits for the end of a pipe only that process
+holds open).
 """
 
 from __future__ import annotations
@@ -319,7 +320,15 @@ def _lowered(increment: int) -> Callable[[], None]:
 def _fold_process(fold: _FoldSide, socket_path: str, frames: Connection, alive: Connection) -> None:
     """The fold process: `LiveFolds` and the live API over it on `socket_path`, what its
     answers were made from handed over on `frames`; it stops at SIGTERM (the API process
-    stopping) or once `alive` ends (that process gone)."""
+    stopping), or ends at once when `alive` ends (that process gone)."""
+    # The API process gone (killed: it never asked for a stop) ends this one at once, not after
+    # the grace for the answers: a serve started again must not overlap it.
+    threading.Thread(
+        target=_end_with_peer,
+        args=(alive, socket_path, _lowered(fold.nice)),
+        name="peer",
+        daemon=True,
+    ).start()
     configure_cli_logging()
     if not _PER_THREAD_NICE:
         os.nice(fold.nice)  # the whole process, loop too: every thread is made from this one
@@ -340,7 +349,23 @@ def _fold_process(fold: _FoldSide, socket_path: str, frames: Connection, alive: 
     quiet_bad_requests()
     freeze_after_full_collections()  # the sessions' entries and state live as long as serve
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    asyncio.run(_fold_serve(live, api, handover, socket_path, fold, alive))
+    asyncio.run(_fold_serve(live, api, handover, socket_path, fold))
+
+
+def _end_with_peer(alive: Connection, socket_path: str, lower: Callable[[], None]) -> None:
+    """Block on `alive` (the API process writes nothing to it) until its end, which comes the
+    moment that process is gone however it died; then remove the socket and end this process
+    at once, whatever its threads are doing (its answers out are asked again at the next
+    start, as after any stop). On a thread of its own: it needs no turn of the event loop
+    (lowered like every thread but the loop's: it only waits)."""
+    lower()
+    with contextlib.suppress(OSError):
+        while os.read(alive.fileno(), 1):
+            pass
+    with contextlib.suppress(OSError):
+        Path(socket_path).unlink()
+        Path(socket_path).parent.rmdir()
+    os._exit(1)
 
 
 async def _fold_serve(
@@ -349,7 +374,6 @@ async def _fold_serve(
     handover: Handover,
     socket_path: str,
     fold: _FoldSide,
-    alive: Connection,
 ) -> None:
     from aiohttp import web
 
@@ -374,7 +398,6 @@ async def _fold_serve(
     handover.ready(len(live.sessions))
     done = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, done.set)
-    loop.add_reader(alive.fileno(), done.set)  # readable only at its end: the API process left
     try:
         await done.wait()
     finally:
