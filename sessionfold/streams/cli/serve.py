@@ -59,6 +59,7 @@ from sessionfold.streams.runtime.heap import freeze_after_full_collections
 from sessionfold.streams.runtime.live import DEFAULT_ANSWER_THREADS, LiveFolds
 from sessionfold.streams.web.auth import exposure_warning, quiet_bad_requests
 from sessionfold.streams.web.live_api import DEFAULT_WAIT_S, LiveApi
+from sessionfold.streams.web.live_contract import READ_TIMEOUT_S
 from sessionfold.streams.web.live_front import Handover, LiveFront
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,16 @@ def register(app: typer.Typer) -> None:
                 "than the port's (a nice increment; 0: the same).",
             ),
         ] = FOLD_NICE,
+        read_timeout_s: Annotated[
+            float,
+            typer.Option(
+                "--read-timeout",
+                envvar="SESSIONFOLD_SERVE_READ_TIMEOUT",
+                min=0.1,
+                help="How long a request may take to send its headers, and then its body, "
+                "and how long an idle connection is kept, seconds (then it is closed).",
+            ),
+        ] = READ_TIMEOUT_S,
         api_token: ApiToken = None,
         api_token_file: ApiTokenFile = None,
         config_file: ConfigFile = None,
@@ -194,7 +205,7 @@ def register(app: typer.Typer) -> None:
         quiet_bad_requests()
         freeze_after_full_collections()  # the renders handed over: a few per session, kept
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        code = asyncio.run(_serve(err, fold, token, bind, port, wait_s))
+        code = asyncio.run(_serve(err, fold, token, bind, port, wait_s, read_timeout_s))
         if code:
             raise typer.Exit(code)
 
@@ -214,7 +225,13 @@ class _FoldSide:
 
 
 async def _serve(
-    err: Console, fold: _FoldSide, token: str | None, bind: str, port: int, wait_s: float
+    err: Console,
+    fold: _FoldSide,
+    token: str | None,
+    bind: str,
+    port: int,
+    wait_s: float,
+    read_timeout_s: float = READ_TIMEOUT_S,
 ) -> int:
     """The API process: start the fold process, serve the routes until a signal (0) or until
     the fold process ends on its own (1)."""
@@ -246,7 +263,17 @@ async def _serve(
     done = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, done.set)
-    runner = web.AppRunner(front.app(token), access_log=None)
+    # aiohttp closes a connection whose request headers are not in `keepalive_timeout` after
+    # it opened (or after its last answer): with the body's bound (live_api.bounded_middleware)
+    # a slow or stalled client holds a connection that long at most.
+    # A body left unread after an answer (a 401's) is read on and dropped for at most
+    # `lingering_time`: the same bound.
+    runner = web.AppRunner(
+        front.app(token, read_timeout_s),
+        access_log=None,
+        keepalive_timeout=read_timeout_s,
+        lingering_time=read_timeout_s,
+    )
     try:
         waits = [ready, asyncio.ensure_future(ended.wait()), asyncio.ensure_future(done.wait())]
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -389,7 +416,9 @@ async def _fold_serve(
     loop = asyncio.get_running_loop()
     # The compact route's ledger passes, and the stop's waits, run there: folds too.
     loop.set_default_executor(ThreadPoolExecutor(initializer=lower))
-    runner = web.AppRunner(api.app(None), access_log=None)
+    # The API process' relays only, bodies whole and bounded: no timeout (an idle pooled
+    # connection closed under a relay would fail it).
+    runner = web.AppRunner(api.app(None, read_timeout_s=None), access_log=None)
     await runner.setup()
     # Every relayed call the API process holds open is a connection: room for a fleet's at once
     # (aiohttp's 128 refused the 200 bench sessions' live calls when they came together).
