@@ -374,7 +374,7 @@ class LiveFront:
                 timed_middleware(self.metrics),
                 bounded_middleware(read_timeout_s),
             ],
-            client_max_size=MAX_BODY_BYTES,
+            client_max_size=MAX_BODY_BYTES + 1,  # read() refuses a body of the bound itself
         )
         app.on_startup.append(self._open)
         app.on_cleanup.append(self._close)
