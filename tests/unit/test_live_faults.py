@@ -374,3 +374,111 @@ def test_serve_goes_on_past_a_bad_file_and_folds_a_replaced_one_afresh(tmp_path:
         )
         assert raw.status_code == 401
         serve.stop()  # exit 0, no traceback
+
+
+# --- item 3: serve reads and writes regular files inside the watched folders ------------------
+
+
+def _polled(live: LiveFolds, polls: int = 3, within_s: float = 10.0) -> None:
+    """`live.discover()` and `polls` polls on a thread of their own, failing the test when they
+    do not end within `within_s` (an open that blocks would hang it for good)."""
+    done = threading.Event()
+
+    def run() -> None:
+        live.discover()
+        for _ in range(polls):
+            live.poll()
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert done.wait(within_s), "a poll blocked"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link", "directory", "too-large"])
+def test_an_answers_journal_that_is_no_regular_file_is_set_aside_and_the_session_served(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    """`<file>.sessionfold-answers` as a FIFO (no poll blocks), a link to a file outside the
+    watched folders (not read, nothing appended to it), a directory, or a sparse file past the
+    bound (not read into memory): one warning naming the reason, and the session is folded
+    without it, its flush answered by the model, the same state as with no journal."""
+    watched = tmp_path / "live"
+    path, session_id = _pi(watched, 5, name="a.jsonl")
+    journal = path.with_name(path.name + ".sessionfold-answers")
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"not serve's\n")
+    if kind == "fifo":
+        os.mkfifo(journal)
+    elif kind == "link":
+        journal.symlink_to(outside)
+    elif kind == "directory":
+        journal.mkdir()
+    else:
+        with journal.open("wb") as handle:  # sparse: no disk, though read whole it is 64 MiB
+            handle.truncate(64 * 1024 * 1024 + 1)  # answer_journal.MAX_JOURNAL_BYTES + 1
+    live = LiveFolds([watched], answer_threads=0)
+    with caplog.at_level(logging.WARNING):
+        _polled(live)
+    assert session_id in live.sessions and live.sessions[session_id].journal is None
+    warned = _warnings(caplog, "answers journal set aside")
+    assert len(warned) == 1
+    reason = {"fifo": "FIFO", "link": "link", "directory": "directory"}.get(kind, "too-large")
+    assert warned[0].reason == reason  # type: ignore[attr-defined]
+    assert outside.read_bytes() == b"not serve's\n"
+    assert _document(live, session_id) == _fresh(path, session_id)
+    assert live.files_set_aside() == 0
+
+
+def test_an_answers_journal_turned_into_a_link_is_not_written_through(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A journal read as a regular file, then swapped for a link to a file outside before the
+    next answer is written: nothing is appended there (one warning); the answer is folded."""
+    from sessionfold.streams.runtime.answer_journal import AnswerJournal
+
+    watched = tmp_path / "live"
+    path, session_id = _pi(watched, 5, name="a.jsonl")
+    journal = AnswerJournal.open(path, writable=True)
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"")
+    journal.path.symlink_to(outside)
+    live = LiveFolds([watched], answer_threads=0)
+    live.runtime.answerer = type(live.runtime.answerer)(  # this very journal, as serve holds it
+        live.runtime.answerer.port,
+        live.runtime.answerer.diff_model,
+        live.runtime.answerer.ledger,
+        live.runtime.answerer.max_answer_bytes,
+        journals=lambda _session: journal,
+    )
+    with caplog.at_level(logging.WARNING):
+        _polled(live)
+    assert outside.read_bytes() == b"" and journal.answers  # answered, and kept in memory only
+    assert len(_warnings(caplog, "answers journal set aside: no regular file")) == 1
+    assert _document(live, session_id) == _fresh(path, session_id)
+
+
+def test_a_session_file_linked_from_outside_the_watched_folders_is_not_served(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`b.jsonl` a link to a session file outside the watched folders: not served, one warning
+    however often its target grows, counted as set aside; a link to a file inside the folders
+    is served; a served file replaced by a link to outside has its session dropped."""
+    watched = tmp_path / "live"
+    a, a_id = _pi(watched, 5, name="a.jsonl")
+    inner, inner_id = _pi(watched / "sub", 6, name="inner.json")  # not *.jsonl itself
+    (watched / "c.jsonl").symlink_to(inner)
+    outside, outside_id = _pi(tmp_path / "elsewhere", 7, name="b.jsonl")  # not served
+    (watched / "b.jsonl").symlink_to(outside)
+    live = LiveFolds([watched], journals=False)
+    with caplog.at_level(logging.WARNING):
+        _polled(live)
+        with outside.open("ab") as handle:  # its target grows: looked at again, not served
+            handle.write(outside.read_bytes().splitlines(keepends=True)[-1])
+        _polled(live)
+    assert set(live.sessions) == {a_id, inner_id} and outside_id not in live.sessions
+    assert len(_warnings(caplog, "set aside")) == 1 and live.files_set_aside() == 1
+    other, _ = _pi(tmp_path / "elsewhere2", 8, name="d.jsonl")
+    a.unlink()
+    a.symlink_to(other)
+    _polled(live)
+    assert set(live.sessions) == {inner_id} and _no_rows(live, a_id)

@@ -9,6 +9,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -149,14 +150,59 @@ def test_a_dead_fold_process_stops_serve_with_an_error(
         httpx.get(f"{serve.url}/health", timeout=2)
 
 
-def test_a_dead_api_process_stops_the_fold_process(
-    served: tuple[Serve, str, list[bytes], Path],
-) -> None:
-    """SIGKILL the API process: the fold process sees its pipe end and stops on its own."""
-    serve, _session_id, _lines, _path = served
-    fold = fold_process(serve)
-    serve.kill()
-    assert _gone(fold, 20)
+def _children(pid: int) -> list[int]:
+    """A process' children (serve's: the fold process and multiprocessing's resource tracker)."""
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+#: How soon a process of serve's ends once another is killed, seconds.
+TOGETHER_S = 1.0
+
+
+@contextmanager
+def _asking(tmp_path: Path) -> Iterator[tuple[Serve, list[int]]]:
+    """A serve whose fold process has a flush with a model that takes a minute (so a stop
+    would wait its grace); its API process' children."""
+    source = write_session(tmp_path, generate_session(7, 40)).path
+    lines = source.read_bytes().splitlines(keepends=True)
+    session_id = str(orjson.loads(lines[0])["id"])
+    watched = tmp_path / "sessions"
+    watched.mkdir()
+    (watched / source.name).write_bytes(b"".join(lines))
+    with serving(watched, TOKEN, env={ENV_TEST_DELAY: "60"}) as serve:
+        asked = {"leaf": orjson.loads(lines[-1])["id"], "shape": [], "wait_ms": 200}
+        with httpx.Client(base_url=serve.url, headers=AUTH, timeout=30) as client:
+            deadline = time.monotonic() + 30
+            while not client.post(f"/sessions/{session_id}/context", json=asked).json()["stale"]:
+                assert time.monotonic() < deadline, "no flush went to the model"
+        fold_process(serve)
+        yield serve, _children(serve.process.pid)
+
+
+def test_a_killed_api_process_takes_its_children_at_once(tmp_path: Path) -> None:
+    """SIGKILL the API process while a flush is with the model: the fold process (and the
+    resource tracker) end within a second, not after the answers' grace (30 s)."""
+    with _asking(tmp_path) as (serve, children):
+        assert len(children) >= 1
+        serve.kill()
+        started = time.monotonic()
+        for child in children:
+            assert _gone(child, TOGETHER_S + 1), child
+        assert time.monotonic() - started < TOGETHER_S
+
+
+def test_a_killed_fold_process_ends_serve_at_once(tmp_path: Path) -> None:
+    """SIGKILL the fold process while a flush is with the model: the API process (and the
+    resource tracker) end within a second."""
+    with _asking(tmp_path) as (serve, children):
+        fold = fold_process(serve)
+        os.kill(fold, signal.SIGKILL)
+        started = time.monotonic()
+        serve.process.wait(TOGETHER_S + 5)
+        for child in children:
+            assert _gone(child, TOGETHER_S + 1), child
+        assert time.monotonic() - started < TOGETHER_S
+        assert serve.process.returncode == 1
 
 
 @pytest.mark.parametrize("how", ["option", "env"])

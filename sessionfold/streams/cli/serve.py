@@ -17,7 +17,8 @@ loop's (which answers the relayed calls) run `--fold-nice` below the API process
 priority. A stop (SIGTERM, Ctrl-C) closes the port, then stops the fold process, which waits
 up to `--shutdown-grace` seconds for the answers still with the model. A fold process that ends
 unasked ends serve with exit code 1 and a line saying so (never half alive); a fold process
-whose API process is gone stops on its own.
+whose API process is gone ends at once (a thread waits for the end of a pipe only that process
+holds open).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from sessionfold.streams.runtime.heap import freeze_after_full_collections
 from sessionfold.streams.runtime.live import DEFAULT_ANSWER_THREADS, LiveFolds
 from sessionfold.streams.web.auth import exposure_warning, quiet_bad_requests
 from sessionfold.streams.web.live_api import DEFAULT_WAIT_S, LiveApi
+from sessionfold.streams.web.live_contract import READ_TIMEOUT_S
 from sessionfold.streams.web.live_front import Handover, LiveFront
 
 log = logging.getLogger(__name__)
@@ -151,6 +153,16 @@ def register(app: typer.Typer) -> None:
                 "than the port's (a nice increment; 0: the same).",
             ),
         ] = FOLD_NICE,
+        read_timeout_s: Annotated[
+            float,
+            typer.Option(
+                "--read-timeout",
+                envvar="SESSIONFOLD_SERVE_READ_TIMEOUT",
+                min=0.1,
+                help="How long a request may take to send its headers, and then its body, "
+                "and how long an idle connection is kept, seconds (then it is closed).",
+            ),
+        ] = READ_TIMEOUT_S,
         api_token: ApiToken = None,
         api_token_file: ApiTokenFile = None,
         config_file: ConfigFile = None,
@@ -193,7 +205,7 @@ def register(app: typer.Typer) -> None:
         quiet_bad_requests()
         freeze_after_full_collections()  # the renders handed over: a few per session, kept
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        code = asyncio.run(_serve(err, fold, token, bind, port, wait_s))
+        code = asyncio.run(_serve(err, fold, token, bind, port, wait_s, read_timeout_s))
         if code:
             raise typer.Exit(code)
 
@@ -213,7 +225,13 @@ class _FoldSide:
 
 
 async def _serve(
-    err: Console, fold: _FoldSide, token: str | None, bind: str, port: int, wait_s: float
+    err: Console,
+    fold: _FoldSide,
+    token: str | None,
+    bind: str,
+    port: int,
+    wait_s: float,
+    read_timeout_s: float = READ_TIMEOUT_S,
 ) -> int:
     """The API process: start the fold process, serve the routes until a signal (0) or until
     the fold process ends on its own (1)."""
@@ -245,7 +263,17 @@ async def _serve(
     done = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, done.set)
-    runner = web.AppRunner(front.app(token), access_log=None)
+    # aiohttp closes a connection whose request headers are not in `keepalive_timeout` after
+    # it opened (or after its last answer): with the body's bound (live_api.bounded_middleware)
+    # a slow or stalled client holds a connection that long at most.
+    # A body left unread after an answer (a 401's) is read on and dropped for at most
+    # `lingering_time`: the same bound.
+    runner = web.AppRunner(
+        front.app(token, read_timeout_s),
+        access_log=None,
+        keepalive_timeout=read_timeout_s,
+        lingering_time=read_timeout_s,
+    )
     try:
         waits = [ready, asyncio.ensure_future(ended.wait()), asyncio.ensure_future(done.wait())]
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -319,7 +347,15 @@ def _lowered(increment: int) -> Callable[[], None]:
 def _fold_process(fold: _FoldSide, socket_path: str, frames: Connection, alive: Connection) -> None:
     """The fold process: `LiveFolds` and the live API over it on `socket_path`, what its
     answers were made from handed over on `frames`; it stops at SIGTERM (the API process
-    stopping) or once `alive` ends (that process gone)."""
+    stopping), or ends at once when `alive` ends (that process gone)."""
+    # The API process gone (killed: it never asked for a stop) ends this one at once, not after
+    # the grace for the answers: a serve started again must not overlap it.
+    threading.Thread(
+        target=_end_with_peer,
+        args=(alive, socket_path, _lowered(fold.nice)),
+        name="peer",
+        daemon=True,
+    ).start()
     configure_cli_logging()
     if not _PER_THREAD_NICE:
         os.nice(fold.nice)  # the whole process, loop too: every thread is made from this one
@@ -340,7 +376,23 @@ def _fold_process(fold: _FoldSide, socket_path: str, frames: Connection, alive: 
     quiet_bad_requests()
     freeze_after_full_collections()  # the sessions' entries and state live as long as serve
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    asyncio.run(_fold_serve(live, api, handover, socket_path, fold, alive))
+    asyncio.run(_fold_serve(live, api, handover, socket_path, fold))
+
+
+def _end_with_peer(alive: Connection, socket_path: str, lower: Callable[[], None]) -> None:
+    """Block on `alive` (the API process writes nothing to it) until its end, which comes the
+    moment that process is gone however it died; then remove the socket and end this process
+    at once, whatever its threads are doing (its answers out are asked again at the next
+    start, as after any stop). On a thread of its own: it needs no turn of the event loop
+    (lowered like every thread but the loop's: it only waits)."""
+    lower()
+    with contextlib.suppress(OSError):
+        while os.read(alive.fileno(), 1):
+            pass
+    with contextlib.suppress(OSError):
+        Path(socket_path).unlink()
+        Path(socket_path).parent.rmdir()
+    os._exit(1)
 
 
 async def _fold_serve(
@@ -349,7 +401,6 @@ async def _fold_serve(
     handover: Handover,
     socket_path: str,
     fold: _FoldSide,
-    alive: Connection,
 ) -> None:
     from aiohttp import web
 
@@ -365,7 +416,9 @@ async def _fold_serve(
     loop = asyncio.get_running_loop()
     # The compact route's ledger passes, and the stop's waits, run there: folds too.
     loop.set_default_executor(ThreadPoolExecutor(initializer=lower))
-    runner = web.AppRunner(api.app(None), access_log=None)
+    # The API process' relays only, bodies whole and bounded: no timeout (an idle pooled
+    # connection closed under a relay would fail it).
+    runner = web.AppRunner(api.app(None, read_timeout_s=None), access_log=None)
     await runner.setup()
     # Every relayed call the API process holds open is a connection: room for a fleet's at once
     # (aiohttp's 128 refused the 200 bench sessions' live calls when they came together).
@@ -374,7 +427,6 @@ async def _fold_serve(
     handover.ready(len(live.sessions))
     done = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, done.set)
-    loop.add_reader(alive.fileno(), done.set)  # readable only at its end: the API process left
     try:
         await done.wait()
     finally:

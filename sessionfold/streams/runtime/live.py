@@ -101,7 +101,11 @@ from sessionfold.streams.publishing.session_file import (
     file_kind,
     session_files,
 )
-from sessionfold.streams.runtime.answer_journal import AnswerJournal, with_journals
+from sessionfold.streams.runtime.answer_journal import (
+    AnswerJournal,
+    JournalRefused,
+    with_journals,
+)
 from sessionfold.streams.runtime.embedded import (
     COMPACTION_EVENTS,
     EMBEDDED_TOPICS,
@@ -122,6 +126,10 @@ FILE_SLICE_S = 0.05
 #: How many of a file's first bytes are kept to tell a file rewritten at the same path (another
 #: session's header, or the file truncated and written again past where it was read).
 HEAD_BYTES = 1024
+
+
+class LinkOutside(Exception):
+    """A session file that is a link to a file outside the watched folders: not served."""
 
 
 class DuplicateSession(Exception):
@@ -206,6 +214,8 @@ class _Tail:
     head: bytes = b""
     #: Set aside by a fault: not read again until its (size, inode, mtime) moves from `seen`.
     aside: bool = False
+    #: Set aside as a link to a file outside the watched folders (warned about once).
+    outside: bool = False
 
 
 class LiveFolds:
@@ -298,6 +308,13 @@ class LiveFolds:
             try:
                 if not S_ISREG(stat.st_mode):  # never opened: a device, a FIFO swapped in
                     raise FileKindError(tail.path, file_kind(stat.st_mode))
+                if tail.identity is None or (stat.st_dev, stat.st_ino) != tail.identity:
+                    # A file read for the first time, or another one at the path: a link to
+                    # a file outside the watched folders is not served (a realpath, only here).
+                    if self._outside(tail.path):
+                        self._refuse_outside(tail, seen)
+                        continue
+                    tail.outside = False
                 replaced = self._replaced(tail, stat)
                 if replaced is not None:
                     log.warning(
@@ -347,6 +364,25 @@ class LiveFolds:
             if len(tail.head) < HEAD_BYTES and tail.reader.offset > len(tail.head):
                 with contextlib.suppress(OSError):  # gone meanwhile: the next poll says so
                     tail.head = _first_bytes(tail.path, min(tail.reader.offset, HEAD_BYTES))
+
+    def _outside(self, path: Path) -> bool:
+        """Whether `path` resolves (its links followed) outside every watched path: a
+        `*.jsonl` link to some other file of the machine."""
+        real = os.path.realpath(path)
+        for root in self.paths:
+            top = os.path.realpath(root)
+            if real == top or real.startswith(top.rstrip(os.sep) + os.sep):
+                return False
+        return True
+
+    def _refuse_outside(self, tail: _Tail, seen: tuple[int, int, int]) -> None:
+        """Set aside a link to a file outside the watched folders (one warning, one count);
+        looked at again only when what it points to changes."""
+        if tail.outside:
+            tail.seen = seen
+            return
+        tail.outside = True
+        self._set_aside(tail, seen, LinkOutside(str(tail.path)))
 
     def _replaced(self, tail: _Tail, stat: os.stat_result) -> str | None:
         """Why the file at the tail's path is not the one read so far (`inode`, `shrunk`,
@@ -479,7 +515,7 @@ class LiveFolds:
                 record.session_id, tail.path, folds=self._generations.get(record.session_id, 0)
             )
             if self._journals:
-                session.journal = AnswerJournal.open(tail.path, writable=True)
+                session.journal = _journal_of(tail.path, record.session_id)
             self.sessions[record.session_id] = session
         if session.asking:
             session.backlog.append(record)  # the answer with the model comes first
@@ -666,6 +702,20 @@ class LiveFolds:
         """The session's projections (`sessionfold fold --json`'s document)."""
         session = self.sessions[session_id]
         return self.runtime.session_state(session_id, session.dead_letters)
+
+
+def _journal_of(path: Path, session_id: str) -> AnswerJournal | None:
+    """The session file's answers journal, writable; None (one warning) when it is no regular
+    file within its bound: the session is folded without it, its answers asked of the model and
+    not written (never through a link, never blocking on a FIFO)."""
+    try:
+        return AnswerJournal.open(path, writable=True)
+    except JournalRefused as exc:
+        log.warning(
+            "live: an answers journal set aside: the session is served without it",
+            extra={"file": str(exc.path), "session": session_id, "reason": exc.reason},
+        )
+        return None
 
 
 def _first_bytes(path: Path, size: int) -> bytes:

@@ -51,8 +51,11 @@ from sessionfold.streams.web.auth import token_middleware
 from sessionfold.streams.web.live_contract import (
     DEFAULT_WAIT_S,
     MAX_BODY_BYTES,
+    MAX_CONTEXT_BODY_BYTES,
     MAX_ID_CHARS,
     MAX_RECALL_IDS,
+    MAX_SMALL_BODY_BYTES,
+    READ_TIMEOUT_S,
     UNKNOWN_GRACE_S,
     WAIT_STEP_S,
     BadRequest,
@@ -77,10 +80,14 @@ __all__ = [
     "LiveApi",
     "LiveMetrics",
     "add_live_routes",
+    "bounded_middleware",
     "json_response",
     "timed_middleware",
 ]
 
+
+#: The largest body each live route reads, by its path (the rest: MAX_SMALL_BODY_BYTES).
+BODY_LIMITS = {"/sessions/{session_id}/context": MAX_CONTEXT_BODY_BYTES}
 
 #: The live routes (method, path, handler's name), the same on serve's API process
 #: (live_front.py) and on the fold process or a worker (here).
@@ -391,14 +398,18 @@ class LiveApi:
 
     # --- the app ------------------------------------------------------------------------------
 
-    def app(self, token: str | None) -> web.Application:
-        """The aiohttp application: the routes behind the token guard, each one timed."""
+    def app(
+        self, token: str | None, read_timeout_s: float | None = READ_TIMEOUT_S
+    ) -> web.Application:
+        """The aiohttp application: the routes behind the token guard, each one timed, each
+        body read within its route's bound (and `read_timeout_s`, None: no bound)."""
         app = web.Application(
             middlewares=[
                 token_middleware(token),
                 timed_middleware(self.metrics, with_outcome=self.handover is not None),
+                bounded_middleware(read_timeout_s),
             ],
-            client_max_size=MAX_BODY_BYTES,
+            client_max_size=MAX_BODY_BYTES + 1,  # read() refuses a body of the bound itself
         )
         app.on_startup.append(self._hook)
         app.on_cleanup.append(self._unhook)
@@ -491,6 +502,52 @@ def timed_middleware(metrics: LiveMetrics | None, with_outcome: bool = False) ->
         return response
 
     return timed
+
+
+def bounded_middleware(read_timeout_s: float | None) -> Any:
+    """A middleware reading each body before its handler, within its route's bound
+    (`BODY_LIMITS`) and `read_timeout_s` (None: no bound): a body declared or found larger is
+    answered 413, one not in within the time 408, and the connection is closed (the rest of
+    the body is never read, nor relayed). The handler's `request.read()` gets the bytes read."""
+
+    @web.middleware
+    async def bounded(
+        request: web.Request,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    ) -> web.StreamResponse:
+        resource = request.match_info.route.resource
+        path = None if resource is None else resource.canonical
+        limit = BODY_LIMITS.get(path, MAX_SMALL_BODY_BYTES) if path else MAX_SMALL_BODY_BYTES
+        length = request.content_length
+        if length is not None and length > limit:
+            return _closed(413, "the body is too large", length, limit)
+        if not request.can_read_body:
+            return await handler(request)
+        # aiohttp's own bound, per route: read() raises once the body reaches it. The apps'
+        # is the context route's (MAX_BODY_BYTES), so the hot route needs no clone (36 us).
+        if limit != MAX_BODY_BYTES:
+            request = request.clone(client_max_size=limit + 1)
+        try:
+            if request.content.is_eof():  # came whole with the headers: nothing to wait for
+                await request.read()
+            else:
+                async with asyncio.timeout(read_timeout_s):
+                    await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _closed(413, "the body is too large", None, limit)
+        except TimeoutError:
+            return _closed(408, "the body did not come in time", None, limit)
+        return await handler(request)
+
+    return bounded
+
+
+def _closed(status: int, why: str, length: int | None, limit: int) -> web.Response:
+    """An error answer after which the connection is closed (its body is not read on)."""
+    log.info("live: a request refused", extra={"status": status, "bytes": length, "limit": limit})
+    response = json_response({"error": why}, status)
+    response.force_close()
+    return response
 
 
 def _done(session: LiveSession | None, leaf: str | None) -> bool:

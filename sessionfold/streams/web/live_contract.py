@@ -37,10 +37,22 @@ WAIT_STEP_S = 0.01
 MAX_ID_CHARS = 256
 #: Most refs one recall names.
 MAX_RECALL_IDS = 100
-#: Largest request body the live routes read: a context call carries pi's whole array (1.3 MB
-#: for 320k tokens; images ride in it too), past aiohttp's 1 MiB default. Only a caller past
-#: the token guard gets its body read.
-MAX_BODY_BYTES = 64 * 1024 * 1024
+#: Largest context call body read (a larger one is answered 413 unread). The extension sends
+#: the array's shape (28 KB at 914 messages of the shared large-session.jsonl) or, when a
+#: message has no string role or tool call id, the whole array (0.85 to 0.9 MB for the shared
+#: sessions; 1.3 MB for 320k tokens); images ride in it base64, and a model's API refuses a
+#: request much past this (Anthropic's: 32 MB), so pi never holds a larger array for one call.
+MAX_CONTEXT_BODY_BYTES = 32 * 1024 * 1024
+#: Largest body of every other route (a recall's 100 ids of 256 characters is 27 KB; a
+#: compact's and a client event's are a few hundred bytes).
+MAX_SMALL_BODY_BYTES = 64 * 1024
+#: Largest request body any live route reads (aiohttp's `client_max_size` of the apps; each
+#: route reads within its own, smaller or equal: web/live_api.py `bounded_middleware`). Only
+#: a caller past the token guard gets its body read.
+MAX_BODY_BYTES = MAX_CONTEXT_BODY_BYTES
+#: How long a request may take to send its headers, and then its body, and how long an idle
+#: connection is kept open, by default, seconds (serve's `--read-timeout`).
+READ_TIMEOUT_S = 10.0
 
 
 #: The fail-opens the pi extension reports (`client-events`).

@@ -53,10 +53,11 @@ from sessionfold.streams.web.live_api import (
     OUTCOME_HEADER,
     LiveMetrics,
     add_live_routes,
+    bounded_middleware,
     json_response,
     timed_middleware,
 )
-from sessionfold.streams.web.live_contract import MAX_BODY_BYTES, BadRequest
+from sessionfold.streams.web.live_contract import MAX_BODY_BYTES, READ_TIMEOUT_S, BadRequest
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +268,12 @@ class LiveFront:
     async def context(self, request: web.Request) -> web.Response:
         """A caught-up call from the render handed over, any other relayed."""
         body = await request.read()
-        answered = self.caught_up(request.match_info["session_id"], body)
+        # A body that is no JSON object is refused here: never relayed for the fold process
+        # to read and parse again (the answer is the one it gives).
+        parsed = _json_object(body)
+        if not isinstance(parsed, dict):
+            return parsed
+        answered = self._caught_up(request.match_info["session_id"], parsed)
         if answered is not None:
             self.answered_here += 1
             return answered
@@ -276,16 +282,21 @@ class LiveFront:
     def caught_up(self, session_id: str, body: bytes) -> web.Response | None:
         """The answer from the session's render handed over, if the call may have it (else
         None: a bad body is the fold process' to refuse, as everything else)."""
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None
+        return self._caught_up(session_id, parsed) if isinstance(parsed, dict) else None
+
+    def _caught_up(self, session_id: str, parsed: dict[str, Any]) -> web.Response | None:
+        """`caught_up` of a body parsed."""
         handed = self.sessions.get(session_id)
         kept = None if handed is None else handed.kept
         if handed is None or kept is None or not contract.is_id(session_id):
             return None
         try:
-            parsed = orjson.loads(body)
-            if not isinstance(parsed, dict):
-                return None
             asked = contract.context_request(parsed, self.wait_s, (kept.shape, kept.identities))
-        except (orjson.JSONDecodeError, BadRequest):
+        except BadRequest:
             return None
         if asked.leaf is not None and asked.leaf not in handed.ids:
             return None
@@ -309,13 +320,9 @@ class LiveFront:
 
     async def client_events(self, request: web.Request) -> web.Response:
         """Count what the extension reports (here: this process' metrics are serve's)."""
-        body = await request.read()
-        try:
-            parsed = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            parsed = None
-        if not isinstance(parsed, dict):
-            return await self._relay(request, body)  # its 400
+        parsed = _json_object(await request.read())
+        if not isinstance(parsed, dict):  # the fold process' 400, never relayed
+            return parsed
         assert self.metrics is not None
         self.metrics.fail_open(parsed.get("kind"))
         return web.Response(status=204)
@@ -356,11 +363,18 @@ class LiveFront:
 
     # --- the app ------------------------------------------------------------------------------
 
-    def app(self, token: str | None) -> web.Application:
-        """The aiohttp application: live_api.py's routes behind the token guard, each timed."""
+    def app(
+        self, token: str | None, read_timeout_s: float | None = READ_TIMEOUT_S
+    ) -> web.Application:
+        """The aiohttp application: live_api.py's routes behind the token guard, each timed,
+        each body read within its route's bound and `read_timeout_s`."""
         app = web.Application(
-            middlewares=[token_middleware(token), timed_middleware(self.metrics)],
-            client_max_size=MAX_BODY_BYTES,
+            middlewares=[
+                token_middleware(token),
+                timed_middleware(self.metrics),
+                bounded_middleware(read_timeout_s),
+            ],
+            client_max_size=MAX_BODY_BYTES + 1,  # read() refuses a body of the bound itself
         )
         app.on_startup.append(self._open)
         app.on_cleanup.append(self._close)
@@ -379,6 +393,17 @@ class LiveFront:
         client, self._client = self._client, None
         if client is not None:
             await client.close()
+
+
+def _json_object(body: bytes) -> dict[str, Any] | web.Response:
+    """The body parsed, or the fold process' 400 for a body that is no JSON object."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return json_response({"error": "the body is not JSON"}, 400)
+    if not isinstance(parsed, dict):
+        return json_response({"error": "the body is not a JSON object"}, 400)
+    return parsed
 
 
 def _unanswered(exc: BaseException) -> web.Response:
