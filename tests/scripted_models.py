@@ -69,6 +69,7 @@ class Request:
     body: dict[str, Any]
     kind: str
     turn: Turn | None = None
+    raw: bytes = b""  # the body's bytes as they came
 
 
 Classifier = Callable[[str, dict[str, str], dict[str, Any]], str]
@@ -210,6 +211,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = {"unreadable": len(raw)}
         headers = {k.lower(): v for k, v in self.headers.items()}
         request = self.model.take(self.path, headers, body)
+        request.raw = raw
         self.close_connection = True
         if not self.path.split("?")[0].rstrip("/").endswith(self.model.endpoint):
             self._send(404, json.dumps({"error": {"message": "no such path"}}).encode())

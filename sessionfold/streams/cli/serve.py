@@ -57,10 +57,13 @@ from sessionfold.streams.cli.worker import model_port_for
 from sessionfold.streams.logs import configure_cli_logging
 from sessionfold.streams.runtime.heap import freeze_after_full_collections
 from sessionfold.streams.runtime.live import DEFAULT_ANSWER_THREADS, LiveFolds
+from sessionfold.streams.web.anthropic_api import ANTHROPIC
 from sessionfold.streams.web.auth import exposure_warning, quiet_bad_requests
+from sessionfold.streams.web.gateway import APIS, Gateway
 from sessionfold.streams.web.live_api import DEFAULT_WAIT_S, LiveApi
 from sessionfold.streams.web.live_contract import READ_TIMEOUT_S
 from sessionfold.streams.web.live_front import Handover, LiveFront
+from sessionfold.streams.web.openai_api import OPENAI
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +166,22 @@ def register(app: typer.Typer) -> None:
                 "and how long an idle connection is kept, seconds (then it is closed).",
             ),
         ] = READ_TIMEOUT_S,
+        anthropic_upstream: Annotated[
+            str,
+            typer.Option(
+                "--anthropic-upstream",
+                envvar="SESSIONFOLD_ANTHROPIC_UPSTREAM",
+                help="Where the gateway sends Claude Code's calls (Anthropic Messages).",
+            ),
+        ] = ANTHROPIC.default_upstream,
+        openai_upstream: Annotated[
+            str,
+            typer.Option(
+                "--openai-upstream",
+                envvar="SESSIONFOLD_OPENAI_UPSTREAM",
+                help="Where the gateway sends Codex's calls (OpenAI Responses).",
+            ),
+        ] = OPENAI.default_upstream,
         api_token: ApiToken = None,
         api_token_file: ApiTokenFile = None,
         config_file: ConfigFile = None,
@@ -205,7 +224,12 @@ def register(app: typer.Typer) -> None:
         quiet_bad_requests()
         freeze_after_full_collections()  # the renders handed over: a few per session, kept
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        code = asyncio.run(_serve(err, fold, token, bind, port, wait_s, read_timeout_s))
+        upstreams = {ANTHROPIC.name: anthropic_upstream, OPENAI.name: openai_upstream}
+        for name, url in upstreams.items():
+            if not url.startswith(("http://", "https://")):
+                err.print(f"[red]--{name}-upstream wants an http(s) URL[/]", highlight=False)
+                raise typer.Exit(2)
+        code = asyncio.run(_serve(err, fold, token, bind, port, wait_s, read_timeout_s, upstreams))
         if code:
             raise typer.Exit(code)
 
@@ -232,6 +256,7 @@ async def _serve(
     port: int,
     wait_s: float,
     read_timeout_s: float = READ_TIMEOUT_S,
+    upstreams: dict[str, str] | None = None,
 ) -> int:
     """The API process: start the fold process, serve the routes until a signal (0) or until
     the fold process ends on its own (1)."""
@@ -256,6 +281,12 @@ async def _serve(
     pipe = open(frames_in.fileno(), "rb", buffering=0, closefd=False)  # noqa: SIM115
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
     front = LiveFront(str(socket_path), wait_s)
+    assert front.metrics is not None
+    gateway = Gateway(
+        upstreams or {api.name: api.default_upstream for api in APIS},
+        token,
+        front.metrics.registry,
+    )
     ready: asyncio.Future[int] = loop.create_future()
     receiving = asyncio.create_task(front.receive(reader, ready))
     ended = asyncio.Event()
@@ -269,7 +300,7 @@ async def _serve(
     # A body left unread after an answer (a 401's) is read on and dropped for at most
     # `lingering_time`: the same bound.
     runner = web.AppRunner(
-        front.app(token, read_timeout_s),
+        front.app(token, read_timeout_s, gateway),
         access_log=None,
         keepalive_timeout=read_timeout_s,
         lingering_time=read_timeout_s,

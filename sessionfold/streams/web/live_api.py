@@ -504,9 +504,10 @@ def timed_middleware(metrics: LiveMetrics | None, with_outcome: bool = False) ->
     return timed
 
 
-def bounded_middleware(read_timeout_s: float | None) -> Any:
+def bounded_middleware(read_timeout_s: float | None, limits: dict[str, int] = BODY_LIMITS) -> Any:
     """A middleware reading each body before its handler, within its route's bound
-    (`BODY_LIMITS`) and `read_timeout_s` (None: no bound): a body declared or found larger is
+    (`limits` by path, `BODY_LIMITS` by default) and `read_timeout_s` (None: no bound): a body
+    declared or found larger is
     answered 413, one not in within the time 408, and the connection is closed (the rest of
     the body is never read, nor relayed). The handler's `request.read()` gets the bytes read."""
 
@@ -517,7 +518,7 @@ def bounded_middleware(read_timeout_s: float | None) -> Any:
     ) -> web.StreamResponse:
         resource = request.match_info.route.resource
         path = None if resource is None else resource.canonical
-        limit = BODY_LIMITS.get(path, MAX_SMALL_BODY_BYTES) if path else MAX_SMALL_BODY_BYTES
+        limit = limits.get(path, MAX_SMALL_BODY_BYTES) if path else MAX_SMALL_BODY_BYTES
         length = request.content_length
         if length is not None and length > limit:
             return _closed(413, "the body is too large", length, limit)

@@ -49,7 +49,9 @@ from sessionfold.projections.views.context import Identity
 from sessionfold.streams.runtime.live import LiveFolds, Rendered
 from sessionfold.streams.web import live_contract as contract
 from sessionfold.streams.web.auth import token_middleware
+from sessionfold.streams.web.gateway import Gateway
 from sessionfold.streams.web.live_api import (
+    BODY_LIMITS,
     OUTCOME_HEADER,
     LiveMetrics,
     add_live_routes,
@@ -364,21 +366,30 @@ class LiveFront:
     # --- the app ------------------------------------------------------------------------------
 
     def app(
-        self, token: str | None, read_timeout_s: float | None = READ_TIMEOUT_S
+        self,
+        token: str | None,
+        read_timeout_s: float | None = READ_TIMEOUT_S,
+        gateway: Gateway | None = None,
     ) -> web.Application:
         """The aiohttp application: live_api.py's routes behind the token guard, each timed,
-        each body read within its route's bound and `read_timeout_s`."""
+        each body read within its route's bound and `read_timeout_s`; with `gateway`, the
+        model API routes Claude Code and Codex call (gateway.py) beside them."""
+        limits = dict(BODY_LIMITS)
+        if gateway is not None:
+            limits.update(gateway.body_limits())
         app = web.Application(
             middlewares=[
                 token_middleware(token),
                 timed_middleware(self.metrics),
-                bounded_middleware(read_timeout_s),
+                bounded_middleware(read_timeout_s, limits),
             ],
             client_max_size=MAX_BODY_BYTES + 1,  # read() refuses a body of the bound itself
         )
         app.on_startup.append(self._open)
         app.on_cleanup.append(self._close)
         add_live_routes(app, self)
+        if gateway is not None:
+            gateway.add_routes(app)
         return app
 
     async def _open(self, _app: web.Application) -> None:

@@ -1,0 +1,308 @@
+"""The gateway: `sessionfold serve` answers the model APIs Claude Code and Codex call and
+forwards each call to the real provider, streaming the answer back as it comes.
+
+Point an agent at serve (Claude Code: `ANTHROPIC_BASE_URL=http://127.0.0.1:6068`; Codex: a
+`model_providers` entry whose `base_url` is `http://127.0.0.1:6068/v1`) and each call goes to
+the upstream of its API (`--anthropic-upstream`, `--openai-upstream`) with the agent's own
+headers, its key among them, and the answer comes back byte for byte: status, headers (but the
+hop-by-hop ones) and body, each chunk written as it arrives. The gateway never retries a call
+and never answers for the provider: an upstream it cannot reach is a 502 in the API's own error
+shape, an upstream error passes as it came. Nothing of a call is logged, stored or counted but
+its API, its session id (from the agent's headers: model_api.py), its outcome and the usage its
+answer reports (read out of the stream as it passes: `UsageTap`).
+
+When serve has an API token, a call must carry it in `X-Sessionfold-Token` (the agent's own
+`Authorization` is its provider key): Claude Code's `ANTHROPIC_CUSTOM_HEADERS`, a Codex
+provider's `http_headers`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter
+
+from sessionfold.streams.web.anthropic_api import ANTHROPIC
+from sessionfold.streams.web.live_contract import MAX_CONTEXT_BODY_BYTES
+from sessionfold.streams.web.model_api import USAGE_PARTS, ModelApi
+from sessionfold.streams.web.openai_api import OPENAI
+
+log = logging.getLogger(__name__)
+
+#: Every API the gateway answers.
+APIS = (ANTHROPIC, OPENAI)
+#: Headers that belong to one connection, not to the call (RFC 9110 §7.6.1), and the ones the
+#: HTTP client sets itself for the upstream connection.
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+#: The header a call carries serve's API token in (the agent's `Authorization` is its key's).
+TOKEN_HEADER = "x-sessionfold-token"
+#: Headers the HTTP client adds unasked; sent upstream only when the agent sent them.
+_CLIENT_DEFAULTS = ("accept", "accept-encoding", "user-agent")
+#: The most bytes of one stream event the usage tap holds (a bigger event is not read).
+MAX_EVENT_BYTES = 4 * 1024 * 1024
+#: Sessions whose usage is kept in memory (the least recently used go first).
+MAX_SESSIONS = 10_000
+#: How long the upstream may take to accept a connection; an answer may stream for as long as
+#: the model writes (the agent bounds it).
+CONNECT_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class GatewayMetrics:
+    """The gateway's Prometheus counters (bounded labels: api, outcome, part)."""
+
+    calls: Counter
+    tokens: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> GatewayMetrics:
+        """The counters, registered in `registry`."""
+        return cls(
+            Counter(
+                "sessionfold_gateway_calls_total",
+                "Model API calls the gateway relayed, by API and outcome "
+                "(answered: the upstream's answer passed on, whatever its status; unreachable: "
+                "no upstream answer; cut: the stream ended early on either side).",
+                ["api", "outcome"],
+                registry=registry,
+            ),
+            Counter(
+                "sessionfold_gateway_tokens_total",
+                "Tokens the upstream's answers report, by API and part (input read fresh, "
+                "cache_read, cache_write, output).",
+                ["api", "part"],
+                registry=registry,
+            ),
+        )
+
+
+class UsageTap:
+    """Reads the usage an answer's server-sent events report as they pass, holding at most one
+    event's bytes; only the API's usage events are parsed."""
+
+    def __init__(self, api: ModelApi) -> None:
+        self.api = api
+        self.usage: dict[str, int] = {}
+        self._pending = bytearray()
+        self._off = False
+
+    def feed(self, chunk: bytes) -> None:
+        """Take the next bytes of the stream."""
+        if self._off:
+            return
+        self._pending += chunk
+        while (end := self._pending.find(b"\n\n")) >= 0:
+            block = bytes(self._pending[:end])
+            del self._pending[: end + 2]
+            self._event(block)
+        if len(self._pending) > MAX_EVENT_BYTES:
+            self._off = True  # no usage event is that large: stop reading, keep relaying
+            self._pending.clear()
+
+    def _event(self, block: bytes) -> None:
+        name = ""
+        data: list[bytes] = []
+        for line in block.split(b"\n"):
+            line = line.rstrip(b"\r")
+            if line.startswith(b"event:"):
+                name = line[6:].strip().decode("utf-8", "replace")
+            elif line.startswith(b"data:"):
+                data.append(line[5:].strip())
+        if name not in self.api.usage_events:
+            return
+        try:
+            parsed = orjson.loads(b"\n".join(data))
+        except orjson.JSONDecodeError:
+            return
+        found = self.api.usage_of(name, parsed)
+        if found:
+            self.usage.update(found)
+
+
+@dataclass
+class Gateway:
+    """The gateway's routes: each API's calls relayed to its upstream (base URLs by API name)."""
+
+    upstreams: dict[str, str]
+    token: str | None = None
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    #: Per session: the usage its answers reported, summed (least recently used first).
+    sessions: OrderedDict[str, dict[str, int]] = field(default_factory=OrderedDict)
+
+    def __post_init__(self) -> None:
+        self.metrics = GatewayMetrics.create(self.registry)
+        self._client: httpx.AsyncClient | None = None
+
+    def add_routes(self, app: web.Application) -> None:
+        """Route every API's calls (and the usage route) on `app`; the client opens with it."""
+        for api in APIS:
+            handler = self._handler(api)
+            for method, path in api.routes:
+                app.router.add_route(method, path, handler)
+        app.router.add_route("GET", "/gateway/sessions/{session_id}", self.session_usage)
+        app.on_startup.append(self._open)
+        app.on_cleanup.append(self._close)
+
+    def body_limits(self) -> dict[str, int]:
+        """The largest body each gateway route reads: an agent's whole context (requests of a
+        full 200k-token window are a few MB; Anthropic's own limit is 32 MB)."""
+        return {path: MAX_CONTEXT_BODY_BYTES for api in APIS for _method, path in api.routes}
+
+    def _handler(self, api: ModelApi) -> Any:
+        async def relay(request: web.Request) -> web.StreamResponse:
+            return await self.relay(api, request)
+
+        return relay
+
+    async def session_usage(self, request: web.Request) -> web.Response:
+        """What the gateway counted for one session: calls and the usage they reported."""
+        found = self.sessions.get(request.match_info["session_id"])
+        if found is None:
+            return web.json_response({"error": "no call of this session"}, status=404)
+        return web.json_response(found)
+
+    async def relay(self, api: ModelApi, request: web.Request) -> web.StreamResponse:
+        """One call: its bytes upstream as they came, the upstream's answer back as it comes."""
+        if self.token is not None and not _token_ok(request, self.token):
+            return _error(api, 401, "authentication_error", "sessionfold: X-Sessionfold-Token")
+        assert self._client is not None
+        body = await request.read()
+        session = api.session_of({k.lower(): v for k, v in request.headers.items()}, body)
+        sent = _upstream_headers(request)
+        upstream_url = self.upstreams[api.name].rstrip("/") + str(request.rel_url)
+        outgoing = self._client.build_request(
+            request.method, upstream_url, headers=sent, content=body or None
+        )
+        named = {k.lower() for k, _v in sent}
+        for name in _CLIENT_DEFAULTS:
+            if name not in named:
+                outgoing.headers.pop(name, None)
+        try:
+            upstream = await self._client.send(outgoing, stream=True)
+        except httpx.HTTPError as exc:
+            self.metrics.calls.labels(api.name, "unreachable").inc()
+            log.warning(
+                "gateway: the upstream did not answer",
+                extra={"api": api.name, "error": type(exc).__name__},
+            )
+            return _error(api, 502, "api_error", "sessionfold gateway: the upstream did not answer")
+        return await self._stream(api, request, upstream, session)
+
+    async def _stream(
+        self,
+        api: ModelApi,
+        request: web.Request,
+        upstream: httpx.Response,
+        session: str | None,
+    ) -> web.StreamResponse:
+        headers = [
+            (k, v) for k, v in upstream.headers.multi_items() if k.lower() not in _HOP_BY_HOP
+        ]
+        kind = upstream.headers.get("content-type", "")
+        tap = None
+        if kind.startswith("text/event-stream") and "content-encoding" not in upstream.headers:
+            tap = UsageTap(api)
+        response = web.StreamResponse(status=upstream.status_code)
+        for name, value in headers:
+            response.headers.add(name, value)
+        length = upstream.headers.get("content-length")
+        if length is not None and length.isdigit():
+            response.content_length = int(length)  # the raw bytes are passed: it still holds
+        outcome = "answered"
+        try:
+            await response.prepare(request)
+            async for chunk in upstream.aiter_raw():
+                if tap is not None:
+                    tap.feed(chunk)
+                await response.write(chunk)
+            await response.write_eof()
+        except (httpx.HTTPError, ConnectionError) as exc:
+            outcome = "cut"  # the upstream's stream broke, or the agent went away
+            log.warning(
+                "gateway: a stream ended early",
+                extra={"api": api.name, "error": type(exc).__name__},
+            )
+        finally:
+            await upstream.aclose()
+        self.metrics.calls.labels(api.name, outcome).inc()
+        self._count(api, session, tap.usage if tap is not None else {})
+        return response
+
+    def _count(self, api: ModelApi, session: str | None, usage: dict[str, int]) -> None:
+        for part in USAGE_PARTS:
+            if usage.get(part):
+                self.metrics.tokens.labels(api.name, part).inc(usage[part])
+        if session is None:
+            return
+        record = self.sessions.pop(session, None)
+        if record is None:
+            log.info("gateway: a session's first call", extra={"api": api.name, "session": session})
+            record = {"calls": 0, **dict.fromkeys(USAGE_PARTS, 0)}
+        record["calls"] += 1
+        for part, tokens in usage.items():
+            record[part] += tokens
+        self.sessions[session] = record
+        while len(self.sessions) > MAX_SESSIONS:
+            self.sessions.popitem(last=False)
+
+    async def _open(self, _app: web.Application) -> None:
+        timeout = httpx.Timeout(CONNECT_TIMEOUT_S, read=None, write=None, pool=None)
+        # No connection limit (every agent's call in flight holds one), no redirects followed,
+        # no proxy from the environment: the upstream is the one the user named.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        self._client = httpx.AsyncClient(
+            timeout=timeout, limits=limits, follow_redirects=False, trust_env=False
+        )
+
+    async def _close(self, _app: web.Application) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+
+def _upstream_headers(request: web.Request) -> list[tuple[str, str]]:
+    """The agent's headers for the upstream: all but the hop-by-hop ones and serve's token."""
+    return [
+        (k, v)
+        for k, v in request.headers.items()
+        if k.lower() not in _HOP_BY_HOP and k.lower() != TOKEN_HEADER
+    ]
+
+
+def _token_ok(request: web.Request, token: str) -> bool:
+    import hmac
+
+    presented = request.headers.get(TOKEN_HEADER)
+    if presented is None:
+        return False
+    try:
+        return hmac.compare_digest(presented.encode("utf-8", "surrogateescape"), token.encode())
+    except UnicodeError:
+        return False
+
+
+def _error(api: ModelApi, status: int, kind: str, message: str) -> web.Response:
+    """An answer of the gateway's own, in the API's error shape."""
+    return web.Response(
+        status=status, body=api.error_body(kind, message), content_type="application/json"
+    )

@@ -1,0 +1,58 @@
+"""What the gateway needs to know of a model API: what names a call's session, where its
+usage is, and how the API says an error. One module per API defines its `ModelApi`
+(anthropic_api.py for Claude Code, openai_api.py for Codex); gateway.py relays their routes to
+the upstream the user chose.
+
+Read only from headers and the request body the agent sent: never logged, never stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+#: Usage as the gateway counts it: tokens read fresh, read from the cache, written to the
+#: cache, and output (the four parts every provider bills apart).
+USAGE_PARTS = ("input", "cache_read", "cache_write", "output")
+
+
+@dataclass(frozen=True)
+class ModelApi:
+    """One model API: its name, its routes (method, path), its default upstream, and readers."""
+
+    name: str
+    routes: tuple[tuple[str, str], ...]
+    default_upstream: str
+    #: The session a call belongs to, from its headers (lower-case names) and its body.
+    session_of: Callable[[Mapping[str, str], bytes], str | None]
+    #: The usage a stream event reports ({part: tokens} of USAGE_PARTS, a part absent when the
+    #: event does not say it), or None; given the event's name and its parsed data.
+    usage_of: Callable[[str, Any], dict[str, int] | None]
+    #: The events whose data `usage_of` reads (the others are never parsed).
+    usage_events: frozenset[str]
+    #: The JSON body of an error the gateway itself answers, in the API's own shape.
+    error_body: Callable[[str, str], bytes]
+
+
+def json_object(text: Any) -> dict[str, Any]:
+    """`text` (str or bytes) parsed as a JSON object, or {} (a header or field the agent may
+    leave out, a body that is no JSON object)."""
+    if not isinstance(text, (str, bytes)) or not text:
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def nonempty(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def count(usage: Any, name: str) -> int | None:
+    value = usage.get(name) if isinstance(usage, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
