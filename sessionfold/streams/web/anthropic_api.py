@@ -48,6 +48,31 @@ def _anthropic_error(kind: str, message: str) -> bytes:
     return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
 
 
+def _tool_results(body: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The `tool_result` blocks of the request's user messages, with their `tool_use_id`."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    found: list[tuple[str, dict[str, Any]]] = []
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list) or message.get("role") != "user":
+            continue
+        for block in content:
+            if (
+                isinstance(block, dict)
+                and block.get("type") == "tool_result"
+                and isinstance(block.get("tool_use_id"), str)
+            ):
+                found.append((block["tool_use_id"], block))
+    return found
+
+
+def _replace(block: dict[str, Any], text: str) -> None:
+    """The result's content becomes `text`; `cache_control` stays; `is_error` goes (a summary
+    is no error, as pi-condense's stub says)."""
+    block["content"] = text
+    block.pop("is_error", None)
+
+
 ANTHROPIC = ModelApi(
     name="anthropic",
     routes=(("POST", "/v1/messages"), ("POST", "/v1/messages/count_tokens")),
@@ -56,4 +81,6 @@ ANTHROPIC = ModelApi(
     usage_of=_anthropic_usage,
     usage_events=frozenset({"message_start", "message_delta"}),
     error_body=_anthropic_error,
+    results=_tool_results,
+    replace=_replace,
 )

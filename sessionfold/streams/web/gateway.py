@@ -18,8 +18,11 @@ provider's `http_headers`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +32,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
 from sessionfold.streams.web.anthropic_api import ANTHROPIC
+from sessionfold.streams.web.cache_policy import CachePolicy
 from sessionfold.streams.web.live_contract import MAX_CONTEXT_BODY_BYTES
 from sessionfold.streams.web.model_api import USAGE_PARTS, ModelApi
 from sessionfold.streams.web.openai_api import OPENAI
@@ -65,6 +69,11 @@ MAX_SESSIONS = 10_000
 #: How long the upstream may take to accept a connection; an answer may stream for as long as
 #: the model writes (the agent bounds it).
 CONNECT_TIMEOUT_S = 10.0
+#: How long a call waits for the fold's plan before it goes upstream unchanged: a caught-up
+#: render takes a few ms; a call never waits on the tailer.
+PLAN_TIMEOUT_S = 0.25
+#: Fetches the fold's rewrite plan of a session ({"known", "results": {call id: text}}).
+PlanSource = Callable[[str], Awaitable[dict[str, Any] | None]]
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,8 @@ class GatewayMetrics:
 
     calls: Counter
     tokens: Counter
+    chars: Counter
+    fail_open: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> GatewayMetrics:
@@ -91,6 +102,20 @@ class GatewayMetrics:
                 "Tokens the upstream's answers report, by API and part (input read fresh, "
                 "cache_read, cache_write, output).",
                 ["api", "part"],
+                registry=registry,
+            ),
+            Counter(
+                "sessionfold_gateway_request_chars_total",
+                "Request body bytes the agents asked to send and the gateway sent, by API "
+                "(sent below asked: what the rewrite freed).",
+                ["api", "side"],
+                registry=registry,
+            ),
+            Counter(
+                "sessionfold_gateway_unchanged_total",
+                "Calls sent upstream unchanged although their session has a plan, by reason "
+                "(plan-timeout, plan-unavailable, rewrite-invalid, rewrite-failed).",
+                ["reason"],
                 registry=registry,
             ),
         )
@@ -148,10 +173,14 @@ class Gateway:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     #: Per session: the usage its answers reported, summed (least recently used first).
     sessions: OrderedDict[str, dict[str, int]] = field(default_factory=OrderedDict)
+    #: Where the rewrite plans come from (serve: the fold process); None: pass-through only.
+    plans: PlanSource | None = None
+    policy: CachePolicy = field(default_factory=CachePolicy)
 
     def __post_init__(self) -> None:
         self.metrics = GatewayMetrics.create(self.registry)
         self._client: httpx.AsyncClient | None = None
+        self._warned: set[str] = set()  # the fail-open kinds warned about once
 
     def add_routes(self, app: web.Application) -> None:
         """Route every API's calls (and the usage route) on `app`; the client opens with it."""
@@ -188,6 +217,11 @@ class Gateway:
         assert self._client is not None
         body = await request.read()
         session = api.session_of({k.lower(): v for k, v in request.headers.items()}, body)
+        asked = len(body)
+        if session is not None and self.plans is not None:
+            body = await self._rewritten(api, session, body, request.path)
+        self.metrics.chars.labels(api.name, "asked").inc(asked)
+        self.metrics.chars.labels(api.name, "sent").inc(len(body))
         sent = _upstream_headers(request)
         upstream_url = self.upstreams[api.name].rstrip("/") + str(request.rel_url)
         outgoing = self._client.build_request(
@@ -247,6 +281,45 @@ class Gateway:
         self.metrics.calls.labels(api.name, outcome).inc()
         self._count(api, session, tap.usage if tap is not None else {})
         return response
+
+    async def _rewritten(self, api: ModelApi, session: str, body: bytes, path: str) -> bytes:
+        """`body` with the session's rewrite applied, or `body` itself when there is nothing
+        to apply or anything fails (fail open: one warning per kind)."""
+        assert self.plans is not None
+        try:
+            plan = await asyncio.wait_for(self.plans(session), PLAN_TIMEOUT_S)
+        except TimeoutError:
+            return self._open_fail("plan-timeout", body)
+        except Exception:  # the fold process down or answering wrong: fail open
+            return self._open_fail("plan-unavailable", body)
+        results = plan.get("results") if isinstance(plan, dict) and plan.get("known") else None
+        if not isinstance(results, dict) or not results:
+            return body  # a session the fold does not hold, or nothing summarized yet
+        try:
+            parsed = orjson.loads(body)
+            found = api.results(parsed)
+            present = {call: len(orjson.dumps(block)) for call, block in found}
+            texts = self.policy.choose(
+                session, results, present, time.monotonic(), path.endswith("/count_tokens")
+            )
+            if not texts:
+                return body
+            before = [call for call, _block in found]
+            for call, block in found:
+                if call in texts:
+                    api.replace(block, texts[call])
+            if [call for call, _block in api.results(parsed)] != before:
+                return self._open_fail("rewrite-invalid", body)
+            return orjson.dumps(parsed)
+        except Exception:  # a body the rewrite cannot read: sent as it came
+            return self._open_fail("rewrite-failed", body)
+
+    def _open_fail(self, kind: str, body: bytes) -> bytes:
+        self.metrics.fail_open.labels(kind).inc()
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning("gateway: a call went upstream unchanged", extra={"reason": kind})
+        return body
 
     def _count(self, api: ModelApi, session: str | None, usage: dict[str, int]) -> None:
         for part in USAGE_PARTS:

@@ -43,6 +43,7 @@ from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.pruning.digest import message_of
 from sessionfold.projections.views.chains import resolve_ref
 from sessionfold.projections.views.recall import recall_text
+from sessionfold.projections.views.rewrite import rewrite_plan
 from sessionfold.streams.publishing.session_file import read_session_file
 from sessionfold.streams.runtime.ledger_loop import fold_records
 from sessionfold.streams.runtime.live import LiveFolds, LiveSession, Rendered
@@ -101,6 +102,7 @@ LIVE_ROUTES = (
     ("POST", "/sessions/{session_id}/compact", "compact"),
     ("POST", "/sessions/{session_id}/recall", "recall"),
     ("POST", "/sessions/{session_id}/client-events", "client_events"),
+    ("GET", "/sessions/{session_id}/plan", "plan"),
 )
 
 
@@ -132,6 +134,8 @@ class LiveApi:
         #: context calls waiting for it wait on. Per session, so a busy fleet's lines wake
         #: only the calls they concern.
         self._woken: dict[str, asyncio.Event] = {}
+        #: Per session: the last render a plan was made of, and that plan encoded.
+        self._plans: dict[str, tuple[Rendered, bytes]] = {}
         #: Whether the tailer wakes waiting calls (`_hook`): then their look again is only a
         #: safety net, not a poll every WAIT_STEP_S.
         self._hooked = False
@@ -282,6 +286,33 @@ class LiveApi:
         if request.patch:
             return answer, "patch", rendered.patch_json
         return answer, "messages", rendered.messages_json
+
+    async def plan(self, request: web.Request) -> web.Response:
+        """The gateway's rewrite plan for the session as it is folded now (views/rewrite.py):
+        never waits for a leaf (the gateway passes results the fold has not seen yet)."""
+        session_id = _id(request)
+        if session_id not in self.live.sessions:
+            return json_response({"session": session_id, "known": False, "results": {}})
+        encoded = await asyncio.get_running_loop().run_in_executor(
+            self._renders, self._plan_now, session_id
+        )
+        if encoded is None:
+            return json_response({"session": session_id, "known": False, "results": {}})
+        return web.Response(body=encoded, content_type="application/json")
+
+    def _plan_now(self, session_id: str) -> bytes | None:
+        """The plan of the session's current render, encoded once per render."""
+        try:
+            rendered = self.live.rendered(session_id, contract.epoch_of)
+        except KeyError:  # dropped meanwhile
+            return None
+        kept = self._plans.get(session_id)
+        if kept is not None and kept[0] is rendered:
+            return kept[1]
+        plan = {"session": session_id, "known": True, "epoch": rendered.epoch}
+        encoded = orjson.dumps({**plan, "results": rewrite_plan(rendered.view)})
+        self._plans[session_id] = (rendered, encoded)
+        return encoded
 
     async def compact(self, request: web.Request) -> web.Response:
         """The ledger's compaction summary for the session as its file stands, or a fallback."""

@@ -38,6 +38,7 @@ import struct
 import threading
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import orjson
@@ -318,7 +319,17 @@ class LiveFront:
         return await self._relay(request, await request.read())
 
     # The routes the fold process answers, relayed as they came.
-    health = document = status = ref = compact = recall = relay
+    health = document = status = ref = compact = recall = plan = relay
+
+    async def fetch_plan(self, session_id: str) -> dict[str, Any] | None:
+        """The fold process' rewrite plan for a session (the gateway's), or None when it is
+        not answering (the caller bounds the wait)."""
+        assert self._client is not None
+        async with self._client.get(f"/sessions/{quote(session_id, safe='')}/plan") as answer:
+            if answer.status != 200:
+                return None
+            plan: dict[str, Any] = orjson.loads(await answer.read())
+            return plan
 
     async def client_events(self, request: web.Request) -> web.Response:
         """Count what the extension reports (here: this process' metrics are serve's)."""
@@ -389,6 +400,7 @@ class LiveFront:
         app.on_cleanup.append(self._close)
         add_live_routes(app, self)
         if gateway is not None:
+            gateway.plans = self.fetch_plan
             gateway.add_routes(app)
         return app
 

@@ -35,6 +35,12 @@ class ModelApi:
     usage_events: frozenset[str]
     #: The JSON body of an error the gateway itself answers, in the API's own shape.
     error_body: Callable[[str, str], bytes]
+    #: The tool results a parsed request carries: (tool call id, the block or item holding the
+    #: result), in order.
+    results: Callable[[Any], list[tuple[str, dict[str, Any]]]]
+    #: Put a text in place of a result's content (its other fields, cache markers among them,
+    #: stay).
+    replace: Callable[[dict[str, Any], str], None]
 
 
 def json_object(text: Any) -> dict[str, Any]:

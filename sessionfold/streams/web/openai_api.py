@@ -43,6 +43,25 @@ def _openai_error(kind: str, message: str) -> bytes:
     return orjson.dumps({"error": {"type": kind, "message": message, "code": None}})
 
 
+_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
+
+
+def _tool_outputs(body: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The tool output items of the request's `input`, with their `call_id`."""
+    items = body.get("input") if isinstance(body, dict) else None
+    return [
+        (item["call_id"], item)
+        for item in (items if isinstance(items, list) else [])
+        if isinstance(item, dict)
+        and item.get("type") in _OUTPUTS
+        and isinstance(item.get("call_id"), str)
+    ]
+
+
+def _replace(item: dict[str, Any], text: str) -> None:
+    item["output"] = text
+
+
 OPENAI = ModelApi(
     name="openai",
     routes=(
@@ -55,4 +74,6 @@ OPENAI = ModelApi(
     usage_of=_responses_usage,
     usage_events=frozenset({"response.completed"}),
     error_body=_openai_error,
+    results=_tool_outputs,
+    replace=_replace,
 )
