@@ -9,8 +9,11 @@ Claude Code carries serve's token in `ANTHROPIC_CUSTOM_HEADERS`, Codex in its pr
 
 from __future__ import annotations
 
+import json
 import secrets
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,8 +26,12 @@ from agent_clis import (
     run_claude,
     run_codex,
 )
+from context_oracles import views_at_turns
 from scripted_models import AnthropicModel, Call, ResponsesModel, Turn, Usage
 from serve_process import serving
+
+from sessionfold.projections.pruning.config import build_config
+from sessionfold.projections.views.rewrite import rewrite_plan
 
 pytestmark = [
     pytest.mark.skipif(
@@ -102,3 +109,66 @@ def test_codex_through_the_gateway(tmp_path: Path) -> None:
     assert all("x-sessionfold-token" not in t.headers for t in turns)
     assert usage["calls"] == 2 and usage["cache_read"] == 12 and usage["output"] == 11
     assert b"Bearer scripted" not in err
+
+
+def _results_sent(request: Any) -> dict[str, str]:
+    """tool_use id -> the text of its tool_result, as one request carried it."""
+    found: dict[str, str] = {}
+    for message in request.body.get("messages", []):
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                body = block.get("content")
+                found[block["tool_use_id"]] = body if isinstance(body, str) else json.dumps(body)
+    return found
+
+
+def test_claude_code_gets_the_folds_stubs_through_the_gateway(tmp_path: Path) -> None:
+    """Three prompts, each reading a large output: once the first turns' batches are flushed,
+    the model gets their results as the fold's stubs (with the summaries in them), the text
+    `sessionfold context` computes for the file; the other results pass as the agent sent them;
+    every prompt finishes."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    projects = home / ".claude" / "projects"
+    projects.mkdir(parents=True)
+    calls = [Call(f"toolu_0{n}big", "Bash", {"command": f"seq {n} 3000"}) for n in range(1, 4)]
+    script = []
+    for call in calls:
+        script += [
+            Turn(calls=(call,), usage=Usage(100, 5)),
+            Turn(text="read it", usage=Usage(9, 2)),
+        ]
+    settings = ["--set", "recoveryGraceTurns=0", "--min-freed-tokens", "0"]
+    with AnthropicModel(script) as model:
+        args = ["--anthropic-upstream", model.url, *settings]
+        with serving(projects, TOKEN, args=args) as serve:
+            env = claude_env(home, serve.url)
+            env["ANTHROPIC_CUSTOM_HEADERS"] = f"X-Sessionfold-Token: {TOKEN}"
+            session = run_claude(work, env, "read the first")["session_id"]
+            for prompt in ("read the second", "read the third"):
+                time.sleep(0.5)  # the tailer folds the turn (serve polls every 5 ms)
+                run_claude(work, env, prompt, "--resume", session)
+            err = serve.stop()
+        assert model.unscripted == [] and model.pending()["turn"] == 0
+        turns = model.of_kind("turn")
+    transcript = next(projects.glob(f"*/{session}.jsonl"))
+    config = build_config({"recoveryGraceTurns": 0})
+    end = list(views_at_turns(transcript, config, lambda _turn: False))[-1]
+    plan = rewrite_plan(end.view)
+    last = _results_sent(turns[-1])
+    stubbed = {call: text for call, text in last.items() if text.startswith("[Summarized")}
+    assert stubbed, "no result reached the model as a stub"
+    assert any("**Summarized tool refs**" in text for text in stubbed.values())  # the summary
+    assert all(plan.get(call) == text for call, text in stubbed.items())
+    for call, text in last.items():
+        if call not in stubbed:  # as the agent sent it the first time (the request after it ran)
+            first = turns[2 * calls.index(_call(calls, call)) + 1]
+            assert text == _results_sent(first)[call]
+    assert b"sk-scripted" not in err
+
+
+def _call(calls: list[Call], call_id: str) -> Call:
+    (found,) = [c for c in calls if c.id == call_id]
+    return found

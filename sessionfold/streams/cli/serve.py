@@ -59,6 +59,7 @@ from sessionfold.streams.runtime.heap import freeze_after_full_collections
 from sessionfold.streams.runtime.live import DEFAULT_ANSWER_THREADS, LiveFolds
 from sessionfold.streams.web.anthropic_api import ANTHROPIC
 from sessionfold.streams.web.auth import exposure_warning, quiet_bad_requests
+from sessionfold.streams.web.cache_policy import CACHE_TTL_S, MIN_FREED_TOKENS, CachePolicy
 from sessionfold.streams.web.gateway import APIS, Gateway
 from sessionfold.streams.web.live_api import DEFAULT_WAIT_S, LiveApi
 from sessionfold.streams.web.live_contract import READ_TIMEOUT_S
@@ -182,6 +183,26 @@ def register(app: typer.Typer) -> None:
                 help="Where the gateway sends Codex's calls (OpenAI Responses).",
             ),
         ] = OPENAI.default_upstream,
+        min_freed_tokens: Annotated[
+            int,
+            typer.Option(
+                "--min-freed-tokens",
+                envvar="SESSIONFOLD_MIN_FREED_TOKENS",
+                min=0,
+                help="Tokens a change of the gateway's rewrite must free before it gives up "
+                "the provider's cached prefix.",
+            ),
+        ] = MIN_FREED_TOKENS,
+        cache_ttl_s: Annotated[
+            float,
+            typer.Option(
+                "--cache-ttl",
+                envvar="SESSIONFOLD_CACHE_TTL",
+                min=0.0,
+                help="The provider's cache life, seconds: after that long without a call the "
+                "gateway takes the newest rewrite whatever it frees.",
+            ),
+        ] = CACHE_TTL_S,
         api_token: ApiToken = None,
         api_token_file: ApiTokenFile = None,
         config_file: ConfigFile = None,
@@ -229,7 +250,10 @@ def register(app: typer.Typer) -> None:
             if not url.startswith(("http://", "https://")):
                 err.print(f"[red]--{name}-upstream wants an http(s) URL[/]", highlight=False)
                 raise typer.Exit(2)
-        code = asyncio.run(_serve(err, fold, token, bind, port, wait_s, read_timeout_s, upstreams))
+        policy = CachePolicy(min_freed_tokens, cache_ttl_s)
+        code = asyncio.run(
+            _serve(err, fold, token, bind, port, wait_s, read_timeout_s, upstreams, policy)
+        )
         if code:
             raise typer.Exit(code)
 
@@ -257,6 +281,7 @@ async def _serve(
     wait_s: float,
     read_timeout_s: float = READ_TIMEOUT_S,
     upstreams: dict[str, str] | None = None,
+    policy: CachePolicy | None = None,
 ) -> int:
     """The API process: start the fold process, serve the routes until a signal (0) or until
     the fold process ends on its own (1)."""
@@ -286,6 +311,7 @@ async def _serve(
         upstreams or {api.name: api.default_upstream for api in APIS},
         token,
         front.metrics.registry,
+        policy=policy or CachePolicy(),
     )
     ready: asyncio.Future[int] = loop.create_future()
     receiving = asyncio.create_task(front.receive(reader, ready))
