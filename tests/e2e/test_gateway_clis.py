@@ -44,6 +44,15 @@ pytestmark = [
 TOKEN = secrets.token_urlsafe(24)
 
 
+def _codex_through(home: Path, serve_url: str) -> None:
+    """Codex's provider at serve's gateway, serve's token in the provider's `http_headers`."""
+    codex_config(home / ".codex", f"{serve_url}/v1")
+    config = home / ".codex" / "config.toml"
+    header = f'http_headers = {{ "X-Sessionfold-Token" = "{TOKEN}" }}\n'
+    key = 'env_key = "LOCAL_KEY"\n'
+    config.write_text(config.read_text().replace(key, key + header))
+
+
 def _usage(url: str, session: str) -> dict[str, int]:
     answer = httpx.get(
         f"{url}/gateway/sessions/{session}", headers={"Authorization": f"Bearer {TOKEN}"}
@@ -92,13 +101,7 @@ def test_codex_through_the_gateway(tmp_path: Path) -> None:
     with ResponsesModel(script) as model:
         args = ["--openai-upstream", model.url]
         with serving(tmp_path / "sessions", TOKEN, args=args) as serve:
-            codex_config(home / ".codex", f"{serve.url}/v1")
-            config = home / ".codex" / "config.toml"
-            text = config.read_text().replace(
-                'env_key = "LOCAL_KEY"\n',
-                f'env_key = "LOCAL_KEY"\nhttp_headers = {{ "X-Sessionfold-Token" = "{TOKEN}" }}\n',
-            )
-            config.write_text(text)
+            _codex_through(home, serve.url)
             run_codex(work, codex_env(home), "say it through the gateway")
             turns = model.of_kind("turn")
             session = turns[0].body["prompt_cache_key"]
@@ -172,3 +175,52 @@ def test_claude_code_gets_the_folds_stubs_through_the_gateway(tmp_path: Path) ->
 def _call(calls: list[Call], call_id: str) -> Call:
     (found,) = [c for c in calls if c.id == call_id]
     return found
+
+
+def _outputs_sent(request: Any) -> dict[str, str]:
+    """call_id -> the output of its function_call_output, as one request carried it."""
+    return {
+        item["call_id"]: item["output"] if isinstance(item["output"], str) else str(item["output"])
+        for item in request.body.get("input", [])
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    }
+
+
+def test_codex_gets_the_folds_stubs_through_the_gateway(tmp_path: Path) -> None:
+    """As for Claude Code: three prompts of one session (`codex exec resume --last`), each
+    reading a large output; the last request carries the fold's stubs for the summarized
+    results and the others as Codex sent them."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    sessions = home / ".codex" / "sessions"
+    sessions.mkdir(parents=True)
+    calls = [Call(f"call_{n}big", "exec_command", {"cmd": f"seq {n} 3000"}) for n in range(1, 4)]
+    script = []
+    for call in calls:
+        script += [Turn(calls=(call,), usage=Usage(100, 5)), Turn(text="read", usage=Usage(9, 2))]
+    settings = ["--set", "recoveryGraceTurns=0", "--min-freed-tokens", "0"]
+    with ResponsesModel(script) as model:
+        args = ["--openai-upstream", model.url, *settings]
+        with serving(sessions, TOKEN, args=args) as serve:
+            _codex_through(home, serve.url)
+            env = codex_env(home)
+            run_codex(work, env, "read the first")
+            for prompt in ("read the second", "read the third"):
+                time.sleep(0.5)
+                run_codex(work, env, "resume", "--last", prompt)
+            err = serve.stop()
+        assert model.unscripted == [] and model.pending()["turn"] == 0
+        turns = model.of_kind("turn")
+    (rollout,) = sessions.glob("*/*/*/rollout-*.jsonl")
+    end = list(views_at_turns(rollout, build_config({"recoveryGraceTurns": 0}), lambda _t: False))
+    plan = rewrite_plan(end[-1].view)
+    last = _outputs_sent(turns[-1])
+    stubbed = {call: text for call, text in last.items() if text.startswith("[Summarized")}
+    assert stubbed, "no output reached the model as a stub"
+    assert all(plan.get(call) == text for call, text in stubbed.items())
+    for call, text in last.items():
+        if call not in stubbed:
+            first = turns[2 * calls.index(_call(calls, call)) + 1]
+            assert text == _outputs_sent(first)[call]
+    assert b"Bearer scripted" not in err
