@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -72,6 +73,9 @@ CONNECT_TIMEOUT_S = 10.0
 #: How long a call waits for the fold's plan before it goes upstream unchanged: a caught-up
 #: render takes a few ms; a call never waits on the tailer.
 PLAN_TIMEOUT_S = 0.25
+#: A run of digits an integer past 64 bits may be (inside a string too: then the call merely
+#: goes unchanged).
+_LONG_NUMBER = re.compile(rb"\d{19,}")
 #: Fetches the fold's rewrite plan of a session ({"known", "results": {call id: text}}).
 PlanSource = Callable[[str], Awaitable[dict[str, Any] | None]]
 
@@ -114,7 +118,8 @@ class GatewayMetrics:
             Counter(
                 "sessionfold_gateway_unchanged_total",
                 "Calls sent upstream unchanged although their session has a plan, by reason "
-                "(plan-timeout, plan-unavailable, rewrite-invalid, rewrite-failed).",
+                "(plan-timeout, plan-unavailable, rewrite-numbers, rewrite-invalid, "
+                "rewrite-failed).",
                 ["reason"],
                 registry=registry,
             ),
@@ -295,6 +300,9 @@ class Gateway:
         results = plan.get("results") if isinstance(plan, dict) and plan.get("known") else None
         if not isinstance(results, dict) or not results:
             return body  # a session the fold does not hold, or nothing summarized yet
+        if _LONG_NUMBER.search(body):
+            # orjson reads an integer past 64 bits as a float: sending it again would change it
+            return self._open_fail("rewrite-numbers", body)
         try:
             parsed = orjson.loads(body)
             found = api.results(parsed)

@@ -1,0 +1,111 @@
+"""The gateway's rewrite on any body: a request it can read gets the plan's texts in the
+results the plan names and nothing else changed; anything else (truncated JSON, wrong types,
+odd blocks, a plan source that fails or hangs) goes upstream byte for byte. Never an error."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sessionfold.streams.web.anthropic_api import ANTHROPIC
+from sessionfold.streams.web.cache_policy import CachePolicy
+from sessionfold.streams.web.gateway import Gateway
+from sessionfold.streams.web.model_api import ModelApi
+from sessionfold.streams.web.openai_api import OPENAI
+
+PLAN = {"known": True, "results": {"a": "[Summarized a]", "c": "[Summarized c]"}}
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**18) + 1, 10**18 - 1) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=8,
+)
+
+
+def _rewrite(api: ModelApi, body: bytes, plan: Any = PLAN, path: str = "/v1/x") -> bytes:
+    async def source(_session: str) -> Any:
+        if isinstance(plan, Exception):
+            raise plan
+        if plan == "hang":
+            await asyncio.sleep(10)
+        return plan
+
+    gateway = Gateway({}, policy=CachePolicy(min_freed_tokens=0), plans=source)
+    return asyncio.run(gateway._rewritten(api, "s", body, path))
+
+
+def _anthropic(results: list[tuple[str, Any]]) -> dict[str, Any]:
+    blocks = [
+        {"type": "tool_result", "tool_use_id": call, "content": content, "cache_control": {}}
+        for call, content in results
+    ]
+    calls = [{"type": "tool_use", "id": call, "name": "Bash", "input": {}} for call, _ in results]
+    return {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": calls},
+            {"role": "user", "content": [*blocks, {"type": "text", "text": "more"}]},
+        ],
+    }
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    results=st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c"]), JSON_VALUES),
+        max_size=4,
+        unique_by=lambda r: r[0],
+    ),
+    extra=JSON_VALUES,
+)
+def test_only_the_planned_results_change(results: list[tuple[str, Any]], extra: Any) -> None:
+    request = _anthropic(results)
+    request["extra"] = extra
+    body = orjson.dumps(request)
+    sent = orjson.loads(_rewrite(ANTHROPIC, body))
+    expected = copy.deepcopy(request)
+    for block in expected["messages"][2]["content"]:
+        if block.get("tool_use_id") in PLAN["results"]:
+            block["content"] = PLAN["results"][block["tool_use_id"]]
+    assert sent == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(body=st.binary(max_size=200) | JSON_VALUES.map(lambda v: json.dumps(v).encode()))
+def test_any_other_body_goes_as_it_came(body: bytes) -> None:
+    for api in (ANTHROPIC, OPENAI):
+        out = _rewrite(api, body)
+        assert out == body or orjson.loads(out) == orjson.loads(body)
+
+
+def test_a_truncated_body_and_a_failing_or_hung_plan_send_the_body_unchanged() -> None:
+    body = orjson.dumps(_anthropic([("a", "x" * 100)]))
+    assert _rewrite(ANTHROPIC, body[:-7]) == body[:-7]
+    assert _rewrite(ANTHROPIC, body, RuntimeError("fold process gone")) == body
+    assert _rewrite(ANTHROPIC, body, "hang") == body
+    assert _rewrite(ANTHROPIC, body, {"known": False, "results": {}}) == body
+
+
+def test_a_body_with_an_integer_past_64_bits_goes_unchanged() -> None:
+    """orjson would read it as a float and write it back changed."""
+    body = orjson.dumps(_anthropic([("a", "x")]))[:-1] + b',"n":123456789012345678901234567890}'
+    assert _rewrite(ANTHROPIC, body) == body
+
+
+def test_codex_outputs_get_the_plans_texts() -> None:
+    request = {
+        "input": [
+            {"type": "function_call", "call_id": "a", "name": "exec_command", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "a", "output": "long output"},
+            {"type": "function_call_output", "call_id": "b", "output": "kept"},
+        ]
+    }
+    sent = orjson.loads(_rewrite(OPENAI, orjson.dumps(request)))
+    assert [item.get("output") for item in sent["input"]] == [None, "[Summarized a]", "kept"]
