@@ -24,6 +24,7 @@ from sessionfold.events.flush import (
     FlushRequestPayload,
     ModelUsage,
 )
+from sessionfold.projections.ledger.commands import failure_line, is_shell_tool
 from sessionfold.projections.pruning.capture import js_length
 from sessionfold.projections.text_lines import line_at
 
@@ -203,6 +204,8 @@ _PATH_RUN = re.compile(r"[\w.@/-]*")
 #: Runs with a slash `_printed_path` searches one by one before it searches the rest whole.
 _PATH_RUNS_TRIED = 8
 _PATH_TOOLS = frozenset({"read", "write", "edit", "ls", "find", "grep"})
+#: More than an error line shows (`_clip` cuts it to 120): the line is read whole first.
+_ERROR_LINE_CHARS = 1000
 _GIST_KEYS = ("path", "command", "pattern", "query", "url", "file", "cmd")
 
 
@@ -246,10 +249,15 @@ def _argument_gist(call: FlushCall) -> str:
 
 
 def _evidence(call: FlushCall) -> str:
-    """The first error line it printed, else (for tools not named by path) a path it printed."""
-    error = _first_error_line(call.head)
-    if error is None and call.is_error:
-        error = next((line.strip() for line in call.head.splitlines() if line.strip()), None)
+    """A failed call's failure line, read as the ledger reads its error (`failure_line`: a
+    shell's from the end of what it printed, `FAILED test_io.py::test_read` before a
+    banner); a call that worked, the first error line it printed; else (for tools not named
+    by path) a path it printed."""
+    if call.is_error:
+        shell = is_shell_tool(call.tool_name)
+        error: str | None = failure_line(call.head, _ERROR_LINE_CHARS, shell=shell) or None
+    else:
+        error = _first_error_line(call.head)
     if error is not None:
         return f"error line: `{_clip(error, 120)}`"
     if call.tool_name in _PATH_TOOLS:

@@ -120,6 +120,23 @@ def configure_cli_logging(level: int = logging.WARNING) -> None:
     root.addHandler(handler)
 
 
+#: serve's per-session lines (a session first served, a flush answered, a path not watched):
+#: ids, counts and codes, never text. Shown at INFO once `show_session_lines` ran.
+SESSIONS_LOGGER = "sessionfold.sessions"
+
+
+def show_session_lines() -> None:
+    """Send `SESSIONS_LOGGER`'s lines, INFO and up, to stderr with their facts; once."""
+    logger = logging.getLogger(SESSIONS_LOGGER)
+    if any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
+        return
+    handler = _StderrHandler()
+    handler.setFormatter(FactsFormatter(CLI_FORMAT))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False  # its warnings too go out once, through this handler
+
+
 def worker_logging_config() -> dict[str, Any]:
     """A logging config Faust's worker merges into its own: its formatters show the facts."""
     formatter = {"()": f"{__name__}.FactsFormatter", "fmt": WORKER_FORMAT}

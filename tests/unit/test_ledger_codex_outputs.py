@@ -209,7 +209,7 @@ def test_a_failing_unified_exec_run_is_one_failed_command() -> None:
     assert command["call"] == "e1"
     (error,) = state["errors"]
     assert (error["tool"], error["command"], error["id"]) == ("bash", "C1", command["error"])
-    assert error["head"] == "Tests  1 failed | 3 passed"
+    assert error["head"] == "FAIL  src/a.test.ts > parses"  # the failing test, not the count
     assert "vitest run" in command["excerpt"] and "1 failed" in command["excerpt"]
     assert "Chunk ID" not in command["excerpt"]
     assert ["1 failed", "test total"] in command["values"]

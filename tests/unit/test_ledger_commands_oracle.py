@@ -19,6 +19,8 @@ from sessionfold.projections.pruning.entry_facts import entry_facts
 
 _OLD_NOISE = commands._NOISE
 _OLD_TELLING = commands._TELLING
+_FAILURE_START = commands._FAILURE_START
+_BANNER = commands._BANNER
 
 
 def old_error_head(text: str, limit: int, *, last: bool = False) -> str:
@@ -29,8 +31,13 @@ def old_error_head(text: str, limit: int, *, last: bool = False) -> str:
         return ""
     if not last:
         return meaningful[0][:limit]
-    telling = [line for line in meaningful[-30:] if _OLD_TELLING.search(line)]
-    return (telling or meaningful)[-1][:limit]
+    window = meaningful[-30:]
+    # The newest line of the first kind that has one: naming what failed, telling of a
+    # failure outside a banner, a telling banner, any (`failure_line`'s rule).
+    naming = [line for line in window if _FAILURE_START.match(line)]
+    telling = [line for line in window if _OLD_TELLING.search(line)]
+    plain = [line for line in telling if not _BANNER.fullmatch(line)]
+    return (naming or plain or telling or window)[-1][:limit]
 
 
 #: Lines near the readers' edges: noise lines (exit lines, debugger chatter, `> ` prompts),
@@ -47,6 +54,9 @@ _LINES = st.sampled_from(
         "> npm test",
         "Error: boom",
         "FAILED x",
+        "=== 1 failed ===",
+        "AssertionError: no",
+        "E   assert 1",
         "cannot open",
         "× nope",
         "plain line",

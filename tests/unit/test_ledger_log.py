@@ -21,6 +21,7 @@ from sessionfold.streams.runtime.ledger_log import (
     default_log_path,
     error_fields,
     log_path,
+    read_path,
 )
 
 RUNNER = CliRunner()
@@ -76,9 +77,20 @@ def write_session(path: Path) -> Path:
 
 
 def test_the_path_comes_from_the_environment_and_off_values_disable_it(tmp_path: Path) -> None:
-    """Unset: the state dir; a path: that path; off, none, 0, false, no or empty: no log."""
-    assert log_path({"HOME": "/h", "XDG_STATE_HOME": "/s"}) == Path("/s/sessionfold/ledger.jsonl")
+    """Unset: the session's own file in the state dir; a path: that path; off, none, 0, false,
+    no or empty: no log."""
+    env = {"HOME": "/h", "XDG_STATE_HOME": "/s"}
+    assert log_path(env, "abc-1") == Path("/s/sessionfold/ledger/abc-1.jsonl")
+    assert log_path(env) == Path("/s/sessionfold/ledger/no-session.jsonl")
+    hashed = log_path(env, "../../etc/passwd")
+    assert hashed is not None and hashed.parent == Path("/s/sessionfold/ledger")
+    assert hashed.name.startswith("s-") and hashed.suffix == ".jsonl"
+    assert read_path(env) == Path("/s/sessionfold/ledger")
     assert default_log_path({}).parts[-3:] == ("state", "sessionfold", "ledger.jsonl")
+    assert read_path({"SESSIONFOLD_LEDGER_LOG": str(tmp_path / "x.jsonl")}) == tmp_path / "x.jsonl"
+    assert log_path({"SESSIONFOLD_LEDGER_LOG": str(tmp_path / "x.jsonl")}, "abc") == (
+        tmp_path / "x.jsonl"
+    )
     assert log_path({"SESSIONFOLD_LEDGER_LOG": str(tmp_path / "x.jsonl")}) == tmp_path / "x.jsonl"
     for off in ("off", "NONE", "0", "false", "no", "", "  "):
         assert log_path({"SESSIONFOLD_LEDGER_LOG": off}) is None
@@ -173,7 +185,7 @@ def test_a_symlinked_state_root_itself_is_trusted(tmp_path: Path) -> None:
     (tmp_path / "state").symlink_to(real, target_is_directory=True)
     log = LedgerLog.from_env({"XDG_STATE_HOME": str(tmp_path / "state")})
     assert log.write({"event": "run"}), log.last_error
-    assert [r["event"] for r in lines(real / "sessionfold" / "ledger.jsonl")] == ["run"]
+    assert [r["event"] for r in lines(real / "sessionfold/ledger/no-session.jsonl")] == ["run"]
 
 
 def test_a_hard_linked_log_is_never_appended_to(tmp_path: Path) -> None:
@@ -199,10 +211,10 @@ def test_every_directory_the_log_creates_is_0700(tmp_path: Path) -> None:
         assert log.write({"event": "run"}), log.last_error
     finally:
         os.umask(old)
-    for directory in (tmp_path / "no", state, state / "sessionfold"):
+    for directory in (tmp_path / "no", state, state / "sessionfold", state / "sessionfold/ledger"):
         assert mode(directory) == 0o700, directory
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert written == [state / "sessionfold" / "ledger.jsonl"]
+    assert written == [state / "sessionfold" / "ledger" / "no-session.jsonl"]
 
 
 def test_a_non_regular_log_path_is_refused_without_blocking(tmp_path: Path) -> None:
@@ -404,3 +416,36 @@ def test_report_names_the_log_it_read_and_filters_by_project(tmp_path: Path) -> 
     human = RUNNER.invoke(app, ["report", "--log", str(path)])
     assert "several projects share this log" in human.stderr
     assert "span 3" in human.stdout
+
+
+def test_each_session_has_its_own_log_and_report_reads_them_all_and_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#40 item 7: with the log unset, `sessionfold ledger` writes the session's own file under
+    the state directory, not one file for every run on the machine; `sessionfold report`
+    reads the per-session files and the single file older versions wrote, newest records
+    first by time."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    monkeypatch.delenv("SESSIONFOLD_LEDGER_LOG", raising=False)
+    old = LedgerLog(state / "sessionfold" / "ledger.jsonl", clock=lambda: 1.0)
+    old.write({"event": "run", "command": "ledger", "session": {"id": "old", "cwd": "/w/old"}})
+    first = write_session(tmp_path / "first.jsonl")
+    second = tmp_path / "second.jsonl"
+    second.write_text(first.read_text().replace('"log-sess"', '"other-sess"'))
+    for path in (first, second):
+        assert RUNNER.invoke(app, ["ledger", str(path)]).exit_code == 0
+    logs = state / "sessionfold" / "ledger"
+    assert sorted(p.name for p in logs.iterdir()) == ["log-sess.jsonl", "other-sess.jsonl"]
+    assert mode(logs) == 0o700 and mode(logs / "log-sess.jsonl") == 0o600
+    assert {r["session"]["id"] for r in lines(logs / "other-sess.jsonl")} == {"other-sess"}
+    assert [r["event"] for r in lines(state / "sessionfold" / "ledger.jsonl")] == ["run"]
+    result = RUNNER.invoke(app, ["report", "--json"])
+    assert result.exit_code == 0, result.output
+    assert f"reading {logs}" in result.stderr
+    records = json.loads(result.stdout)["records"]
+    assert len(records) == 8 and records[-1]["event"] == "compaction"
+    times = [r["time"] for r in records]
+    assert times == sorted(times)
+    everything = RUNNER.invoke(app, ["report", "--json", "--cwd", "/w/old"])
+    assert [r["event"] for r in json.loads(everything.stdout)["records"]] == ["run"]

@@ -226,14 +226,40 @@ def execution_outcome(message: dict[str, Any]) -> Outcome:
     return _UNKNOWN
 
 
+#: A line that starts by saying what failed, the test runner's or the compiler's verdict:
+#: `FAILED test_io.py::test_read`, `FAIL src/a.test.ts`, `ERROR ...`, `error[E0308]: ...`,
+#: `fatal: ...`, `Error: ...`, `AssertionError: ...`.
+_FAILURE_START = re.compile(
+    r"(?:FAIL(?:ED)?\b|ERROR\b|error(?:\[\w+\])?:|fatal:|[\w.]*(?:Error|Exception)(?::|$))"
+)
+#: A decorated banner (`===== FAILURES =====`, `--- 1 failed ---`): it heads what failed and
+#: names nothing, so it is the answer only when no other line tells of a failure.
+_BANNER = re.compile(r"[=\-_*#~]{3,}.*[=\-_*#~]{3,}|[=\-_*#~]{3,}")
+
+
+def is_shell_tool(tool: object) -> bool:
+    """True for a shell tool or a unified exec poll: its output ends with the failing program's
+    last words, so its failure line is read from the end."""
+    return isinstance(tool, str) and (tool in SHELL_TOOLS or tool == POLL_TOOL)
+
+
+def failure_line(text: str, limit: int, *, shell: bool) -> str:
+    """The line that tells why a failed call failed, capped: the one rule for the ledger's
+    error entries and the offline summary's error line. A shell tool's is `error_head`'s
+    last reading, any other tool's its first."""
+    return error_head(text, limit, last=shell)
+
+
 def error_head(text: str, limit: int, *, last: bool = False) -> str:
     """The line that best names an error, capped: the first meaningful one, or the last.
 
     Bash output ends with pi's exit line, the failing program's last words just before it
-    (`last=True`: the last line of the last 30 meaningful ones that tells of a failure, else
-    the last meaningful one); other tools state their error first. Lines are read from the end
-    (or the start) only as far as the answer needs: a long output's other lines are not
-    stripped and matched.
+    (`last=True`): of the last 30 meaningful lines, read from the end, the newest that starts
+    by saying what failed (`_FAILURE_START`: `FAILED test_io.py::test_read`, `Error: ...`),
+    else the newest that tells of a failure and is not a banner (`=== 1 failed ===`), else
+    the newest banner that does, else the last meaningful line. Other tools state their error
+    first. Lines are read from the end (or the start) only as far as the answer needs: a long
+    output's other lines are not stripped and matched.
     """
     lines = text.splitlines()
     if not last:
@@ -242,20 +268,26 @@ def error_head(text: str, limit: int, *, last: bool = False) -> str:
             if line and not _NOISE.match(line):
                 return line[:limit]
         return ""
-    newest = None
+    newest = telling = banner = None
     read = 0
     for line in reversed(lines):
         line = line.strip()
         if not line or _NOISE.match(line):
             continue
-        if _TELLING.search(line):
+        if _FAILURE_START.match(line):
             return line[:limit]
+        if _TELLING.search(line):
+            if not _BANNER.fullmatch(line):
+                telling = telling or line
+            else:
+                banner = banner or line
         if newest is None:
             newest = line
         read += 1
         if read == 30:
             break
-    return "" if newest is None else newest[:limit]
+    found = telling or banner or newest
+    return "" if found is None else found[:limit]
 
 
 def excerpt(text: str, limit: int) -> str:

@@ -438,7 +438,7 @@ class LedgerFold:
                     "id": f"E{head['n']['E'] + 1}",
                     "tool": tool if isinstance(tool, str) else None,
                     "command": None,
-                    "head": commands.error_head(text, self.config.error_head_chars),
+                    "head": commands.failure_line(text, self.config.error_head_chars, shell=False),
                     "entry": entry_id,
                     "seq": seq,
                     "span": span,
@@ -484,7 +484,7 @@ class LedgerFold:
                     "id": error_id,
                     "tool": "bash",
                     "command": command_id,
-                    "head": commands.error_head(output, config.error_head_chars, last=True)
+                    "head": commands.failure_line(output, config.error_head_chars, shell=True)
                     or (f"exit {outcome.exit}" if outcome.exit is not None else outcome.status),
                     "entry": entry_id,
                     "seq": seq,
@@ -568,7 +568,7 @@ class LedgerFold:
                     "id": error_id,
                     "tool": "bash",
                     "command": row["id"],
-                    "head": commands.error_head(output, config.error_head_chars, last=True)
+                    "head": commands.failure_line(output, config.error_head_chars, shell=True)
                     or (f"exit {outcome.exit}" if outcome.exit is not None else outcome.status),
                     "entry": entry_id,
                     "seq": seq,

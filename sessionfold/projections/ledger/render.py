@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from sessionfold.projections.ledger.rules import conflicts
 from sessionfold.projections.ledger.text import clip, sanitize
 from sessionfold.projections.ledger.values import shapes
 
@@ -51,8 +52,12 @@ def _line(text: str) -> str:
 
 def _rule_lines(state: dict[str, Any]) -> tuple[list[str], list[str]]:
     live, lifted = [], []
-    for rule in state.get("rules", []):
+    rules = state.get("rules", [])
+    in_force = conflicts([(r["id"], r["words"]) for r in rules if not r.get("lifted")])
+    for rule in rules:
         origin = f"{rule['u']}, entry {rule.get('entry') or '?'}"
+        if rule["id"] in in_force:
+            origin += f"; may conflict with {', '.join(in_force[rule['id']])}, both in force"
         if not rule.get("lifted"):
             live.append(f"- {rule['id']} ({_line(origin)}): {quote(rule['words'])}")
             continue

@@ -1,7 +1,8 @@
 """The lift check, and the text it judges: only the user's own words withdraw a rule.
 
 A lift is applied only when the message says it withdraws something ("lifted", "no longer",
-"doesn't apply", "instead of" the rule's own words) and shares a word with the rule it names;
+"doesn't apply", "instead of" the rule's own words, "ignore what I said", "stop doing",
+"anymore") and shares a word with the rule it names (a flag such as `-x` is a word);
 a lift of a replacement must also name what it set beyond the rule it replaced.
 Quoted passages of six words or more (straight, curly, German or guillemet marks, or inline
 code), blockquoted lines and code fences are left out first, so a pasted or relayed withdrawal
@@ -34,9 +35,15 @@ _WITHDRAWAL = re.compile(
     r"|(?:doesn['’]?t|does\s+not|don['’]?t|do\s+not)\s+apply|not\s+apply(?:ing)?|instead\s+of"
     r"|forget\s+(?:the|that|this|my|about|what)\b|disregard|withdraw\w*|revoke\w*|rescind\w*"
     r"|scrap\s+(?:the|that)\b|drop\s+(?:the|that)\s+rule|ignore\s+(?:the|that|this|my)\s+"
-    r"(?:rule|instruction)|(?:not|isn['’]?t)\s+(?:needed|required|necessary)\s+any\s?more)",
+    r"(?:rule|instruction)|(?:not|isn['’]?t)\s+(?:needed|required|necessary)\s+any\s?more"
+    # "Ignore what I said about -x", "stop running the tests with -x" (a rule's action
+    # stopped), "don't use -x anymore".
+    r"|ignore\s+what\s+(?:i|we)(?:\s+(?:have|had|just))?\s+(?:said|wrote|told|asked)"
+    r"|stop\s+\w+ing\b|any\s?more\b)",
     re.I,
 )
+# A rule's flag is a word of it however short: "-x", "--no-cache".
+_FLAG = re.compile(r"(?<![\w-])--?[A-Za-z][\w-]*")
 # "don't", "do not" or "never" just before a word, read back from the word (`negated_before`).
 _NEGATION = re.compile(r"don['’]?t|never", re.I)
 _NOT = re.compile(r"not", re.I)
@@ -175,8 +182,10 @@ def judged_text(text: str) -> str:
 def withdraws(text: str) -> bool:
     """True when `text` (already judged) says it withdraws something."""
     for match in _WITHDRAWAL.finditer(text):
-        if match.group(0).lower().startswith("forget") and negated_before(text, match.start()):
-            continue  # "don't forget the tests" withdraws nothing
+        if match.group(0).lower().startswith(("forget", "stop")) and negated_before(
+            text, match.start()
+        ):
+            continue  # "don't forget the tests", "never stop running them" withdraw nothing
         return True
     return False
 
@@ -191,6 +200,7 @@ def content_words(text: str) -> set[str]:
         if len(word) > 4 and word.endswith("s") and not word.endswith("ss"):
             word = word[:-1]  # "tabs" and "tab" are one word for sharing
         words.add(word)
+    words.update(flag.lower() for flag in _FLAG.findall(text))
     return words
 
 
@@ -224,3 +234,19 @@ def lift_check(
         if beyond and not content_words(judged) & beyond:
             return False
     return True
+
+
+def conflicts(rules: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """Rules in force (id, words; oldest first) that may contradict an earlier one in force:
+    their words would pass the lift check against it, yet they did not lift it. The summary
+    shows such a pair rather than keep both silently; each rule maps to the earlier ids."""
+    found: dict[str, list[str]] = {}
+    earlier: list[tuple[str, str]] = []
+    for rule_id, words in rules:
+        judged = judged_text(words)
+        if withdraws(judged):
+            named = [other for other, before in earlier if shared_words(judged, before)]
+            if named:
+                found[rule_id] = named
+        earlier.append((rule_id, words))
+    return found

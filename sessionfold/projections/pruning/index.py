@@ -7,6 +7,8 @@ Rows under `key(session_id, "pr", ...)`:
   `raw` (result chars), `hash`, and `ref` (its `tN`), `sum` (summary number), `spill`
   ({`bytes`, `preview`}) or `alias` (the occurrence key of the original it duplicates).
 - `ref/<tN>`: the occurrence key a short ref names.
+- `b/<bare id>`: the indexed occurrence key of that tool call id with the newest result
+  timestamp (a bare id in a recall names it: views/recall.py).
 - `hash/<content hash>`: the canonical occurrence key of that content (first seen wins).
 - `s/<n>`: summary n: its text, refs, occurrence keys, turn and request id.
 Nothing here holds a tool output beyond a spilled result's capped head preview.
@@ -54,6 +56,25 @@ def resolve_ref(store: Store, session_id: str, ref: str) -> str | None:
     return store.get(_k(session_id, "ref", ref))
 
 
+def newest_occurrence(store: Store, session_id: str, call_id: str) -> str | None:
+    """The indexed occurrence key of a bare tool call id with the newest timestamp, or None."""
+    return store.get(_k(session_id, "b", call_id))
+
+
+def _timestamp(occ: str) -> int:
+    """An occurrence key's result timestamp (`id@123`); -1 for a key without one."""
+    _, sep, suffix = occ.rpartition("@")
+    return int(suffix) if sep and suffix.isdigit() and suffix.isascii() else -1
+
+
+def _note_occurrence(store: Store, session_id: str, call: Call) -> None:
+    """Point the call's bare id at its occurrence when none newer is indexed."""
+    bare_key = f"{session_id}/pr/b/{call.tool_call_id}"  # _k(session_id, "b", id)
+    known = store.get(bare_key)
+    if known is None or (known != call.key and _timestamp(call.key) >= _timestamp(known)):
+        store.put(bare_key, call.key)
+
+
 def summary(store: Store, session_id: str, number: int) -> SummaryRow | None:
     """Summary number `number` (1-based), or None."""
     return store.get(_k(session_id, "s", number))
@@ -95,6 +116,7 @@ def add_batch(
         if spills:
             row["spill"] = spills[position]
         store.put(f"{session_id}/pr/i/{call.key}", row)
+        _note_occurrence(store, session_id, call)
         hash_key = f"{session_id}/pr/hash/{call.content_hash}"
         if store.get(hash_key) is None:
             store.put(hash_key, call.key)
@@ -111,6 +133,7 @@ def add_alias(
     if found is not None and found.get("ref") is not None:
         row["ref"] = found["ref"]
     store.put(_k(session_id, "i", call.key), row)
+    _note_occurrence(store, session_id, call)
     metrics.on_summarized(store, session_id, [call.key])
 
 

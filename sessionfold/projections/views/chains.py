@@ -21,7 +21,6 @@ Pure: messages and the store in, entries out.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from sessionfold.projections.pruning.capture import call_arguments, js_head, js_
 from sessionfold.projections.pruning.context_metrics import Protection, js_round
 from sessionfold.projections.pruning.digest import occurrence_key, tool_calls
 from sessionfold.projections.store import Store
+from sessionfold.projections.views.recall import resolve_ref as resolve_ref
 
 COMPRESSED_PREFIX = "<compressed-chain"
 RECOVERY_TOOL = "context_tree_query"
@@ -43,7 +43,6 @@ DETERMINISTIC_HEAD = (
     "recoverable via context_tree_query)."
 )
 ARGS_EXCERPT = 200  # chars of a call's JSON arguments in the deterministic body
-_LOG_REF = re.compile(r"^e(\d+)$")
 
 
 # --- detection (§8.1) ------------------------------------------------------------------------
@@ -266,16 +265,6 @@ def ref_for(store: Store, session_id: str, key: str, seq: int | None) -> str | N
     if row is not None:
         return row.get("ref") or key
     return log_ref(seq) if seq is not None else None
-
-
-def resolve_ref(store: Store, session_id: str, ref: str) -> int | None:
-    """The sequence number in session-events of the original a ref names, or None."""
-    found = _LOG_REF.match(ref)
-    if found:
-        return int(found.group(1))
-    key = index.resolve_ref(store, session_id, ref) if ref.startswith("t") else None
-    row = index.record(store, session_id, key or ref)
-    return row.get("seq") if row is not None else None
 
 
 def _iso(ms: int) -> str:

@@ -4,24 +4,68 @@ pi-condense's tool (reference §10.4) takes short refs (`t12`) or raw tool call 
 per match, a header (toolRef, Tool, Args, Status, Turn) and the original output, cut to the host's
 defaults (2,000 lines or 50 KB). The originals come from the log: `entries` maps a sequence
 number to the entry there. Pure: the same state and entries give the same text.
+
+`resolve` is the one reading of a ref, for every route and command that recalls (serve's and
+the workers' recall and ref routes, `sessionfold context --ref`), in this order:
+- `eN`: the output at sequence number N of the log (an output nothing indexed);
+- `tN`: the occurrence its short ref names;
+- an occurrence key (`id@timestamp`, or a bare id indexed without a timestamp): that one;
+- a bare tool call id: its indexed occurrence with the newest timestamp (pi-condense falls
+  back to the bare id; an id a model reuses, such as `faux_call_3`, names the newest output
+  that was summarized, the one a stub points at).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from sessionfold.projections.pruning import index
+from sessionfold.projections.pruning import digest, index
 from sessionfold.projections.pruning.capture import result_text
 from sessionfold.projections.pruning.digest import message_of
-from sessionfold.projections.store import Store
+from sessionfold.projections.pruning.records import IndexRecord
+from sessionfold.projections.store import Store, key
 
 #: pi's truncateHead defaults (DEFAULT_MAX_LINES, DEFAULT_MAX_BYTES).
 MAX_LINES = 2000
 MAX_BYTES = 50 * 1024
 NOT_FOUND = "(not found in index — may not have been summarized yet)"
+#: A log ref: the output at sequence number N (views/chains.py writes them).
+LOG_REF = re.compile(r"e(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """What a ref names: the toolResult's sequence number in the log, and its index record
+    when the ref names an indexed occurrence (None for an `eN` ref)."""
+
+    seq: int
+    row: IndexRecord | None
+
+
+def resolve(store: Store, session_id: str, ref: str) -> Resolved | None:
+    """What `ref` names (the module's order), or None when it names nothing."""
+    found = LOG_REF.fullmatch(ref)
+    if found:
+        return Resolved(int(found.group(1)), None)
+    short = index.resolve_ref(store, session_id, ref) if ref.startswith("t") else None
+    row = index.record(store, session_id, short or ref)
+    if row is None and short is None:
+        newest = index.newest_occurrence(store, session_id, ref)
+        row = index.record(store, session_id, newest) if newest is not None else None
+    if row is None or row["seq"] is None:
+        return None
+    return Resolved(row["seq"], row)
+
+
+def resolve_ref(store: Store, session_id: str, ref: str) -> int | None:
+    """The sequence number in the log of the original a ref names, or None."""
+    found = resolve(store, session_id, ref)
+    return None if found is None else found.seq
 
 
 def recall_text(
@@ -34,29 +78,46 @@ def recall_text(
     blocks = []
     found = 0
     for wanted in ids:
-        key = index.resolve_ref(store, session_id, wanted) if wanted.startswith("t") else None
-        row = index.record(store, session_id, key or wanted)
-        result = entry_at(row["seq"]) if row is not None and row["seq"] is not None else None
+        resolved = resolve(store, session_id, wanted)
+        result = entry_at(resolved.seq) if resolved is not None else None
         message = message_of(result) if result is not None else None
-        if row is None or message is None:
+        if resolved is None or message is None or message.get("role") != "toolResult":
             blocks.append(f"## toolRef: {wanted}\n{NOT_FOUND}")
             continue
         found += 1
-        call = entry_at(row["aseq"]) if row["aseq"] is not None else None
-        args = _arguments(message_of(call) if call is not None else None, row["id"])
-        status = "ERROR" if row["err"] else "OK"
+        row = resolved.row
+        call_id = row["id"] if row is not None else message.get("toolCallId")
+        aseq = row["aseq"] if row is not None else _assistant_seq(store, session_id, call_id)
+        call = entry_at(aseq) if aseq is not None else None
+        args = _arguments(message_of(call) if call is not None else None, call_id)
+        tool: object = row["tool"] if row is not None else message.get("toolName")
+        error = row["err"] if row is not None else bool(message.get("isError"))
+        # An output nothing indexed has no turn of its own: -1, as a backfilled record shows.
+        turn = row["turn"] if row is not None else -1
         header = [
             f"## toolRef: {wanted}",
-            f"Tool: {row['tool']}",
+            f"Tool: {tool}",
             f"Args: {orjson.dumps(args, option=orjson.OPT_INDENT_2).decode()}",
-            f"Status: {status}",
-            f"Turn: {row['turn']}",
+            f"Status: {'ERROR' if error else 'OK'}",
+            f"Turn: {turn}",
         ]
         blocks.append("\n".join(header) + "\n\n" + _head(result_text(message)))
     return "\n\n---\n\n".join(blocks), found
 
 
-def _arguments(assistant: dict[str, Any] | None, call_id: str) -> Any:
+def _assistant_seq(store: Store, session_id: str, call_id: object) -> int | None:
+    """The log position of the newest assistant on the branch that made the call, or None."""
+    if not isinstance(call_id, str):
+        return None
+    call = store.get(key(session_id, "c", call_id))
+    row = digest.row_at(store, session_id, call["n"]) if call is not None else None
+    if call is None or row is None or row["id"] != call["id"]:
+        return None
+    seq: int | None = row.get("seq")
+    return seq
+
+
+def _arguments(assistant: dict[str, Any] | None, call_id: object) -> Any:
     content = assistant.get("content") if assistant is not None else None
     for block in content if isinstance(content, list) else []:
         if (

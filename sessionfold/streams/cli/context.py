@@ -180,7 +180,8 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--ref",
                 help="Instead of the context, print the original output a ref names "
-                "(tN, id@timestamp or eN, as cited in the context; repeatable).",
+                "(tN, id@timestamp or eN, as cited in the context, or a tool call id: its "
+                "newest summarized occurrence; repeatable).",
             ),
         ] = None,
         config_file: ConfigFile = None,

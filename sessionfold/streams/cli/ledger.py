@@ -267,7 +267,8 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         records = list(read_session_file(file))
         letters = [r for r in records if isinstance(r, DeadLetter)]
-        observer = LogObserver(LedgerLog.from_env(), session_of(records, file, diff_model))
+        session = session_of(records, file, diff_model)
+        observer = LogObserver(LedgerLog.from_env(session_id=session["id"]), session)
         observer.run("ledger compact" if compact else "ledger")
         try:
             run = fold_records(

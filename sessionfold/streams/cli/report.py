@@ -8,7 +8,9 @@ only whether it was under the home directory (`~/…#hash`), and an error messag
 home directory as `~` with every path in it hashed. A line that is not a record is counted and
 skipped. Nothing is read through a symlink or from anything but a regular file.
 
-The log is per user, so it mixes the runs of every project: the digest counts the projects
+The log is one file per session (with `SESSIONFOLD_LEDGER_LOG` unset; the report merges the
+most recently written ones and the single file older versions wrote, by time) or the one file
+that variable names; either way it can mix projects: the digest counts the projects
 (working directories) among the records it read, `--cwd PATH` (or `--project PATH`) keeps the
 records of sessions run in PATH or below it, and the path of the log read goes to stderr (home
 as `~`), out of what is pasted.
@@ -29,10 +31,12 @@ import typer
 
 from sessionfold.projections.ledger.text import sanitize
 from sessionfold.streams.cli.ledger import safe_json
-from sessionfold.streams.runtime.ledger_log import _home, log_path, scrub_home
+from sessionfold.streams.runtime.ledger_log import _home, read_path, scrub_home
 
 #: How many records the digest shows.
 NEWEST = 8
+#: Most per-session log files read, the most recently written first.
+MAX_FILES = 64
 #: How much of the end of a file is read for them (records are a few hundred bytes).
 TAIL_BYTES = 256 * 1024
 
@@ -180,18 +184,61 @@ def _records(lines: list[bytes]) -> tuple[list[dict[str, Any]], int]:
     return records, skipped
 
 
-def newest_records(
-    path: Path, count: int = NEWEST, roots: tuple[str, ...] | None = None
-) -> tuple[list[dict[str, Any]], int, int]:
-    """The newest `count` records of the log (its `.1` backup first), of the projects at
-    `roots` only when given; the lines skipped; and how many projects the records read span."""
+def _file_records(
+    path: Path, count: int, roots: tuple[str, ...] | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """One log file's newest `count` records wanted (its `.1` backup first), every record
+    read, and the lines skipped."""
     records, skipped = _records(_tail_lines(path))
     wanted = [r for r in records if roots is None or in_project(r, roots)]
     if len(wanted) < count:
         older, skipped_older = _records(_tail_lines(path.with_name(path.name + ".1")))
         records, skipped = older + records, skipped + skipped_older
         wanted = [r for r in records if roots is None or in_project(r, roots)]
-    return wanted[-count:], skipped, len(_projects(records))
+    return wanted[-count:], records, skipped
+
+
+def _session_logs(directory: Path) -> list[Path]:
+    """The per-session logs of a log directory (regular files, no symlink), the most recently
+    written first, at most `MAX_FILES`; [] when there is no such directory."""
+    try:
+        info = os.lstat(directory)
+    except FileNotFoundError:
+        return []
+    if not stat.S_ISDIR(info.st_mode):
+        raise OSError(errno.ENOTDIR, f"{directory.name} is not a directory")
+    found = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.endswith(".jsonl") and entry.is_file(follow_symlinks=False):
+                found.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name))
+    found.sort(reverse=True)
+    return [directory / name for _, name in found[:MAX_FILES]]
+
+
+def newest_records(
+    path: Path, count: int = NEWEST, roots: tuple[str, ...] | None = None
+) -> tuple[list[dict[str, Any]], int, int]:
+    """The newest `count` records of the log, of the projects at `roots` only when given; the
+    lines skipped; and how many projects the records read span.
+
+    `path` is one log file, or the directory of per-session logs: then its most recently
+    written files and the single file older versions wrote beside it (`ledger.jsonl`) are
+    read, and their records merged by time.
+    """
+    if not os.path.isdir(path) or os.path.islink(path):
+        wanted, records, skipped = _file_records(path, count, roots)
+        return wanted, skipped, len(_projects(records))
+    merged: list[dict[str, Any]] = []
+    every: list[dict[str, Any]] = []
+    skipped = 0
+    for file in [*_session_logs(path), path.with_name("ledger.jsonl")]:
+        wanted, records, skipped_here = _file_records(file, count, roots)
+        merged += wanted
+        every += records
+        skipped += skipped_here
+    merged.sort(key=lambda record: str(record.get("time") or ""))
+    return merged[-count:], skipped, len(_projects(every))
 
 
 def _projects(records: list[dict[str, Any]]) -> set[str]:
@@ -246,7 +293,8 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option(
                 "--log",
-                help="The log file (default: SESSIONFOLD_LEDGER_LOG, else the default path).",
+                help="The log file, or a directory of per-session logs (default: "
+                "SESSIONFOLD_LEDGER_LOG, else the per-session logs and the older single file).",
             ),
         ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON (stable).")] = False,
@@ -260,7 +308,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """A digest of the ledger log's newest eight records, safe to paste into an issue."""
-        path = log if log is not None else log_path()
+        path = log if log is not None else read_path()
         if path is None:
             typer.echo("the ledger log is off (SESSIONFOLD_LEDGER_LOG); pass --log PATH", err=True)
             raise typer.Exit(1)

@@ -54,7 +54,7 @@ from sessionfold.streams.cli.options import (
     config_or_exit,
 )
 from sessionfold.streams.cli.worker import model_port_for
-from sessionfold.streams.logs import configure_cli_logging
+from sessionfold.streams.logs import configure_cli_logging, show_session_lines
 from sessionfold.streams.runtime.heap import freeze_after_full_collections
 from sessionfold.streams.runtime.live import DEFAULT_ANSWER_THREADS, LiveFolds
 from sessionfold.streams.web.anthropic_api import ANTHROPIC
@@ -414,6 +414,7 @@ def _fold_process(fold: _FoldSide, socket_path: str, frames: Connection, alive: 
         daemon=True,
     ).start()
     configure_cli_logging()
+    show_session_lines()
     if not _PER_THREAD_NICE:
         os.nice(fold.nice)  # the whole process, loop too: every thread is made from this one
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the API process stops this one

@@ -20,17 +20,21 @@ The file is written safely or not at all:
   `hard-linked`, `not-a-directory`, `not-regular`, or the errno name), and swallowed: it never
   affects a pass.
 
-The path is `SESSIONFOLD_LEDGER_LOG`, or an off value (`off`, `none`, `0`, `false`, `no`, or
-empty) to disable it; unset, `$XDG_STATE_HOME/sessionfold/ledger.jsonl` (default
-`~/.local/state/sessionfold/ledger.jsonl`).
+The path is `SESSIONFOLD_LEDGER_LOG` (one file for every run), or an off value (`off`,
+`none`, `0`, `false`, `no`, or empty) to disable it; unset, one file per session:
+`$XDG_STATE_HOME/sessionfold/ledger/<session id>.jsonl` (default `~/.local/state/...`; an id
+that is not a plain file name is hashed). Before there was one file per session, the default
+was `.../sessionfold/ledger.jsonl`; `sessionfold report` still reads it beside the directory.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import logging
 import os
+import re
 import stat
 import time
 from collections.abc import Callable, Mapping
@@ -87,8 +91,32 @@ def state_root(env: Mapping[str, str] | None = None) -> Path:
 
 
 def default_log_path(env: Mapping[str, str] | None = None) -> Path:
-    """Where the log goes when `SESSIONFOLD_LEDGER_LOG` is unset."""
+    """The one log file every run wrote to before the log was per session (still read)."""
     return state_root(env) / "sessionfold" / "ledger.jsonl"
+
+
+def default_log_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where the per-session logs go when `SESSIONFOLD_LEDGER_LOG` is unset."""
+    return state_root(env) / "sessionfold" / "ledger"
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def session_log_name(session_id: str | None) -> str:
+    """A session's log file name: its id when that is a plain file name, else a hash of it."""
+    if session_id is None:
+        return "no-session.jsonl"
+    if _PLAIN_NAME.fullmatch(session_id) and not session_id.endswith(".1"):
+        return f"{session_id}.jsonl"
+    return f"s-{hashlib.sha256(session_id.encode()).hexdigest()[:16]}.jsonl"
+
+
+def read_path(env: Mapping[str, str] | None = None) -> Path | None:
+    """What `sessionfold report` reads: the file `SESSIONFOLD_LEDGER_LOG` names, else the
+    per-session directory (and the older single file beside it); None when the log is off."""
+    env = os.environ if env is None else env
+    return default_log_dir(env) if ENV_LOG not in env else log_path(env)
 
 
 def trusted_root(path: Path, env: Mapping[str, str] | None = None) -> Path:
@@ -104,11 +132,12 @@ def trusted_root(path: Path, env: Mapping[str, str] | None = None) -> Path:
     return Path(absolute.anchor)
 
 
-def log_path(env: Mapping[str, str] | None = None) -> Path | None:
-    """The log's path from the environment, or None when an off value disables it."""
+def log_path(env: Mapping[str, str] | None = None, session_id: str | None = None) -> Path | None:
+    """The log's path from the environment (the session's own file when it is unset), or None
+    when an off value disables it."""
     env = os.environ if env is None else env
     if ENV_LOG not in env:
-        return default_log_path(env)
+        return default_log_dir(env) / session_log_name(session_id)
     value = env[ENV_LOG].strip()
     if value.lower() in OFF_VALUES:
         return None
@@ -168,9 +197,12 @@ class LedgerLog:
         self.last_error: str | None = None  # reason code of the last failure
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> LedgerLog:
-        """The log `SESSIONFOLD_LEDGER_LOG` names (disabled by an off value)."""
-        path = log_path(env)
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, session_id: str | None = None
+    ) -> LedgerLog:
+        """The log `SESSIONFOLD_LEDGER_LOG` names (disabled by an off value), else the
+        session's own file."""
+        path = log_path(env, session_id)
         return cls(path, root=None if path is None else trusted_root(path, env))
 
     @property

@@ -74,6 +74,7 @@ from sessionfold.events.envelope import (
     CompactionEnvelope,
     Envelope,
     FlushRequestEnvelope,
+    LedgerPassEnvelope,
     LedgerRequestEnvelope,
     PruningRequestEnvelope,
 )
@@ -94,6 +95,7 @@ from sessionfold.projections.views.context import (
     message_tokens,
     patch_of,
 )
+from sessionfold.streams.logs import SESSIONS_LOGGER
 from sessionfold.streams.publishing.session_file import (
     DeadLetter,
     FileKindError,
@@ -114,6 +116,7 @@ from sessionfold.streams.runtime.embedded import (
 from sessionfold.streams.runtime.step import topic_of
 
 log = logging.getLogger(__name__)
+sessions_log = logging.getLogger(SESSIONS_LOGGER)  # one line per session event: ids and codes
 
 #: Model calls `sessionfold serve` has out at once by default (one per session at most).
 DEFAULT_ANSWER_THREADS = 8
@@ -269,13 +272,23 @@ class LiveFolds:
         #: Per session id dropped: where its next `LiveSession.folds` starts, so no state of
         #: the new one equals a state of the old (a render of the old never answers for it).
         self._generations: dict[str, int] = {}
+        #: Watched paths found missing (logged once each until they exist).
+        self._unwatched: set[Path] = set()
 
     # --- tailing -------------------------------------------------------------------------------
 
     def discover(self) -> int:
         """Start tailing the session files that appeared under the paths; how many are new."""
         new = 0
-        for path in session_files([p for p in self.paths if p.exists()]):
+        for path in self.paths:
+            if path.exists():
+                self._unwatched.discard(path)
+            elif path not in self._unwatched:
+                self._unwatched.add(path)
+                sessions_log.warning(
+                    "live: a path is not watched: missing", extra={"file": str(path)}
+                )
+        for path in session_files([p for p in self.paths if p not in self._unwatched]):
             if path not in self.tails:
                 self.tails[path] = _Tail(path, SessionFileReader(path))
                 new += 1
@@ -517,6 +530,10 @@ class LiveFolds:
             if self._journals:
                 session.journal = _journal_of(tail.path, record.session_id)
             self.sessions[record.session_id] = session
+            sessions_log.info(
+                "live: a session is served",
+                extra={"session": record.session_id, "sessions": len(self.sessions)},
+            )
         if session.asking:
             session.backlog.append(record)  # the answer with the model comes first
             return
@@ -566,6 +583,10 @@ class LiveFolds:
     def _fold_answer(self, session: LiveSession, answer: CompactionEnvelope) -> None:
         """Fold one answer of the session; what it raises joins `session.outputs`."""
         self.runtime.log[COMPACTION_EVENTS].append(answer)
+        kind = "ledger" if isinstance(answer, LedgerPassEnvelope) else "pruning"
+        sessions_log.info(
+            "live: a flush was answered", extra={"session": session.session_id, "kind": kind}
+        )
         session.outputs.extend(self.runtime.fold(answer))
         session.folds += 1  # the state moved: a kept render is of the state before
 
