@@ -325,3 +325,42 @@ def test_parallel_results_hang_under_their_calls_and_all_stay_on_the_path(
     assert [m["role"] for m in path] == ["user", "assistant", *["toolResult"] * calls, "user"]
     assert [m["toolCallId"] for m in path[2:-1]] == [f"t{n}" for n in finished]
     assert problems(path) == []
+
+
+def test_rendered_attachments_reach_the_context_and_bookkeeping_lines_do_not(
+    tmp_path: Path,
+) -> None:
+    """CLI 2.1.328: an attachment with `rendered` text is what the model is sent (a hidden
+    custom message, counted in the context); one without it and the bookkeeping lines
+    (api-request, cost-state, ...) are kept as x-claude-code entries, out of the context."""
+    base = {"sessionId": "s1", "cwd": "/w", "timestamp": "2026-12-01T10:00:00.000Z"}
+    lines = [
+        {**base, "type": "user", "uuid": "u1", "parentUuid": None,
+         "message": {"role": "user", "content": "go"}},
+        {**base, "type": "attachment", "uuid": "x1", "parentUuid": "u1",
+         "attachment": {"type": "date", "date": "2026-12-01"},
+         "rendered": [{"content": "Today is 2026-12-01."}], "renderedRole": "user"},
+        {**base, "type": "attachment", "uuid": "x2", "parentUuid": "x1",
+         "attachment": {"type": "prompt_snapshot", "systemPrompt": ["..."]}},
+        {"type": "api-request", "id": "r1", "shapeHash": "h", "params": {}},
+        {"type": "cost-state", "totalCostUSD": 0.01},
+        {**base, "type": "assistant", "uuid": "a1", "parentUuid": "x2",
+         "message": {"id": "m1", "role": "assistant", "model": "m",
+                     "content": [{"type": "text", "text": "ok"}]}},
+    ]  # fmt: skip
+    path = tmp_path / "s1.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    records = list(read_session_file(path))
+    assert not any(isinstance(r, DeadLetter) for r in records)
+    kinds = [e["type"] for e in entries_of(records)]
+    assert kinds.count("custom_message") == 1
+    assert {"x-claude-code.attachment", "x-claude-code.api-request"} <= set(kinds)
+    from typer.testing import CliRunner
+
+    from sessionfold.streams.cli import app
+
+    result = CliRunner().invoke(app, ["context", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    messages = json.loads(result.stdout)["messages"]
+    assert [m["role"] for m in messages] == ["user", "custom", "assistant"]
+    assert messages[1]["content"] == [{"type": "text", "text": "Today is 2026-12-01."}]
