@@ -16,11 +16,13 @@ from claude_sessions import lines_of, source_counts, write_transcript
 from format_sessions import tail_in_pieces, wire
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
 from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope
 from sessionfold.events.formats import detect, translator_for
 from sessionfold.events.formats.claude_code import ClaudeCodeTranslator
 from sessionfold.projections.ledger.text import message_text
+from sessionfold.streams.cli import app
 from sessionfold.streams.publishing.session_file import (
     DeadLetter,
     SessionFileReader,
@@ -355,10 +357,6 @@ def test_rendered_attachments_reach_the_context_and_bookkeeping_lines_do_not(
     kinds = [e["type"] for e in entries_of(records)]
     assert kinds.count("custom_message") == 1
     assert {"x-claude-code.attachment", "x-claude-code.api-request"} <= set(kinds)
-    from typer.testing import CliRunner
-
-    from sessionfold.streams.cli import app
-
     result = CliRunner().invoke(app, ["context", str(path), "--format", "json"])
     assert result.exit_code == 0, result.output
     messages = json.loads(result.stdout)["messages"]
