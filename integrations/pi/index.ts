@@ -245,8 +245,9 @@ export default function sessionfold(pi: ExtensionAPI, cfg: Config = readConfig()
 		}
 	};
 
-	/** `/health`, bounded by the probe's bound. */
-	const probe = () => call(cfg, "GET", "/health", undefined, { timeoutMs: cfg.probeMs, unref: true });
+	/** `/health`, bounded by the probe's bound. Unref'd unless awaited by pi itself (at
+	 * session_start nothing else may keep node running meanwhile: it would exit mid-probe). */
+	const probe = (unref = true) => call(cfg, "GET", "/health", undefined, { timeoutMs: cfg.probeMs, unref });
 	/** Is the server alive: `/health` answers 200 within the probe's bound. */
 	const alive = async () => {
 		const answer = await probe();
@@ -333,7 +334,7 @@ export default function sessionfold(pi: ExtensionAPI, cfg: Config = readConfig()
 		});
 	};
 
-	pi.on("session_start", (_event, ctx) => {
+	pi.on("session_start", async (_event, ctx) => {
 		lastCtx = ctx;
 		if (registered || observeOnly) return;
 		if (pi.getAllTools().some((tool) => tool.name === RECALL_TOOL)) {
@@ -372,15 +373,16 @@ export default function sessionfold(pi: ExtensionAPI, cfg: Config = readConfig()
 		} catch {
 			toolWanted = true;
 		}
+		// pi waits for this probe (500 ms at most, a few ms from a live server), so the first model
+		// call already has the tool, or a hung server's breaker is open before it.
 		offerRecall(false);
-		void probe().then((answer) => {
-			if (answer.ok && answer.status === 200) {
-				if (open) closeBreaker();
-				else offerRecall(true);
-			} else if (!answer.ok && answer.kind !== "bad-answer") {
-				failOpen(ctx, answer.kind === "unreachable" ? "unreachable" : "hung", "health");
-			}
-		});
+		const answer = await probe(false);
+		if (answer.ok && answer.status === 200) {
+			if (open) closeBreaker();
+			else offerRecall(true);
+		} else if (!answer.ok && answer.kind !== "bad-answer") {
+			failOpen(ctx, answer.kind === "unreachable" ? "unreachable" : "hung", "health");
+		}
 	});
 
 	pi.on("session_shutdown", () => {
