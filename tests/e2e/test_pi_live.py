@@ -17,10 +17,13 @@ Needs `npm ci` in integrations/pi (`.ci/run` does it); skipped without it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
+import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,8 +98,9 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
         yield process
 
 
-def run_pi(tmp_path: Path, url: str, name: str) -> dict[str, Any]:
-    """One headless pi session of the scripted task; run-pi.mjs's result plus the records."""
+def run_pi(tmp_path: Path, url: str, name: str, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One headless pi session of the scripted task; run-pi.mjs's result plus the records (and
+    its wall time, `seconds`)."""
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
     record, probe = tmp_path / f"{name}-model.jsonl", tmp_path / f"{name}-probe.jsonl"
@@ -112,14 +116,19 @@ def run_pi(tmp_path: Path, url: str, name: str) -> dict[str, Any]:
     args += ["--script", str(script), "--extension", str(PROBE)]
     args += ["--extension-first", str(PROBE_START)]
     args += ["--context-window", "4000", "--reserve-tokens", "1000"]
-    args += ["--keep-recent-tokens", "800"]
+    args += ["--keep-recent-tokens", "800", *extra]
+    started = time.monotonic()
     done = subprocess.run(
         [*args, "--", *PROMPTS], env=env, capture_output=True, timeout=300, check=False
     )
+    seconds = time.monotonic() - started
     result = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    result["seconds"] = seconds
     assert result["exit"] == 0, result["stderr"]
     result["model"] = [json.loads(line) for line in record.read_text().splitlines()]
-    result["probe"] = [json.loads(line) for line in probe.read_text().splitlines()]
+    result["probe"] = (
+        [json.loads(line) for line in probe.read_text().splitlines()] if probe.exists() else []
+    )
     return result
 
 
@@ -233,6 +242,67 @@ def test_pi_finishes_on_its_own_context_without_sessionfold(tmp_path: Path, serv
     assert run["stderr"].count("sessionfold: server unreachable") == 1
     model_saw = [r for r in run["model"] if r["kind"] == "turn"]
     assert model_saw and not any(STUB in json.dumps(r["messages"]) for r in model_saw)
+    # The recall tool is not offered while serve does not answer (issue #40).
+    assert not any("context_tree_query" in r["tools"] for r in model_saw)
     (session_file,) = map(Path, run["session_files"])
     entries = [json.loads(line) for line in session_file.read_text().splitlines()]
     assert [e for e in entries if e["type"] == "message"][-1]["message"]["role"] == "assistant"
+
+
+@contextlib.contextmanager
+def hung_server() -> Iterator[str]:
+    """A TCP server on 127.0.0.1 that accepts every connection and never answers (a serve
+    stopped with Ctrl-Z, swapped out, under a debugger); its URL."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError, OSError):
+                held.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        for connection in held:
+            connection.close()
+        listener.close()
+
+
+def test_a_hung_server_costs_pi_a_few_seconds_at_most(tmp_path: Path) -> None:
+    """Issue #40: the same task against a server that accepts and never answers takes at most a
+    few seconds more than with no server at all (before: every context call waited its bound,
+    20 s here, and a compaction 120 s). One warning; the recall tool is never offered; pi
+    compacts on its own."""
+    # A smaller window than the other tests': pi compacts without the recall's output.
+    extra = ("--reserve-tokens", "2000")
+    runs: dict[str, dict[str, Any]] = {}
+    for name in ("without", "refused", "hung"):
+        (tmp_path / name).mkdir()
+    runs["without"] = run_pi(
+        tmp_path / "without", "http://127.0.0.1:9", "without", (*extra, "--no-sessionfold")
+    )
+    refused = socket.create_server(("127.0.0.1", 0))
+    port = refused.getsockname()[1]
+    refused.close()
+    runs["refused"] = run_pi(tmp_path / "refused", f"http://127.0.0.1:{port}", "refused", extra)
+    with hung_server() as url:
+        runs["hung"] = run_pi(tmp_path / "hung", url, "hung", extra)
+    seconds = {name: round(run["seconds"], 2) for name, run in runs.items()}
+    print(f"wall time, seconds: {seconds}")
+    assert seconds["hung"] - seconds["refused"] < 3.0, seconds
+    hung = runs["hung"]
+    assert hung["stderr"].count("sessionfold: server not answering") == 1, hung["stderr"]
+    turns = {name: [r for r in run["model"] if r["kind"] == "turn"] for name, run in runs.items()}
+    assert len(turns["hung"]) == len(turns["without"])
+    assert not any("context_tree_query" in r["tools"] for r in turns["hung"])
+    (session_file,) = map(Path, hung["session_files"])
+    entries = [json.loads(line) for line in session_file.read_text().splitlines()]
+    compactions = [e for e in entries if e["type"] == "compaction"]
+    assert compactions and not compactions[0].get("fromHook")  # pi's own

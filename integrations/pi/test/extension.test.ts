@@ -22,15 +22,24 @@ function fakePi(preRegistered: string[] = []) {
 	const handlers = new Map<string, Handler[]>();
 	const tools: any[] = preRegistered.map((name) => ({ name }));
 	const appended: { customType: string; data: unknown }[] = [];
+	// pi's active tools: a tool registered is active (pi's refresh adds new names), until set.
+	let active: string[] = [...preRegistered];
 	const api = {
 		on(name: string, handler: Handler) {
 			handlers.set(name, [...(handlers.get(name) ?? []), handler]);
 		},
 		registerTool(def: any) {
 			tools.push(def);
+			active.push(def.name);
 		},
 		getAllTools() {
 			return tools.map((t) => ({ name: t.name }));
+		},
+		getActiveTools() {
+			return [...active];
+		},
+		setActiveTools(names: string[]) {
+			active = names.filter((n) => tools.some((t) => t.name === n));
 		},
 		appendEntry(customType: string, data: unknown) {
 			appended.push({ customType, data });
@@ -41,7 +50,7 @@ function fakePi(preRegistered: string[] = []) {
 		for (const h of handlers.get(name) ?? []) result = await h({ type: name, ...event }, ctx);
 		return result;
 	};
-	return { api, tools, emit, appended };
+	return { api, tools, emit, appended, active: () => active };
 }
 
 /** A stand-in for pi's ExtensionContext, recording notifications and status lines. */
@@ -438,7 +447,7 @@ describe("recall tool, token, observe-only, footer", () => {
 		await pi.emit("agent_end", {}, ctx);
 		await shown;
 		assert.deepEqual(statuses, ["prune: 1 pending"]);
-		assert.deepEqual(server.seen.map((s) => s.path), ["/sessions/sess-1/status"]);
+		assert.deepEqual(server.seen.map((s) => s.path), ["/sessions/sess-1/status?leaf=leaf-9&wait_ms=1500"]);
 	});
 
 	it("shows the server's footer after a turn, and clears it with one warning when the server is down", async () => {
@@ -459,5 +468,182 @@ describe("recall tool, token, observe-only, footer", () => {
 		assert.deepEqual(statuses, ["prune: 2 pending · think 1.2k", undefined, undefined]);
 		assert.equal(notes.length, 1);
 		server = await startFakeServer();
+	});
+});
+
+/** A loopback server that accepts connections and never answers (a stopped or swapped-out
+ * serve): it counts the connections and holds them until closed. */
+async function hungServer() {
+	const sockets = new Set<import("node:net").Socket>();
+	let connections = 0;
+	const srv = createServer((socket) => {
+		connections++;
+		sockets.add(socket);
+		socket.on("close", () => sockets.delete(socket));
+		socket.on("error", () => {});
+	});
+	await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+	const port = (srv.address() as { port: number }).port;
+	return {
+		url: `http://127.0.0.1:${port}`,
+		connections: () => connections,
+		close: () =>
+			new Promise<void>((r) => {
+				for (const s of sockets) s.destroy();
+				srv.close(() => r());
+			}),
+	};
+}
+
+/** Resolves once `check` holds (polled), or fails after `ms`. */
+async function until(check: () => boolean, ms = 5000) {
+	const deadline = Date.now() + ms;
+	while (!check()) {
+		assert.ok(Date.now() < deadline, "condition not met in time");
+		await new Promise((r) => setTimeout(r, 10));
+	}
+}
+
+describe("a server that accepts and never answers (issue #40)", () => {
+	// Short bounds, and a breaker that does not probe again within a test unless it says so.
+	const hungConfig = (url: string, extra: Partial<Config> = {}) =>
+		config(url, { timeoutMs: 5000, waitMs: 4000, firstByteMs: 200, probeMs: 200, backoffMs: 60000, ...extra });
+
+	it("ends a context call past the first-byte bound and one probe, then asks nothing while the breaker is open", { timeout: 15000 }, async () => {
+		const hung = await hungServer();
+		const pi = fakePi();
+		sessionfold(pi.api as any, hungConfig(hung.url));
+		const { ctx, notes } = fakeCtx();
+		try {
+			let start = Date.now();
+			assert.equal(await pi.emit("context", { messages: MESSAGES }, ctx), undefined);
+			const first = Date.now() - start;
+			assert.ok(first >= 350 && first < 1500, `first call took ${first} ms (bound 5000)`);
+			assert.equal(notes.length, 1);
+			assert.match(notes[0].text, /not answering \(context\)/);
+			const seen = hung.connections();
+			start = Date.now();
+			for (let i = 0; i < 5; i++) assert.equal(await pi.emit("context", { messages: MESSAGES }, ctx), undefined);
+			assert.ok(Date.now() - start < 100, "calls waited while the breaker was open");
+			assert.equal(hung.connections(), seen, "calls went out while the breaker was open");
+			assert.equal(notes.length, 1);
+		} finally {
+			await pi.emit("session_shutdown", {}, ctx);
+			await hung.close();
+		}
+	});
+
+	it("ends a compaction the same way, where its bound is 120 s: pi compacts itself", { timeout: 15000 }, async () => {
+		const hung = await hungServer();
+		const pi = fakePi();
+		sessionfold(pi.api as any, hungConfig(hung.url));
+		const { ctx, notes } = fakeCtx();
+		try {
+			const start = Date.now();
+			const preparation = { firstKeptEntryId: "e1", tokensBefore: 10 };
+			assert.equal(await pi.emit("session_before_compact", { preparation, signal: new AbortController().signal }, ctx), undefined);
+			const took = Date.now() - start;
+			assert.ok(took < 1500, `compaction waited ${took} ms`);
+			assert.equal(notes.length, 1);
+		} finally {
+			await pi.emit("session_shutdown", {}, ctx);
+			await hung.close();
+		}
+	});
+
+	it("keeps waiting for a server that is slow but alive (it answers /health)", { timeout: 15000 }, async () => {
+		const server = await startFakeServer();
+		const rendered = [MESSAGES[0]];
+		server.routes.context = () => ({ body: { changed: true, stale: false, epoch: 1, messages: rendered }, delayMs: 1200 });
+		const pi = fakePi();
+		sessionfold(pi.api as any, hungConfig(server.url, { firstByteMs: 100, probeEveryMs: 300 }));
+		const { ctx, notes } = fakeCtx();
+		try {
+			assert.deepEqual(await pi.emit("context", { messages: MESSAGES }, ctx), { messages: rendered });
+			assert.ok(server.seen.filter((s) => s.path === "/health").length >= 2, "no liveness probe while waiting");
+			assert.equal(notes.length, 0);
+		} finally {
+			await pi.emit("session_shutdown", {}, ctx);
+			await server.close();
+		}
+	});
+
+	it("offers the recall tool only while the server answers, warns once per outage and says when it is back", { timeout: 20000 }, async () => {
+		const port = await deadPort();
+		const pi = fakePi();
+		sessionfold(pi.api as any, config(`http://127.0.0.1:${port}`, { backoffMs: 50, backoffMaxMs: 100, probeMs: 200 }));
+		const { ctx, notes } = fakeCtx();
+		let server: FakeServer | undefined;
+		try {
+			// Down at the start: the startup probe is refused, the tool is not offered, one warning.
+			await pi.emit("session_start", { reason: "startup" }, ctx);
+			await until(() => notes.length === 1);
+			assert.equal(notes[0].level, "warning");
+			assert.match(notes[0].text, /unreachable/);
+			assert.ok(!pi.active().includes(RECALL_TOOL));
+			assert.equal(await pi.emit("context", { messages: MESSAGES }, ctx), undefined);
+			// serve starts: a background probe closes the breaker, the tool is back, it is said once.
+			server = await startFakeServer({ context: () => ({ body: { changed: true, messages: [MESSAGES[0]] } }) }, port);
+			await until(() => pi.active().includes(RECALL_TOOL));
+			assert.equal(notes.length, 2);
+			assert.equal(notes[1].level, "info");
+			assert.match(notes[1].text, /answers again/);
+			assert.deepEqual(await pi.emit("context", { messages: MESSAGES }, ctx), { messages: [MESSAGES[0]] });
+			// A second outage: warned again, the tool withdrawn again.
+			await server.close();
+			server = undefined;
+			assert.equal(await pi.emit("context", { messages: MESSAGES }, ctx), undefined);
+			assert.equal(notes.length, 3);
+			assert.match(notes[2].text, /unreachable \(context\)/);
+			assert.ok(!pi.active().includes(RECALL_TOOL));
+			// A recall while down fails at once, without a call.
+			const tool = pi.tools.find((t) => t.name === RECALL_TOOL);
+			await assert.rejects(tool.execute("call-1", { toolCallIds: ["t3"] }, undefined, undefined, ctx), /unavailable/);
+			assert.equal(notes.length, 3);
+		} finally {
+			await pi.emit("session_shutdown", {}, ctx);
+			await server?.close();
+		}
+	});
+
+	it("does not offer the recall tool when the server is hung at the start", { timeout: 15000 }, async () => {
+		const hung = await hungServer();
+		const pi = fakePi();
+		sessionfold(pi.api as any, hungConfig(hung.url));
+		const { ctx, notes } = fakeCtx();
+		try {
+			await pi.emit("session_start", { reason: "startup" }, ctx);
+			assert.ok(!pi.active().includes(RECALL_TOOL));
+			await until(() => notes.length === 1);
+			assert.match(notes[0].text, /not answering \(health\)/);
+			assert.ok(!pi.active().includes(RECALL_TOOL));
+			const start = Date.now();
+			assert.equal(await pi.emit("context", { messages: MESSAGES }, ctx), undefined);
+			assert.ok(Date.now() - start < 100);
+		} finally {
+			await pi.emit("session_shutdown", {}, ctx);
+			await hung.close();
+		}
+	});
+});
+
+describe("the footer (issue #40)", () => {
+	it("asks the status at pi's leaf, and never drops the refresh of agent_end that follows turn_end", async () => {
+		let n = 0;
+		const server = await startFakeServer({ status: () => ({ body: { footer: `footer ${++n}` }, delayMs: 100 }) });
+		const pi = fakePi();
+		sessionfold(pi.api as any, config(server.url));
+		const { ctx, statuses } = fakeCtx();
+		try {
+			await pi.emit("turn_end", {}, ctx);
+			await pi.emit("agent_end", {}, ctx);
+			await until(() => statuses.length === 2);
+			assert.deepEqual(statuses, ["footer 1", "footer 2"]);
+			const asked = server.seen.filter((s) => s.path.includes("/status"));
+			assert.equal(asked.length, 2);
+			for (const s of asked) assert.equal(s.path, "/sessions/sess-1/status?leaf=leaf-9&wait_ms=1500");
+		} finally {
+			await server.close();
+		}
 	});
 });

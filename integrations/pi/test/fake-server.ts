@@ -24,7 +24,8 @@ export type Route = (seen: Seen) => Reply;
 export interface FakeServer {
 	url: string;
 	seen: Seen[];
-	/** Routes by the last path segment: "context", "compact", "recall", "status", "client-events". */
+	/** Routes by the last path segment, without the query: "context", "compact", "recall", "status",
+	 * "client-events", "health" (200 `{"status": "ok"}` unless set). */
 	routes: Record<string, Route>;
 	close(): Promise<void>;
 	/** Resolves once a request to that route has arrived. */
@@ -32,7 +33,7 @@ export interface FakeServer {
 }
 
 /** Starts the fake on a free loopback port. */
-export async function startFakeServer(routes: Record<string, Route> = {}): Promise<FakeServer> {
+export async function startFakeServer(routes: Record<string, Route> = {}, port = 0): Promise<FakeServer> {
 	const seen: Seen[] = [];
 	const waiters: { route: string; resolve: (s: Seen) => void }[] = [];
 	const timers = new Set<NodeJS.Timeout>();
@@ -44,13 +45,17 @@ export async function startFakeServer(routes: Record<string, Route> = {}): Promi
 			const path = req.url ?? "";
 			const entry: Seen = { method: req.method ?? "", path, headers: req.headers, body: raw ? JSON.parse(raw) : undefined };
 			seen.push(entry);
-			const name = path.split("/").pop() ?? "";
+			const name = (path.split("?")[0].split("/").pop() ?? "");
 			for (const w of waiters.filter((w) => w.route === name)) {
 				waiters.splice(waiters.indexOf(w), 1);
 				w.resolve(entry);
 			}
 			const route = fake.routes[name];
-			const reply: Reply = route ? route(entry) : { status: name === "client-events" ? 204 : 404, body: { error: "no route" } };
+			const reply: Reply = route
+				? route(entry)
+				: name === "health"
+					? { body: { status: "ok", sessions: 0 } }
+					: { status: name === "client-events" ? 204 : 404, body: { error: "no route" } };
 			const send = () => {
 				timers.delete(timer);
 				if (res.destroyed) return;
@@ -63,10 +68,10 @@ export async function startFakeServer(routes: Record<string, Route> = {}): Promi
 			timers.add(timer);
 		});
 	});
-	await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-	const { port } = server.address() as AddressInfo;
+	await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
+	const bound = (server.address() as AddressInfo).port;
 	const fake: FakeServer = {
-		url: `http://127.0.0.1:${port}`,
+		url: `http://127.0.0.1:${bound}`,
 		seen,
 		routes,
 		close: () =>
@@ -77,7 +82,7 @@ export async function startFakeServer(routes: Record<string, Route> = {}): Promi
 			}),
 		waitFor: (route, timeoutMs = 5000) =>
 			new Promise((resolve, reject) => {
-				const hit = seen.find((s) => s.path.endsWith(`/${route}`));
+				const hit = seen.find((s) => s.path.split("?")[0].endsWith(`/${route}`));
 				if (hit) return resolve(hit);
 				const t = setTimeout(() => reject(new Error(`no ${route} request within ${timeoutMs} ms`)), timeoutMs);
 				waiters.push({

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -71,6 +72,8 @@ log = logging.getLogger(__name__)
 
 #: How often a waiting call looks again when the tailer wakes it (a safety net), seconds.
 WAKE_STEP_S = 0.5
+#: The longest a status call waits for its leaf (`wait_ms`), ms.
+STATUS_WAIT_MAX_MS = 5000.0
 
 __all__ = [
     "DEFAULT_WAIT_S",
@@ -383,8 +386,25 @@ class LiveApi:
         )
 
     async def status(self, request: web.Request) -> web.Response:
-        """A small document to poll each turn."""
+        """A small document to poll each turn. With `?leaf=ID&wait_ms=N` it first waits (as a
+        context call does, at most N ms, 5 s at most) until the leaf is folded and no flush of
+        the session is with the model: the footer then shows the state the turn left, not the
+        one before its last lines were read (issue #40)."""
         session_id = _id(request)
+        leaf = request.query.get("leaf")
+        if leaf:
+            try:
+                asked = float(request.query.get("wait_ms", "0"))
+            except ValueError:
+                asked = math.nan
+            if not math.isfinite(asked):
+                raise _bad("wait_ms is not a number")
+            wait = min(max(asked, 0.0), STATUS_WAIT_MAX_MS)
+            started = time.monotonic()
+            until = started + wait / 1000
+            await self._wait_for(
+                session_id, leaf[:MAX_ID_CHARS], until, min(until, started + UNKNOWN_GRACE_S)
+            )
         with self.live.lock:
             if session_id not in self.live.sessions:
                 return json_response(contract.unknown_status(session_id))
