@@ -95,7 +95,7 @@ def test_context_file_json_and_text(session_file: Path) -> None:
     result = CliRunner().invoke(app, ["context", str(session_file), "--format", "json"])
     assert result.exit_code == 0, result.output
     view = orjson.loads(result.stdout)
-    assert set(view) == {"messages", "tokens"}
+    assert set(view) == {"messages", "tokens", "repairs"}
     tokens = sum((js_json_length(m) + 2) // 4 for m in view["messages"])
     assert view["tokens"]["pruned"] == tokens
     assert view["tokens"]["pruned"] < view["tokens"]["unpruned"]
