@@ -12,10 +12,22 @@ code N" first) and a `toolUseResult`; hook `progress` lines, `file-history-snaps
 inside a prompt; a `compact_boundary` system line and its `isCompactSummary` summary; a Task
 call whose subagent transcript is written to `<session>/subagents/agent-<id>.jsonl`. Same seed,
 same bytes: no clock, no uuid4.
+
+What CLI 2.1.328 added (docs/formats.md, "What each CLI version writes"): `attachment` lines on
+the chain after each prompt, those the model is sent with `rendered` text and `renderedRole`,
+the others (`session_context`, `prompt_snapshot`) without; the bookkeeping lines with no uuid
+around each request (`api-request-shape`, `api-request-blob`, `api-request`, `tools-used`,
+`last-prompt`, `atis-latch`, `cost-state`, `mode`, `queue-operation`), the assistant lines naming
+their request in `requestRef`; a boundary whose `compactMetadata.preservedSegment` names the
+last assistant line before it (the message the CLI sends again after the summary). The lines
+and ids these add are derived from hashes of what was drawn already, never from new draws, so
+the story of a seed (prompts, calls, results, usage) is what it was before them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import uuid
 from collections.abc import Callable, Iterator
@@ -31,8 +43,16 @@ from sessionfold.streams.tools.synthetic import (
     session_seeds,
 )
 
-VERSION = "2.1.72"
+VERSION = "2.1.328"
+_MODEL = "claude-sonnet-4-5"
 _TOOLS = {"bash": "Bash", "read": "Read", "edit": "Edit", "write": "Write"}
+#: usage totals (`cost-state`) from the lines' usage counts
+_TOTALS = {
+    "input": "input_tokens",
+    "output": "output_tokens",
+    "cacheRead": "cache_read_input_tokens",
+    "cacheWrite": "cache_creation_input_tokens",
+}
 _REMINDER = (
     "\n\n<system-reminder>\nThe user opened the file {path} in the IDE. This may or may not be "
     "related to the current task.\n</system-reminder>"
@@ -62,10 +82,20 @@ class _Writer:
     agent: str | None = None
     lines: list[Entry] = field(default_factory=list)
     last: str | None = None  # the uuid of the last line on the chain
+    last_assistant: str | None = None  # the uuid of the last assistant line
+    prompt: str = ""  # the last prompt's text (`last-prompt`)
+    shaped: bool = False  # whether the request shape was written (again after a compaction)
+    tools: list[str] = field(default_factory=list)  # tools called so far (`tools-used`)
+    usage: dict[str, int] = field(default_factory=dict)  # totals for `cost-state`
 
     def uuid(self) -> str:
         """A deterministic v4 uuid."""
         return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+
+    def derived_uuid(self, *names: str) -> str:
+        """A v4 uuid hashed from names already drawn: a new line draws nothing from the rng."""
+        digest = hashlib.sha256(":".join((self.session, *names)).encode()).digest()
+        return str(uuid.UUID(bytes=digest[:16], version=4))
 
     def chain(self, kind: str, timestamp: str, **fields: Any) -> Entry:  # noqa: ANN401 - line fields
         """A line on the parentUuid chain (its parent the last one)."""
@@ -76,6 +106,7 @@ class _Writer:
             sessionId=self.session,
             version=VERSION,
             gitBranch="main",
+            entrypoint="cli",
         )
         if self.agent is not None:
             line["agentId"] = self.agent
@@ -218,6 +249,8 @@ def _play(writer: _Writer, entries: list[Entry], compact_at: int | None, task: b
                 b.get("text", "") for b in message["content"] if b.get("type") == "text"
             )
             prompt_uuid = writer.uuid()
+            if writer.agent is None and prompts > 1:  # the first one's opens the file
+                _queued(writer, stamp, text)
             if writer.agent is None:
                 writer.off_chain(
                     {
@@ -229,9 +262,12 @@ def _play(writer: _Writer, entries: list[Entry], compact_at: int | None, task: b
                 )
             if prompts == 2 and writer.agent is None:
                 _slash_command(writer, stamp)
+            writer.prompt = text
             if rng.random() < 0.3:
                 text += _REMINDER.format(path=f"src/{rng.choice(_WORDS)}.py")
             writer.chain("user", stamp, uuid=prompt_uuid, message={"role": "user", "content": text})
+            if writer.agent is None:
+                _prompt_attachments(writer, stamp, prompt_uuid, first=prompts == 1)
             continue
         if task and subagent_prompt is None and prompts >= 1 and writer.agent is None:
             subagent_prompt = f"Survey the {_words(rng, 2)} code and report what it does."
@@ -245,7 +281,16 @@ def _play(writer: _Writer, entries: list[Entry], compact_at: int | None, task: b
                 durationMs=rng.randint(2_000, 90_000),
                 isMeta=False,
             )
+            if writer.agent is None:
+                _cost_state(writer, message.get("model") or _MODEL)
     return subagent_prompt
+
+
+def _queued(writer: _Writer, stamp: str, text: str) -> None:
+    """The prompt's trip through the CLI's input queue."""
+    base = {"type": "queue-operation", "operation": "enqueue", "timestamp": stamp}
+    writer.off_chain({**base, "sessionId": writer.session, "content": text})
+    writer.off_chain({**base, "operation": "dequeue", "sessionId": writer.session})
 
 
 def _response(writer: _Writer, step: list[Entry]) -> None:
@@ -295,16 +340,24 @@ def _response(writer: _Writer, step: list[Entry]) -> None:
     if not blocks:
         blocks.append({"type": "text", "text": "(no content)"})
     usage = _usage(message.get("usage") or {})
+    model = message.get("model") or _MODEL
+    for key, name in _TOTALS.items():
+        writer.usage[key] = writer.usage.get(key, 0) + usage[name]
     stop = "tool_use" if message.get("stopReason") == "toolUse" else "end_turn"
+    if writer.agent is None:
+        request_ref = _request(writer, stamp, request, model)
+    else:
+        request_ref = writer.derived_uuid("request", request)
     call_lines: dict[str, str] = {}  # tool_use id -> the uuid of the line that made the call
     for index, block in enumerate(blocks):
         last = index == len(blocks) - 1
         line = writer.chain(
             "assistant",
             stamp,
-            requestId=request,
+            requestRef=request_ref,
+            apiBlockIndex=index,
             message={
-                "model": message.get("model") or "claude-sonnet-4-5",
+                "model": model,
                 "id": msg_id,
                 "type": "message",
                 "role": "assistant",
@@ -314,8 +367,11 @@ def _response(writer: _Writer, step: list[Entry]) -> None:
                 "usage": usage,
             },
         )
+        writer.last_assistant = line["uuid"]
         if block["type"] == "tool_use":
             call_lines[block["id"]] = line["uuid"]
+            if block["name"] not in writer.tools:
+                writer.tools.append(block["name"])
             writer.chain(
                 "progress",
                 stamp,
@@ -328,7 +384,19 @@ def _response(writer: _Writer, step: list[Entry]) -> None:
                 toolUseID=block["id"],
                 parentToolUseID=block["id"],
             )
-    results = step[1:]
+    if writer.agent is None:
+        _responded(writer)
+    _results(writer, step[1:], names, call_lines, msg_id)
+
+
+def _results(
+    writer: _Writer,
+    results: list[Entry],
+    names: dict[str, str],
+    call_lines: dict[str, str],
+    msg_id: str,
+) -> None:
+    """The result lines of a response's calls, each of parallel calls under its call's line."""
     parallel = len(call_lines) > 1
     if parallel and msg_id[-1] < "n":
         # the tools finished in another order than they were called (no rng draw: the rest of
@@ -350,6 +418,113 @@ def _response(writer: _Writer, step: list[Entry]) -> None:
             message={"role": "user", "content": [block]},
             toolUseResult=structured,
         )
+
+
+def _hash(value: Any) -> str:  # noqa: ANN401 - any JSON value
+    """The hex sha256 of a JSON value, as the CLI names request shapes and blobs."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def _attachment(
+    writer: _Writer, stamp: str, after: str, body: Entry, rendered: str | None, role: str
+) -> None:
+    """An attachment line on the chain; with `rendered` text the model is sent it."""
+    fields: dict[str, Any] = {"attachment": body}
+    if rendered is not None:
+        fields.update(rendered=[{"content": rendered}], renderedRole=role)
+    uuid_ = writer.derived_uuid("attachment", after, body["type"])
+    writer.chain("attachment", stamp, uuid=uuid_, **fields)
+
+
+def _reminder(text: str) -> str:
+    return f"<system-reminder>\n{text}\n</system-reminder>"
+
+
+def _listings(writer: _Writer, stamp: str, after: str, model: str) -> None:
+    """The attachments the CLI sends at a session's start and again after a compaction."""
+    snapshot = {"workingDirectory": writer.cwd, "isGitRepo": True, "platform": "linux"}
+    where = f"Working directory {writer.cwd}, a git repository, on linux with bash."
+    _attachment(
+        writer, stamp, after, {"type": "environment", "snapshot": snapshot},
+        _reminder(where), "system",
+    )  # fmt: skip
+    _attachment(
+        writer, stamp, after, {"type": "model", "identity": model},
+        _reminder(f"You are answering as {model}."), "system",
+    )  # fmt: skip
+    names = ["review", "release-notes"]
+    _attachment(
+        writer, stamp, after, {"type": "skill_listing", "names": names, "skillCount": 2},
+        _reminder("Skills you can load: " + ", ".join(names) + "."), "system",
+    )  # fmt: skip
+
+
+def _prompt_attachments(writer: _Writer, stamp: str, prompt: str, first: bool) -> None:
+    """What CLI 2.1.328 chains after a prompt: listings on the first, then the session context
+    and the prompt snapshot (state the CLI keeps, never sent) around the date (sent)."""
+    if first:
+        _listings(writer, stamp, prompt, "claude-sonnet-4-5")
+    _attachment(writer, stamp, prompt, {"type": "session_context", "context": {}}, None, "")
+    day = stamp[:10]
+    _attachment(
+        writer, stamp, prompt, {"type": "date", "date": day},
+        _reminder(f"The date is {day}."), "system",
+    )  # fmt: skip
+    system = ["You help with code in this repository; run the tests before you answer."]
+    _attachment(
+        writer, stamp, prompt, {"type": "prompt_snapshot", "systemPrompt": system}, None, ""
+    )
+
+
+def _request(writer: _Writer, stamp: str, request: str, model: str) -> str:
+    """The bookkeeping lines before a request (its shape and blobs when new, then the request
+    itself, and which tools the session used at its first); the request's id."""
+    shape = {"system": [{"type": "text", "text": "You are a coding agent."}], "tools": _TOOLS}
+    shape_hash = _hash(shape)
+    request_id = writer.derived_uuid("request", request)
+    base = {"type": "api-request", "sessionId": writer.session, "id": request_id}
+    if not writer.shaped:
+        writer.off_chain(
+            {"type": "api-request-shape", "sessionId": writer.session, "shapeHash": shape_hash,
+             "timestamp": stamp, "version": VERSION, "shape": shape}
+        )  # fmt: skip
+        message = {"role": "user", "content": [{"type": "text", "text": writer.prompt}]}
+        writer.off_chain(
+            {"type": "api-request-blob", "sessionId": writer.session,
+             "hash": _hash(message), "message": message}
+        )  # fmt: skip
+    writer.off_chain(
+        {**base, "timestamp": stamp, "version": VERSION, "shapeHash": shape_hash,
+         "params": {"model": model, "max_tokens": 32_000}, "keep": 0 if not writer.shaped else 2}
+    )  # fmt: skip
+    if not writer.shaped:
+        writer.off_chain({"type": "tools-used", "tools": list(writer.tools)})
+        writer.shaped = True
+    return request_id
+
+
+def _responded(writer: _Writer) -> None:
+    """After a response's lines: the leaf the CLI would resume from, and its ATIS latch."""
+    writer.off_chain(
+        {"type": "last-prompt", "lastPrompt": writer.prompt[:200], "leafUuid": writer.last,
+         "sessionId": writer.session}
+    )  # fmt: skip
+    writer.off_chain({"type": "atis-latch", "atis": "", "sessionId": writer.session})
+
+
+def _cost_state(writer: _Writer, model: str) -> None:
+    """The session's running totals, written when a turn ends."""
+    used = writer.usage
+    # a fixed price per million tokens: the numbers only have to follow the usage
+    cost = (used["input"] * 3 + used["output"] * 15 + used["cacheRead"] * 0.3) / 1_000_000
+    cost += used["cacheWrite"] * 3.75 / 1_000_000
+    writer.off_chain(
+        {"type": "cost-state", "sessionId": writer.session, "totalCostUSD": round(cost, 6),
+         "modelUsage": {model: {"inputTokens": used["input"], "outputTokens": used["output"],
+                                "cacheReadInputTokens": used["cacheRead"],
+                                "cacheCreationInputTokens": used["cacheWrite"],
+                                "costUSD": round(cost, 6)}}}
+    )  # fmt: skip
 
 
 def _slash_command(writer: _Writer, stamp: str) -> None:
@@ -382,6 +557,8 @@ def _slash_command(writer: _Writer, stamp: str) -> None:
 def _compaction(writer: _Writer, stamp: str) -> None:
     rng = writer.rng
     before = writer.last
+    kept = writer.last_assistant
+    writer.off_chain({"type": "mode", "mode": "normal", "sessionId": writer.session})
     boundary = writer.chain(
         "system",
         stamp,
@@ -397,13 +574,22 @@ def _compaction(writer: _Writer, stamp: str) -> None:
         "This session is being continued from a previous conversation that ran out of context. "
         "The conversation is summarized below:\nAnalysis:\n" + _words(rng, 120)
     )
-    writer.chain(
+    summary_line = writer.chain(
         "user",
         stamp,
         isCompactSummary=True,
         isVisibleInTranscriptOnly=True,
         message={"role": "user", "content": summary},
     )
+    meta = boundary["compactMetadata"]
+    meta["postTokens"] = int(writer.derived_uuid("post", summary_line["uuid"])[:4], 16) + 4_000
+    if kept is not None:
+        # CLI 2.1 sends the last answer again after the summary: the segment names its line
+        anchor = summary_line["uuid"]
+        meta["preservedSegment"] = {"headUuid": kept, "anchorUuid": anchor, "tailUuid": kept}
+        meta["preservedMessages"] = {"anchorUuid": anchor, "uuids": [kept], "allUuids": [kept]}
+    _listings(writer, stamp, summary_line["uuid"], _MODEL)
+    writer.shaped = False  # the next request sends its shape again
 
 
 def _task_call(writer: _Writer, stamp: str, prompt: str) -> None:
@@ -466,15 +652,9 @@ def generate_claude_session(seed: int, turns: int) -> ClaudeSession:
     header = entries[0]
     rng = random.Random(seed ^ 0xC1A0DE)
     writer = _Writer(rng, header["id"], header["cwd"])
-    writer.off_chain(
-        {
-            "type": "queue-operation",
-            "operation": "enqueue",
-            "timestamp": header["timestamp"],
-            "sessionId": header["id"],
-            "content": "start",
-        }
-    )
+    first = next((e for e in entries if e.get("message", {}).get("role") == "user"), None)
+    content = first["message"]["content"] if first is not None else []
+    _queued(writer, header["timestamp"], "\n".join(b.get("text", "") for b in content))
     writer.chain(
         "progress",
         header["timestamp"],
@@ -489,6 +669,7 @@ def generate_claude_session(seed: int, turns: int) -> ClaudeSession:
     compact_at = steps * 3 // 5 if turns >= 12 else None
     prompt = _play(writer, entries[1:], compact_at, task=turns >= 4)
     writer.off_chain({"type": "last-prompt", "lastPrompt": "continue", "sessionId": header["id"]})
+    writer.off_chain({"type": "mode", "mode": "normal", "sessionId": header["id"]})
     subagents: dict[str, list[Entry]] = {}
     if prompt is not None:
         agent = _agent_id(writer)
