@@ -90,5 +90,13 @@ def source_counts(lines: list[dict[str, Any]]) -> SourceCounts:
             else:
                 prompts += 1
     return SourceCounts(
-        len(responses), results, prompts, meta, calls, result_bytes, compactions, attachments, usages
+        len(responses),
+        results,
+        prompts,
+        meta,
+        calls,
+        result_bytes,
+        compactions,
+        attachments,
+        usages,
     )
