@@ -315,3 +315,27 @@ def test_codex_0_40_counts_precede_their_responses() -> None:
             assert set(json.loads(payload["output"])["metadata"]) == {
                 "exit_code", "duration_seconds"
             }  # fmt: skip
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="context_at with enabled=false returns pi's unpruned messages without "
+    "validity.repaired (projections/views/context.py), so a call the log has no result of "
+    "stays unanswered and `repairs` is empty; docs/formats.md says every render is repaired",
+)
+def test_an_unpruned_render_answers_a_call_the_log_has_no_result_of(tmp_path: Path) -> None:
+    """A Claude Code call with no result line, then the next prompt: `context --set
+    enabled=false` still renders a context a provider accepts."""
+    base = {"sessionId": "s1", "cwd": "/w", "timestamp": "2026-12-01T10:00:00.000Z"}
+    block = {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}
+    message = {"id": "msg_1", "role": "assistant", "model": "m", "content": [block]}
+    lines = [
+        {**base, "type": "user", "uuid": "u1", "parentUuid": None,
+         "message": {"role": "user", "content": "go"}},
+        {**base, "type": "assistant", "uuid": "a1", "parentUuid": "u1", "message": message},
+        {**base, "type": "user", "uuid": "u2", "parentUuid": "a1",
+         "message": {"role": "user", "content": "stop"}},
+    ]  # fmt: skip
+    path = tmp_path / "s1.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert problems(_context(path)) == []
