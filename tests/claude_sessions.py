@@ -41,6 +41,8 @@ class SourceCounts:
     calls: dict[str, str]  # tool_use id -> tool name
     result_bytes: int  # UTF-8 bytes of the tool results' text
     compactions: int
+    attachments: int = 0  # attachment lines with `rendered` text (the model is sent them)
+    usages: dict[str, dict[str, int]] | None = None  # message.id -> the lines' usage
 
 
 def _on_chain(line: dict[str, Any]) -> bool:
@@ -52,14 +54,19 @@ def _on_chain(line: dict[str, Any]) -> bool:
 def source_counts(lines: list[dict[str, Any]]) -> SourceCounts:
     """Count a transcript's messages from its lines."""
     responses: set[str] = set()
-    results = prompts = meta = compactions = result_bytes = 0
+    results = prompts = meta = compactions = result_bytes = attachments = 0
     calls: dict[str, str] = {}
+    usages: dict[str, dict[str, int]] = {}
     for line in lines:
         if not _on_chain(line):
             continue
         message = line.get("message")
-        if line["type"] == "assistant":
+        if line["type"] == "attachment":
+            rendered = line.get("rendered")
+            attachments += bool(rendered) and any("content" in part for part in rendered)
+        elif line["type"] == "assistant":
             responses.add(message["id"])
+            usages[message["id"]] = message["usage"]
             for block in message["content"]:
                 if block.get("type") == "tool_use":
                     calls[block["id"]] = block["name"]
@@ -82,4 +89,14 @@ def source_counts(lines: list[dict[str, Any]]) -> SourceCounts:
                 meta += 1
             else:
                 prompts += 1
-    return SourceCounts(len(responses), results, prompts, meta, calls, result_bytes, compactions)
+    return SourceCounts(
+        len(responses),
+        results,
+        prompts,
+        meta,
+        calls,
+        result_bytes,
+        compactions,
+        attachments,
+        usages,
+    )

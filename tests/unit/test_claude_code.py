@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from sessionfold.events.envelope import EntryEnvelope, PlaceholderEnvelope
 from sessionfold.events.formats import detect, translator_for
-from sessionfold.events.formats.claude_code import ClaudeCodeTranslator
+from sessionfold.events.formats.claude_code import ATTACHMENT_TYPE, ClaudeCodeTranslator
 from sessionfold.projections.ledger.text import message_text
 from sessionfold.streams.cli import app
 from sessionfold.streams.publishing.session_file import (
@@ -91,7 +91,9 @@ def test_mapping_keeps_messages_pairs_and_result_bytes(
         entries = entries_of(list(read_session_file(path)))
         assert len(messages(entries, "assistant")) == source.responses
         assert len(messages(entries, "user")) == source.prompts
-        assert sum(e["type"] == "custom_message" for e in entries) == source.meta
+        customs = [e for e in entries if e["type"] == "custom_message"]
+        assert len(customs) == source.meta + source.attachments
+        assert sum(e["customType"] == ATTACHMENT_TYPE for e in customs) == source.attachments
         assert sum(e["type"] == "compaction" for e in entries) == source.compactions
         results = messages(entries, "toolResult")
         assert len(results) == source.results

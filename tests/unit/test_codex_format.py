@@ -19,7 +19,11 @@ from sessionfold.projections.ledger import commands
 from sessionfold.projections.ledger.fold import LedgerFold
 from sessionfold.projections.ledger.state import all_rows, load_head, snapshot
 from sessionfold.projections.store import DictStore
-from sessionfold.streams.tools.synthetic_codex import generate_codex_session, write_codex_session
+from sessionfold.streams.tools.synthetic_codex import (
+    GENERATIONS,
+    generate_codex_session,
+    write_codex_session,
+)
 
 SID = "019b64e5-57fa-7463-b644-fba7e456f905"
 T0 = "2026-01-02T03:04:05.000Z"
@@ -384,11 +388,12 @@ TURNS = st.integers(min_value=1, max_value=6)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=SEEDS, turns=TURNS)
-def test_mapping_preserves_turns_pairs_and_sizes(seed: int, turns: int) -> None:
+@given(seed=SEEDS, turns=TURNS, cli=st.sampled_from(GENERATIONS))
+def test_mapping_preserves_turns_pairs_and_sizes(seed: int, turns: int, cli: str) -> None:
     """User and assistant turns are kept, every call pairs with one later result by call_id,
-    output byte sizes are kept, entries chain, validate, and hide encrypted content."""
-    lines = generate_codex_session(seed, turns)
+    output byte sizes are kept, entries chain, validate, and hide encrypted content (every CLI
+    generation the generator writes)."""
+    lines = generate_codex_session(seed, turns, cli=cli)
     entries = translate(lines)
     for entry in entries:
         parse_entry(entry)
@@ -437,20 +442,31 @@ def test_mapping_preserves_turns_pairs_and_sizes(seed: int, turns: int) -> None:
 
 
 @settings(max_examples=15, deadline=None)
-@given(seed=SEEDS, turns=TURNS)
-def test_generation_and_mapping_are_deterministic(seed: int, turns: int) -> None:
-    first = generate_codex_session(seed, turns)
-    assert generate_codex_session(seed, turns) == first
+@given(seed=SEEDS, turns=TURNS, cli=st.sampled_from(GENERATIONS))
+def test_generation_and_mapping_are_deterministic(seed: int, turns: int, cli: str) -> None:
+    first = generate_codex_session(seed, turns, cli=cli)
+    assert generate_codex_session(seed, turns, cli=cli) == first
     assert json.dumps(translate(first)) == json.dumps(translate(json.loads(json.dumps(first))))
 
 
-def test_generated_rollouts_have_every_kind(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("cli", "line_kinds", "event_kinds"),
+    [
+        ("0.169", {"token_usage_record", "world_state"}, {"item_completed"}),
+        ("0.77", set(), {"context_compacted", "user_message", "agent_message"}),
+        ("0.40", set(), {"context_compacted", "user_message", "agent_message"}),
+    ],
+)
+def test_generated_rollouts_have_every_kind(
+    tmp_path: Path, cli: str, line_kinds: set[str], event_kinds: set[str]
+) -> None:
     """The generator writes what the mapping must handle, to a Codex-named file."""
-    lines = generate_codex_session(7, 6)
+    lines = generate_codex_session(7, 6, cli=cli)
     kinds = {line["type"] for line in lines}
     assert {"session_meta", "turn_context", "response_item", "event_msg", "compacted"} <= kinds
+    assert line_kinds <= kinds
     events = {line["payload"]["type"] for line in lines if line["type"] == "event_msg"}
-    assert {"token_count", "context_compacted", "user_message"} <= events
+    assert {"token_count", *event_kinds} <= events
     path = write_codex_session(tmp_path, lines)
     assert path.name.startswith("rollout-") and path.name.endswith(
         f"{lines[0]['payload']['id']}.jsonl"

@@ -370,3 +370,28 @@ def test_cli_refuses_a_file_as_out(tmp_path: Path) -> None:
     target.write_text("x")
     result = CliRunner().invoke(app, ["generate", str(target)])
     assert result.exit_code == 2
+
+
+@pytest.mark.parametrize("cli", ["0.169", "0.77", "0.40"])
+def test_cli_version_picks_the_codex_generation(tmp_path: Path, cli: str) -> None:
+    """`--cli-version` writes that Codex generation's rollouts; the default is the current."""
+    args = ["generate", "--format", "codex", "--turns", "2", "--seed", "5"]
+    result = CliRunner().invoke(app, [*args, "--cli-version", cli, str(tmp_path / cli)])
+    assert result.exit_code == 0, result.output
+    (written,) = (tmp_path / cli).rglob("*.jsonl")
+    meta = json.loads(written.read_text("utf-8").splitlines()[0])
+    assert meta["payload"]["cli_version"] == cli + ".0"
+    if cli == "0.169":
+        CliRunner().invoke(app, [*args, str(tmp_path / "default")])
+        (default,) = (tmp_path / "default").rglob("*.jsonl")
+        assert default.read_bytes() == written.read_bytes()
+
+
+@pytest.mark.parametrize(("file_format", "cli"), [("codex", "9.9"), ("claude-code", "0.169")])
+def test_cli_version_refuses_what_it_cannot_write(
+    tmp_path: Path, file_format: str, cli: str
+) -> None:
+    args = ["generate", "--format", file_format, "--cli-version", cli, str(tmp_path / "out")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert not (tmp_path / "out").exists()

@@ -3,6 +3,7 @@ rollouts) for tests and benches."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from sessionfold.streams.tools.synthetic import WrittenSession, write_fleet
 from sessionfold.streams.tools.synthetic_claude import write_claude_fleet
-from sessionfold.streams.tools.synthetic_codex import write_codex_fleet
+from sessionfold.streams.tools.synthetic_codex import GENERATIONS, write_codex_fleet
 
 #: The formats `generate` writes, and how.
 _WRITERS = {"pi": write_fleet, "claude-code": write_claude_fleet, "codex": write_codex_fleet}
@@ -62,6 +63,14 @@ def register(app: typer.Typer) -> None:
                 "OUT/YYYY/MM/DD/rollout-*.jsonl.",
             ),
         ] = "pi",
+        cli_version: Annotated[
+            str | None,
+            typer.Option(
+                "--cli-version",
+                help="codex only: the CLI generation whose shapes to write "
+                f"({', '.join(GENERATIONS)}; default {GENERATIONS[0]}, the current CLI).",
+            ),
+        ] = None,
     ) -> None:
         """Write N synthetic sessions shaped like real ones, deterministic per seed.
 
@@ -72,6 +81,15 @@ def register(app: typer.Typer) -> None:
         if writer is None:
             typer.echo(f"sessionfold generate: --format must be one of {', '.join(_WRITERS)}")
             raise typer.Exit(2)
+        if cli_version is not None:
+            if file_format != "codex" or cli_version not in GENERATIONS:
+                typer.echo(
+                    "sessionfold generate: --cli-version takes a codex generation: "
+                    + ", ".join(GENERATIONS),
+                    err=True,
+                )
+                raise typer.Exit(2)
+            writer = partial(write_codex_fleet, cli=cli_version)
         console = Console(stderr=True)
         totals = {"entries": 0, "bytes": 0}
         # a bar only helps a person waiting on several files; logs and pipes get none
