@@ -48,7 +48,17 @@ entries while no flush came between (views/context.py `RenderMemo`), and `render
 with its token counts and encoded messages until the session folds anything more (counting
 only the messages a grown render added); `poll` stats each file before opening it, so the
 files that did not change since the last poll cost a stat, not an open and a read (one that
-did costs one more open and a read of its first KiB, `_replaced`: about 7 us).
+did costs one more open and a read of its first KiB, `_replaced`: about 7 us). `follow` stats
+only the files whose wait is up (`poll_due`): a file that does not change waits twice as long
+at each stat up to `SCAN_BACKOFF_S`, or, with file notifications (`notify`, watchfiles), is
+polled when one names it; a call waiting for a session has its file read first (`want`). So
+an idle fleet of thousands of files costs next to nothing (docs/live.md, Faults).
+
+Which file holds a session is known before its fold, from its name (`_NAMED_ID`) or header
+(`holder`): a call during a start's fold waits for it. A session is live when its file was
+written within `live_within_s` or a client asked for it; an old one's flushes are answered
+offline (`_offline`), journaled alike. A file a client names (`adopt`) is tailed when it
+lies under an allowed root.
 """
 
 from __future__ import annotations

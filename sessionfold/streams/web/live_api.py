@@ -7,7 +7,9 @@
   array" (nothing pruned, or pi's array is not the one the file gives: `reason` says which).
   `stale` when the wait ran out. `epoch` counts the flush attempts folded: the answer only
   changes when it moves. The checks and the answers' shapes are live_contract.py's, shared
-  with the fold workers.
+  with the fold workers. A session whose file is not folded yet (a start) is waited for; an
+  optional `sessionFile` is tailed when it lies under an allowed root, else the answer's
+  reason is `not-watched`. Every session route marks its session live (`LiveFolds.asked`).
 - `POST /sessions/{id}/compact`: the rule ledger's compaction pass over the file as it is, as
   `sessionfold ledger compact FILE` runs it: `{"status": "summary", "summary", "details",
   "span_record"}`, or `{"status": "fallback", "reason"}` so pi's own compaction runs.
