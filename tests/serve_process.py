@@ -45,17 +45,18 @@ class Serve:
 
 @contextmanager
 def serving(
-    watched: Path,
+    watched: Path | None,
     token: str,
     poll_ms: int = 5,
     args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
 ) -> Iterator[Serve]:
-    """`sessionfold serve WATCHED [ARGS]` (with `env` added to the environment) until the block
-    ends; waits until /health answers."""
+    """`sessionfold serve WATCHED [ARGS]` (with `env` added to the environment; no WATCHED:
+    serve's default) until the block ends; waits until /health answers."""
     port = free_port_pair()
+    paths = [] if watched is None else [str(watched)]
     process = subprocess.Popen(
-        [*CLI, "serve", str(watched), "--port", str(port), "--poll-ms", str(poll_ms), *args],
+        [*CLI, "serve", *paths, "--port", str(port), "--poll-ms", str(poll_ms), *args],
         env={**os.environ, **(env or {}), "SESSIONFOLD_API_TOKEN": token},
         stderr=subprocess.PIPE,
     )

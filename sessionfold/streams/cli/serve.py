@@ -55,6 +55,7 @@ from sessionfold.streams.cli.options import (
 )
 from sessionfold.streams.cli.worker import model_port_for
 from sessionfold.streams.logs import configure_cli_logging, show_session_lines
+from sessionfold.streams.runtime.agent_dirs import agent_session_dirs, pi_sessions_dir
 from sessionfold.streams.runtime.heap import freeze_after_full_collections
 from sessionfold.streams.runtime.live import DEFAULT_ANSWER_THREADS, LiveFolds
 from sessionfold.streams.web.anthropic_api import ANTHROPIC
@@ -68,8 +69,10 @@ from sessionfold.streams.web.openai_api import OPENAI
 
 log = logging.getLogger(__name__)
 
-#: pi's session directory.
-DEFAULT_SESSIONS = Path("~/.pi/agent/sessions")
+#: How recently a session's file must have been written for its flushes to go to the model
+#: (`--live-within`), seconds: older sessions are folded for their state, their flushes
+#: answered offline, unless a client asks for them.
+LIVE_WITHIN_S = 600.0
 #: How long a stop waits for the answers still with the model by default, seconds
 #: (`--shutdown-grace`): one that comes back in time is journaled and folded; one that does not
 #: is asked again at the next start.
@@ -100,7 +103,10 @@ def register(app: typer.Typer) -> None:
     def serve(
         paths: Annotated[
             list[Path] | None,
-            typer.Argument(help="Session directories or files (default ~/.pi/agent/sessions)."),
+            typer.Argument(
+                help="Session directories or files (default: $PI_CODING_AGENT_DIR/sessions, "
+                "else ~/.pi/agent/sessions)."
+            ),
         ] = None,
         port: Annotated[
             int,
@@ -203,6 +209,34 @@ def register(app: typer.Typer) -> None:
                 "gateway takes the newest rewrite whatever it frees.",
             ),
         ] = CACHE_TTL_S,
+        live_within_s: Annotated[
+            float,
+            typer.Option(
+                "--live-within",
+                envvar="SESSIONFOLD_SERVE_LIVE_WITHIN",
+                min=0.0,
+                help="A session whose file was written within this many seconds, or that a "
+                "client asked for, is live: its flushes go to the model; an older one's are "
+                "answered offline.",
+            ),
+        ] = LIVE_WITHIN_S,
+        allow_roots: Annotated[
+            list[Path] | None,
+            typer.Option(
+                "--allow-root",
+                help="Where a session file a client names may lie (repeatable; default: the "
+                "watched paths and pi's, Claude Code's and Codex's session directories).",
+            ),
+        ] = None,
+        notify: Annotated[
+            bool,
+            typer.Option(
+                "--notify/--no-notify",
+                envvar="SESSIONFOLD_SERVE_NOTIFY",
+                help="Learn which files changed from file-system notifications (else a scan "
+                "that backs off for files that do not change).",
+            ),
+        ] = True,
         api_token: ApiToken = None,
         api_token_file: ApiTokenFile = None,
         config_file: ConfigFile = None,
@@ -228,10 +262,13 @@ def register(app: typer.Typer) -> None:
         warning = exposure_warning(bind, token)
         if warning is not None:
             err.print(f"[yellow]warning:[/] {warning}", highlight=False)
-        watched = [p.expanduser() for p in (paths or [DEFAULT_SESSIONS])]
+        watched = [p.expanduser().absolute() for p in (paths or [pi_sessions_dir()])]
         for path in watched:
             if not path.exists():
                 err.print(f"watching {path}: not there yet", highlight=False)
+        roots = [p.expanduser().absolute() for p in allow_roots] if allow_roots else None
+        if roots is None:
+            roots = [*watched, *agent_session_dirs()]
         fold = _FoldSide(
             watched,
             config,
@@ -241,6 +278,9 @@ def register(app: typer.Typer) -> None:
             poll_ms / 1000,
             shutdown_grace_s,
             fold_nice,
+            live_within_s,
+            roots,
+            notify,
         )
         quiet_bad_requests()
         freeze_after_full_collections()  # the renders handed over: a few per session, kept
@@ -270,6 +310,9 @@ class _FoldSide:
     poll_s: float
     shutdown_grace_s: float
     nice: int
+    live_within_s: float | None = None
+    allowed_roots: list[Path] | None = None
+    notify: bool = False
 
 
 async def _serve(
@@ -426,6 +469,9 @@ def _fold_process(fold: _FoldSide, socket_path: str, frames: Connection, alive: 
         model_port_for(config),
         diff_model,
         answer_threads=fold.answer_threads,
+        live_within_s=fold.live_within_s,
+        allowed_roots=fold.allowed_roots or (),
+        notify=fold.notify,
     )
     handover = Handover(live, frames.fileno())
     api = LiveApi(

@@ -48,15 +48,27 @@ entries while no flush came between (views/context.py `RenderMemo`), and `render
 with its token counts and encoded messages until the session folds anything more (counting
 only the messages a grown render added); `poll` stats each file before opening it, so the
 files that did not change since the last poll cost a stat, not an open and a read (one that
-did costs one more open and a read of its first KiB, `_replaced`: about 7 us).
+did costs one more open and a read of its first KiB, `_replaced`: about 7 us). `follow` stats
+only the files whose wait is up (`poll_due`): a file that does not change waits twice as long
+at each stat up to `SCAN_BACKOFF_S`, or, with file notifications (`notify`, watchfiles), is
+polled when one names it; a call waiting for a session has its file read first (`want`). So
+an idle fleet of thousands of files costs next to nothing (docs/live.md, Faults).
+
+Which file holds a session is known before its fold, from its name (`_NAMED_ID`) or header
+(`holder`): a call during a start's fold waits for it. A session is live when its file was
+written within `live_within_s` or a client asked for it; an old one's flushes are answered
+offline (`_offline`), journaled alike. A file a client names (`adopt`) is tailed when it
+lies under an allowed root.
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
 import logging
 import os
 import queue
+import re
 import threading
 import time
 from collections import deque
@@ -78,8 +90,8 @@ from sessionfold.events.envelope import (
     LedgerRequestEnvelope,
     PruningRequestEnvelope,
 )
-from sessionfold.ports.ledger.model import DiffModel
-from sessionfold.ports.summarizer import ModelPort
+from sessionfold.ports.ledger.model import DiffModel, OfflineModel
+from sessionfold.ports.summarizer import ModelPort, OfflineSummarizer
 from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
 from sessionfold.projections.store import Store
@@ -101,7 +113,7 @@ from sessionfold.streams.publishing.session_file import (
     FileKindError,
     SessionFileReader,
     file_kind,
-    session_files,
+    header_of,
 )
 from sessionfold.streams.runtime.answer_journal import (
     AnswerJournal,
@@ -113,7 +125,7 @@ from sessionfold.streams.runtime.embedded import (
     EMBEDDED_TOPICS,
     CountedEmbeddedRuntime,
 )
-from sessionfold.streams.runtime.step import topic_of
+from sessionfold.streams.runtime.step import Answerer, topic_of
 
 log = logging.getLogger(__name__)
 sessions_log = logging.getLogger(SESSIONS_LOGGER)  # one line per session event: ids and codes
@@ -129,6 +141,30 @@ FILE_SLICE_S = 0.05
 #: How many of a file's first bytes are kept to tell a file rewritten at the same path (another
 #: session's header, or the file truncated and written again past where it was read).
 HEAD_BYTES = 1024
+#: The longest a file that does not change waits for its next stat when no file-system
+#: notifications come (the scan's back-off: each stat that finds it unchanged doubles its wait,
+#: from the poll interval up to this), seconds. A call for its session stats it at once.
+SCAN_BACKOFF_S = 1.0
+#: The same with notifications on: a changed file is polled when its notification comes, so a
+#: stat of an unchanged one is only a safety net (a notification lost), seconds.
+NOTIFIED_BACKOFF_S = 10.0
+#: Discoveries a call for an unknown session asks for, at most one per this, seconds.
+RESCAN_EVERY_S = 0.05
+#: How often a start's fold logs its progress, seconds.
+PROGRESS_EVERY_S = 5.0
+#: File notifications (watchfiles): how long a burst of changes is gathered at most, and how
+#: long a quiet spell ends it, milliseconds.
+NOTIFY_DEBOUNCE_MS = 50
+NOTIFY_STEP_MS = 5
+#: A session id in a file's name: pi's `<time>_<uuid>.jsonl`, Claude Code's `<uuid>.jsonl`,
+#: Codex's `rollout-<time>-<uuid>.jsonl`.
+_NAMED_ID = re.compile(
+    r"(?:^|[_-])([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.jsonl$", re.I
+)
+#: Most session ids remembered as asked before a file held them (a bound on what clients send).
+MAX_ASKED_IDS = 10_000
+#: Longest `sessionFile` path a client may name.
+MAX_PATH_CHARS = 4096
 
 
 class LinkOutside(Exception):
@@ -156,6 +192,7 @@ class LiveSession:
     rendered: Rendered | None = None  # the last render, while `folds` has not moved
     memo: RenderMemo = field(default_factory=RenderMemo)  # its last render, kept
     asking: bool = False  # a request of the session is with the model (answered on the pool)
+    asked: bool = False  # a client asked for it: live, whenever its file was written
     #: What the fold raised and is not routed yet: behind the request with the model.
     outputs: deque[Envelope] = field(default_factory=deque)
     #: Records read while `asking`, folded once its answer is (in file order).
@@ -219,6 +256,13 @@ class _Tail:
     aside: bool = False
     #: Set aside as a link to a file outside the watched folders (warned about once).
     outside: bool = False
+    #: The session id its name (or, unnamed, its header) says it holds, before it is read.
+    expected: str | None = None
+    #: When its next stat is due (time.monotonic), and the wait before it (the back-off).
+    due: float = 0.0
+    idle_s: float = 0.0
+    #: Its mtime (ns) at the last stat: how recently its session was written.
+    mtime_ns: int = 0
 
 
 class LiveFolds:
@@ -233,12 +277,47 @@ class LiveFolds:
         ledger: LedgerConfig | None = DEFAULT_LEDGER,
         journals: bool = True,
         answer_threads: int = 0,
+        live_within_s: float | None = None,
+        allowed_roots: Iterable[Path] = (),
+        notify: bool = False,
     ) -> None:
         """`answer_threads`: model calls out at once on a pool; 0 answers inline, on the
-        thread that folds (the tailer), as `sessionfold context FILE` does."""
+        thread that folds (the tailer), as `sessionfold context FILE` does.
+
+        `live_within_s`: a session is live when its file was written within that many seconds
+        or a client asked for it (`asked`); only a live session's flushes go to `summarizer`
+        and `diff_model`, an old one's are answered offline (journaled alike). None: every
+        session is live. `allowed_roots`: where a file a client names (`adopt`) may lie,
+        besides `paths`. `notify`: `follow` takes file-system notifications (watchfiles) to
+        know which files changed, and stats the others rarely."""
         if answer_threads < 0:
             raise ValueError("answer_threads must be 0 or more")
         self.paths = list(paths)
+        self.allowed_roots = [*self.paths, *allowed_roots]
+        self.live_within_s = live_within_s
+        self.notify = notify
+        #: Whether notifications come now (the watcher runs): the back-off is the long one.
+        self.notified = False
+        #: Stats of session files `poll` made since the start (a test's and a bench's figure).
+        self.stats = 0
+        #: Paths a notification said changed, and paths a call waits for (polled first).
+        self._dirty: set[Path] = set()
+        self._dirty_lock = threading.Lock()
+        self._urgent: deque[Path] = deque()
+        self._urgent_paths: set[Path] = set()
+        #: (due, n, path): when each tail's next stat is due (`poll_due`).
+        self._heap: list[tuple[float, int, Path]] = []
+        self._pushed = 0
+        #: Session id -> the file its name or header says holds it, until that file is read.
+        self._expected: dict[str, Path] = {}
+        #: Files clients named (`adopt`), tailed from the tailer's next poll.
+        self._adopted: deque[Path] = deque()
+        self._adopting: set[Path] = set()
+        self._refused: set[str] = set()  # files refused to a client (warned about once each)
+        #: Ids asked for before a file held them: live from their first line.
+        self._asked_ids: set[str] = set()
+        #: Per watched directory (and its subdirectories), its mtime at its last listing.
+        self._dirs: dict[str, int] = {}
         self.config = config
         self.runtime = CountedEmbeddedRuntime(config, summarizer, ledger, diff_model)
         if journals:
@@ -253,6 +332,10 @@ class LiveFolds:
         #: (pi writes the leaf entry before it asks, so the poll finds it).
         self.wanted = threading.Event()
         self._journals = journals
+        self._offline: Answerer | None = None
+        if live_within_s is not None:
+            offline = Answerer(OfflineSummarizer(), OfflineModel(), ledger or DEFAULT_LEDGER)
+            self._offline = with_journals(offline, self._journal) if journals else offline
         #: Called (outside `lock`) with a session's id once a poll folded lines of its file
         #: (on the polling thread) or an answer to it was folded (on a pool thread).
         self.on_lines: Callable[[str], None] | None = None
@@ -278,7 +361,11 @@ class LiveFolds:
     # --- tailing -------------------------------------------------------------------------------
 
     def discover(self) -> int:
-        """Start tailing the session files that appeared under the paths; how many are new."""
+        """Start tailing the session files that appeared under the paths; how many are new.
+
+        A directory is listed again only when its mtime moved (a file made, removed or renamed
+        in it) or moved lately (a timestamp's tick is coarse): an idle tree of thousands of
+        files costs a stat per directory, not a listing and a stat per file."""
         new = 0
         for path in self.paths:
             if path.exists():
@@ -288,11 +375,72 @@ class LiveFolds:
                 sessions_log.warning(
                     "live: a path is not watched: missing", extra={"file": str(path)}
                 )
-        for path in session_files([p for p in self.paths if p not in self._unwatched]):
+        for path in self._found():
             if path not in self.tails:
-                self.tails[path] = _Tail(path, SessionFileReader(path))
+                tail = self.tails[path] = _Tail(path, SessionFileReader(path))
+                self._expect(tail)
+                self._schedule(tail, 0.0)
                 new += 1
         return new
+
+    def _found(self) -> list[Path]:
+        """The session files of the paths in directories that changed (all at the first call),
+        and the paths given as files."""
+        found: list[Path] = []
+        stack: list[str] = []
+        for root in self.paths:
+            if root.is_dir():
+                self._dirs.setdefault(str(root), -1)
+            elif root.exists():
+                found.append(root)
+        stack = list(self._dirs)
+        now_ns = time.time_ns()
+        while stack:
+            folder = stack.pop()
+            try:
+                mtime = os.stat(folder).st_mtime_ns
+            except OSError:
+                self._dirs.pop(folder, None)
+                continue
+            was = self._dirs.get(folder, -1)
+            if mtime == was and now_ns - mtime > 2 * 10**9:
+                continue  # not listed: nothing was made or renamed in it since
+            self._dirs[folder] = mtime
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if entry.path not in self._dirs:
+                            self._dirs[entry.path] = -1
+                            stack.append(entry.path)
+                    elif entry.name.endswith(".jsonl") and entry.is_file():
+                        found.append(Path(entry.path))  # a regular file, or a link to one
+                except OSError:
+                    continue
+        return sorted(found)
+
+    def _expect(self, tail: _Tail) -> None:
+        """Note which session a new file holds, from its name or else its header (its first
+        lines only), so a call for that session waits for its fold."""
+        named = _NAMED_ID.search(tail.path.name)
+        expected = named.group(1) if named else None
+        if expected is None:
+            try:
+                header = header_of(tail.path)
+            except Exception:  # the fold says what is wrong with it
+                header = None
+            expected = None if header is None else str(header.get("id"))
+        if expected is not None and expected not in self.sessions:
+            tail.expected = expected
+            self._expected.setdefault(expected, tail.path)
+
+    def _schedule(self, tail: _Tail, after_s: float) -> None:
+        tail.due = time.monotonic() + after_s
+        self._pushed += 1
+        heapq.heappush(self._heap, (tail.due, self._pushed, tail.path))
 
     def poll(self, slice_s: float | None = None) -> int:
         """Fold every complete line written since the last poll; how many lines were read.
@@ -300,55 +448,223 @@ class LiveFolds:
         With `slice_s`, each file is read for that long at most: what is left is read at the
         next poll, and `wanted` is set so that one comes at once. A file whose read or fold
         raises is set aside (`_set_aside`) and the poll goes on with the next one."""
+        self._take_adopted()
         lines = 0
         for tail in list(self.tails.values()):
-            if self.tails.get(tail.path) is not tail:
-                continue  # dropped in this poll: its session moved to another file
-            try:
-                stat = os.stat(tail.path)
-            except FileNotFoundError:
-                self._stop_tailing(tail)
-                continue
-            except OSError as exc:  # unreadable for now (permissions): retried when it reads
-                if not tail.aside:
-                    self._set_aside(tail, None, exc)
-                continue
-            # pi only appends: a file whose size, inode and mtime did not move holds no new
-            # line, and a stat costs far less than opening and reading it again.
-            seen = (stat.st_size, stat.st_ino, stat.st_mtime_ns)
-            if seen == tail.seen:
-                continue
-            try:
-                if not S_ISREG(stat.st_mode):  # never opened: a device, a FIFO swapped in
-                    raise FileKindError(tail.path, file_kind(stat.st_mode))
-                if tail.identity is None or (stat.st_dev, stat.st_ino) != tail.identity:
-                    # A file read for the first time, or another one at the path: a link to
-                    # a file outside the watched folders is not served (a realpath, only here).
-                    if self._outside(tail.path):
-                        self._refuse_outside(tail, seen)
-                        continue
-                    tail.outside = False
-                replaced = self._replaced(tail, stat)
-                if replaced is not None:
-                    log.warning(
-                        "live: a file was replaced: folded afresh",
-                        extra={"file": str(tail.path), "session": tail.session_id, "why": replaced},
-                    )
-                if tail.aside or replaced is not None:
-                    self._restart(tail)
-                read, done = self._read(tail, stat, slice_s)
-            except (FileNotFoundError, FileKindError):
-                self._stop_tailing(tail)
-                continue
-            except Exception as exc:  # whatever one file does, the others are read on
-                self._set_aside(tail, seen, exc)
-                continue
-            if done:
-                tail.seen = seen  # taken before the read: a line written since moves it again
-            else:
-                self.wanted.set()  # the rest at the next poll, without the interval's wait
-            lines += read
+            lines += self._poll_tail(tail, slice_s)
         return lines
+
+    def poll_due(self, slice_s: float | None = None, poll_s: float = 0.02) -> int:
+        """`poll` of the files that may hold new lines: those a call waits for first, then
+        those a notification named, then those whose back-off ran out (`follow`'s poll). A
+        stat that finds a file unchanged doubles its wait (from `poll_s` up to
+        `SCAN_BACKOFF_S`, or `NOTIFIED_BACKOFF_S` while notifications come)."""
+        self._take_adopted()
+        lines = self._poll_urgent(slice_s, poll_s)
+        with self._dirty_lock:
+            dirty, self._dirty = self._dirty, set()
+        for path in dirty:
+            tail = self.tails.get(path)
+            if tail is not None:
+                lines += self._poll_scheduled(tail, slice_s, poll_s)
+            lines += self._poll_urgent(slice_s, poll_s)
+        now = time.monotonic()
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            due, _, path = heapq.heappop(heap)
+            tail = self.tails.get(path)
+            if tail is None or tail.due != due:
+                continue  # gone, or scheduled again since
+            lines += self._poll_scheduled(tail, slice_s, poll_s)
+            lines += self._poll_urgent(slice_s, poll_s)
+        return lines
+
+    def next_due(self) -> float | None:
+        """When the next stat is due (time.monotonic), None when no file is tailed."""
+        heap = self._heap
+        while heap:
+            due, _, path = heap[0]
+            tail = self.tails.get(path)
+            if tail is not None and tail.due == due:
+                return due
+            heapq.heappop(heap)
+        return None
+
+    def _poll_urgent(self, slice_s: float | None, poll_s: float) -> int:
+        lines = 0
+        while self._urgent:
+            path = self._urgent.popleft()
+            tail = self.tails.get(path)
+            if tail is None:
+                self._urgent_paths.discard(path)
+                continue
+            lines += self._poll_scheduled(tail, slice_s, poll_s)
+        return lines
+
+    def _poll_scheduled(self, tail: _Tail, slice_s: float | None, poll_s: float) -> int:
+        """One file's poll, and its next stat scheduled: soon when it changed (or its read was
+        cut short: again first while a call waits for it), later each time it did not."""
+        seen = tail.seen
+        lines = self._poll_tail(tail, slice_s)
+        if self.tails.get(tail.path) is not tail:
+            self._urgent_paths.discard(tail.path)
+            return lines
+        if tail.seen is None or tail.seen != seen or lines:
+            tail.idle_s = poll_s
+        elif self.notified:
+            tail.idle_s = max(NOTIFIED_BACKOFF_S, poll_s)  # its notification says when
+        else:
+            tail.idle_s = min(max(tail.idle_s * 2, poll_s), max(SCAN_BACKOFF_S, poll_s))
+        if tail.path in self._urgent_paths:
+            if tail.seen is None and not tail.aside:  # its read was cut short: on with it
+                self._urgent.append(tail.path)
+                return lines
+            self._urgent_paths.discard(tail.path)
+        self._schedule(tail, 0.0 if tail.seen is None and not tail.aside else tail.idle_s)
+        return lines
+
+    def _poll_tail(self, tail: _Tail, slice_s: float | None) -> int:
+        """Read and fold what one file got since its last poll; how many lines."""
+        if self.tails.get(tail.path) is not tail:
+            return 0  # dropped in this poll: its session moved to another file
+        try:
+            self.stats += 1
+            stat = os.stat(tail.path)
+        except FileNotFoundError:
+            self._stop_tailing(tail)
+            return 0
+        except OSError as exc:  # unreadable for now (permissions): retried when it reads
+            if not tail.aside:
+                self._set_aside(tail, None, exc)
+            return 0
+        # pi only appends: a file whose size, inode and mtime did not move holds no new
+        # line, and a stat costs far less than opening and reading it again.
+        seen = (stat.st_size, stat.st_ino, stat.st_mtime_ns)
+        if seen == tail.seen:
+            return 0
+        tail.mtime_ns = stat.st_mtime_ns
+        try:
+            if not S_ISREG(stat.st_mode):  # never opened: a device, a FIFO swapped in
+                raise FileKindError(tail.path, file_kind(stat.st_mode))
+            if tail.identity is None or (stat.st_dev, stat.st_ino) != tail.identity:
+                # A file read for the first time, or another one at the path: a link to
+                # a file outside the watched folders is not served (a realpath, only here).
+                if self._outside(tail.path):
+                    self._refuse_outside(tail, seen)
+                    return 0
+                tail.outside = False
+            replaced = self._replaced(tail, stat)
+            if replaced is not None:
+                log.warning(
+                    "live: a file was replaced: folded afresh",
+                    extra={"file": str(tail.path), "session": tail.session_id, "why": replaced},
+                )
+            if tail.aside or replaced is not None:
+                self._restart(tail)
+            read, done = self._read(tail, stat, slice_s)
+        except (FileNotFoundError, FileKindError):
+            self._stop_tailing(tail)
+            return 0
+        except Exception as exc:  # whatever one file does, the others are read on
+            self._set_aside(tail, seen, exc)
+            return 0
+        if done:
+            tail.seen = seen  # taken before the read: a line written since moves it again
+            if tail.expected is not None and self._expected.get(tail.expected) == tail.path:
+                del self._expected[tail.expected]  # read through: its session answers now
+        else:
+            tail.seen = None  # the rest at the next poll, without the interval's wait
+            self.wanted.set()
+        return read
+
+    def _take_adopted(self) -> None:
+        """Start tailing the files clients named (`adopt`)."""
+        while self._adopted:
+            path = self._adopted.popleft()
+            self._adopting.discard(path)
+            if path not in self.tails:
+                tail = self.tails[path] = _Tail(path, SessionFileReader(path))
+                self._expect(tail)
+                self._schedule(tail, 0.0)
+
+    # --- what calls ask of the tailer (any thread) -------------------------------------------
+
+    def want(self, session_id: str) -> None:
+        """A call waits for the session: its file is polled first, now."""
+        session = self.sessions.get(session_id)
+        path = session.path if session is not None else self._expected.get(session_id)
+        if path is not None and path not in self._urgent_paths:
+            self._urgent_paths.add(path)
+            self._urgent.append(path)
+        self.wanted.set()
+
+    def holder(self, session_id: str) -> Path | None:
+        """The file that its name or header says holds the session, while it is not folded
+        through yet (a start's fold, a file a client named): a call waits for it."""
+        path = self._expected.get(session_id)
+        if path is None:
+            return None
+        if path in self._adopting:
+            return path
+        tail = self.tails.get(path)
+        if tail is None or tail.aside or tail.session_id not in (None, session_id):
+            return None
+        return path
+
+    def asked(self, session_id: str) -> None:
+        """A client asked for the session: it is live (its flushes go to the model)."""
+        session = self.sessions.get(session_id)
+        if session is not None:
+            session.asked = True
+            return
+        if len(self._asked_ids) >= MAX_ASKED_IDS:
+            self._asked_ids.clear()
+        self._asked_ids.add(session_id)
+
+    def adopt(self, path_text: str, session_id: str) -> str | None:
+        """Tail a session file a client named, when it lies under an allowed root: None, or
+        why not (`not-absolute`, `outside-roots`, `not-a-session-file`, `missing`,
+        `not-a-regular-file`), warned about once per file."""
+        why = self._refusal(path_text)
+        if why is None:
+            path = Path(path_text)
+            if path not in self.tails and path not in self._adopting:
+                self._adopting.add(path)
+                self._adopted.append(path)
+            self._expected.setdefault(session_id, path)
+            self.want(session_id)
+            return None
+        if path_text not in self._refused:
+            if len(self._refused) >= MAX_ASKED_IDS:
+                self._refused.clear()
+            self._refused.add(path_text)
+            log.warning(
+                "live: a session file a client named is not watched",
+                extra={"file": path_text, "session": session_id, "why": why},
+            )
+        return why
+
+    def _refusal(self, path_text: str) -> str | None:
+        if len(path_text) > MAX_PATH_CHARS or not os.path.isabs(path_text) or "\0" in path_text:
+            return "not-absolute"
+        if not path_text.endswith(".jsonl"):
+            return "not-a-session-file"
+        if self._outside(Path(path_text)):
+            return "outside-roots"
+        try:
+            mode = os.stat(path_text).st_mode
+        except OSError:
+            return "missing"
+        return None if S_ISREG(mode) else "not-a-regular-file"
+
+    def _is_live(self, session: LiveSession) -> bool:
+        """Whether the session's flushes go to the model (`live_within_s`)."""
+        if self.live_within_s is None or session.asked:
+            return True
+        tail = self.tails.get(session.path)
+        if tail is None:
+            return True
+        return time.time_ns() - tail.mtime_ns <= self.live_within_s * 1e9
 
     def _read(self, tail: _Tail, stat: os.stat_result, slice_s: float | None) -> tuple[int, bool]:
         """Fold the file's lines read since the last poll (for `slice_s` at most); how many,
@@ -379,10 +695,10 @@ class LiveFolds:
                     tail.head = _first_bytes(tail.path, min(tail.reader.offset, HEAD_BYTES))
 
     def _outside(self, path: Path) -> bool:
-        """Whether `path` resolves (its links followed) outside every watched path: a
-        `*.jsonl` link to some other file of the machine."""
+        """Whether `path` resolves (its links followed) outside every watched path and allowed
+        root: a `*.jsonl` link to some other file of the machine."""
         real = os.path.realpath(path)
-        for root in self.paths:
+        for root in self.allowed_roots:
             top = os.path.realpath(root)
             if real == top or real.startswith(top.rstrip(os.sep) + os.sep):
                 return False
@@ -485,21 +801,121 @@ class LiveFolds:
         return (stat.st_dev, stat.st_ino) != owner.identity
 
     def follow(self, stop: threading.Event, poll_s: float) -> None:
-        """Find new files and fold new lines until `stop` is set (serve's tailer thread)."""
-        found = 0.0
+        """Find new files and fold new lines until `stop` is set (serve's tailer thread).
+
+        Each pass stats only the files that may have changed (`poll_due`), then sleeps until
+        the next stat is due, a discovery is, or a call or a notification wakes it (`wanted`):
+        idle, it costs a stat per file per back-off and a stat per directory per discovery."""
+        if self.notify:
+            threading.Thread(
+                target=self._watch, args=(stop,), name="sessionfold-notify", daemon=True
+            ).start()
+        found = rescanned = 0.0
+        started = last_said = time.monotonic()
+        starting = True
         while not stop.is_set():
             now = time.monotonic()
             try:
-                if now - found >= DISCOVER_EVERY_S or self.rescan.is_set():
+                if now - found >= DISCOVER_EVERY_S or (
+                    self.rescan.is_set() and now - rescanned >= RESCAN_EVERY_S
+                ):
                     self.rescan.clear()
-                    self.discover()
-                    found = now
-                self.poll(FILE_SLICE_S)
+                    new = self.discover()
+                    if starting and new:
+                        log.info("live: folding the files found", extra={"files": new})
+                    found = rescanned = now
+                self.poll_due(FILE_SLICE_S, poll_s)
+                if starting:
+                    starting, last_said = self._progress(started, last_said)
             except Exception as exc:  # one bad poll never ends serving; the next one tries again
                 log.warning("live: a poll failed", extra={"error": type(exc).__name__})
-            # Every `poll_s`, or at once when a call waits for a line (`wanted`).
-            self.wanted.wait(poll_s)
+            # Until the next stat or discovery is due, or at once when a call waits for a line
+            # or a notification came (`wanted`).
+            now = time.monotonic()
+            wait = found + DISCOVER_EVERY_S - now
+            if self.rescan.is_set():
+                wait = min(wait, rescanned + RESCAN_EVERY_S - now)
+            due = self.next_due()
+            if due is not None:
+                wait = min(wait, due - now)
+            if wait > 0:
+                self.wanted.wait(max(wait, 0.001))
             self.wanted.clear()
+
+    def _progress(self, started: float, last_said: float) -> tuple[bool, float]:
+        """Log a start's fold's progress every `PROGRESS_EVERY_S`, and its end: whether it is
+        still going, and when it was last logged."""
+        now = time.monotonic()
+        tails = list(self.tails.values())
+        done = sum(1 for tail in tails if tail.seen is not None or tail.aside)
+        if done == len(tails):
+            log.info(
+                "live: the files found are folded",
+                extra={
+                    "files": len(tails),
+                    "sessions": len(self.sessions),
+                    "seconds": round(now - started, 2),
+                },
+            )
+            return False, now
+        if now - last_said >= PROGRESS_EVERY_S:
+            log.info(
+                "live: folding the files found",
+                extra={"files_done": done, "files": len(tails), "sessions": len(self.sessions)},
+            )
+            return True, now
+        return True, last_said
+
+    def _watch(self, stop: threading.Event) -> None:
+        """Mark the files file-system notifications name as changed (`_dirty`), and have the
+        tailer poll them (the watcher thread). Without watchfiles, or when it fails, the
+        tailer goes on scanning (`SCAN_BACKOFF_S`)."""
+        try:
+            import watchfiles
+        except ImportError:
+            log.info("live: no file notifications (watchfiles is not installed): scanning")
+            return
+        while not stop.is_set():
+            roots = [p for p in self.paths if p.exists()]
+            if not roots:
+                stop.wait(DISCOVER_EVERY_S)
+                continue
+            try:
+                changes_seen = watchfiles.watch(
+                    *roots,
+                    watch_filter=None,
+                    debounce=NOTIFY_DEBOUNCE_MS,
+                    step=NOTIFY_STEP_MS,
+                    stop_event=stop,
+                    rust_timeout=1000,
+                    yield_on_timeout=True,
+                    raise_interrupt=False,
+                )
+                self.notified = True
+                for changes in changes_seen:
+                    if changes:
+                        self._notice(changes)
+                    if [p for p in self.paths if p.exists()] != roots:
+                        break  # a watched path came or went: watched again
+            except Exception as exc:
+                self.notified = False
+                log.warning(
+                    "live: file notifications failed: scanning",
+                    extra={"error": type(exc).__name__},
+                )
+                return
+            finally:
+                self.notified = False
+
+    def _notice(self, changes: set[tuple[Any, str]]) -> None:
+        with self._dirty_lock:
+            for _change, name in changes:
+                path = Path(name)
+                if path in self.tails:
+                    self._dirty.add(path)
+                elif name.endswith(".jsonl") or not name.rpartition(os.sep)[2].count("."):
+                    self.rescan.set()  # a new file (or a folder, which may hold some)
+        self.wanted.set()
 
     def _announce(self, session_id: str | None) -> None:
         if session_id is not None and self.on_lines is not None:
@@ -527,6 +943,7 @@ class LiveFolds:
             session = LiveSession(
                 record.session_id, tail.path, folds=self._generations.get(record.session_id, 0)
             )
+            session.asked = record.session_id in self._asked_ids
             if self._journals:
                 session.journal = _journal_of(tail.path, record.session_id)
             self.sessions[record.session_id] = session
@@ -566,8 +983,15 @@ class LiveFolds:
                 self.runtime.log[topic_of(envelope, EMBEDDED_TOPICS)].append(envelope)
                 if not isinstance(envelope, FlushRequestEnvelope):
                     continue
-                if self._answers is None or self._recorded(session, envelope):
-                    self._fold_answer(session, self.runtime.answerer.answer(envelope).envelope)
+                answerer = self.runtime.answerer
+                if self._offline is not None and not self._is_live(session):
+                    answerer = self._offline  # an old session: its state, no paid model
+                if (
+                    self._answers is None
+                    or answerer is self._offline
+                    or self._recorded(session, envelope)
+                ):
+                    self._fold_answer(session, answerer.answer(envelope).envelope)
                 else:
                     session.asking = True
                     self._answers.submit(session, envelope)

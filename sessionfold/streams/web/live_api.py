@@ -7,7 +7,9 @@
   array" (nothing pruned, or pi's array is not the one the file gives: `reason` says which).
   `stale` when the wait ran out. `epoch` counts the flush attempts folded: the answer only
   changes when it moves. The checks and the answers' shapes are live_contract.py's, shared
-  with the fold workers.
+  with the fold workers. A session whose file is not folded yet (a start) is waited for; an
+  optional `sessionFile` is tailed when it lies under an allowed root, else the answer's
+  reason is `not-watched`. Every session route marks its session live (`LiveFolds.asked`).
 - `POST /sessions/{id}/compact`: the rule ledger's compaction pass over the file as it is, as
   `sessionfold ledger compact FILE` runs it: `{"status": "summary", "summary", "details",
   "span_record"}`, or `{"status": "fallback", "reason"}` so pi's own compaction runs.
@@ -161,6 +163,18 @@ class LiveApi:
             raise _bad(str(exc)) from None
         leaf, wait = asked.leaf, asked.wait_s
         started = time.monotonic()
+        live = self.live
+        live.asked(session_id)  # live: its flushes go to the model
+        if (
+            asked.session_file is not None
+            and session_id not in live.sessions
+            and live.holder(session_id) is None
+        ):
+            refused = live.adopt(asked.session_file, session_id)
+            if refused is not None:  # its reason is in serve's log (one warning a file)
+                return json_response(
+                    contract.unchanged(session_id, leaf, 0, contract.NOT_WATCHED, stale=False)
+                )
         while True:
             found = await self._wait_for(
                 session_id, leaf, started + wait, started + min(wait, UNKNOWN_GRACE_S)
@@ -212,16 +226,19 @@ class LiveApi:
         step = WAKE_STEP_S if self._hooked else WAIT_STEP_S
         while True:
             session = self.live.sessions.get(session_id)
-            if _done(session, leaf):
+            if _done(session, leaf) and (leaf is not None or self.live.holder(session_id) is None):
                 return "folded"  # most calls: no event made, nothing for the tailer to wake
             # Taken before the look again: a fold after it sets this one (the tailer and the
             # answers wake only the sessions that have one, after they folded theirs).
             woken = self._woken.setdefault(session_id, asyncio.Event())
             session = self.live.sessions.get(session_id)
-            if _done(session, leaf):
+            if _done(session, leaf) and (leaf is not None or self.live.holder(session_id) is None):
                 return "folded"
             now = time.monotonic()
-            if session is None:
+            # A file whose name or header says it holds the session, not folded yet (a start's
+            # fold, a file the call named): wait for it as for a leaf.
+            pending = session is None and self.live.holder(session_id) is not None
+            if session is None and not pending:
                 if now >= unknown_until:
                     if self._woken.get(session_id) is woken and not woken.is_set():
                         del self._woken[session_id]  # no event kept for ids no file holds
@@ -233,10 +250,11 @@ class LiveApi:
                 if left <= 0:
                     return "stale"
             if not poked and (session is None or session.settled):
-                # pi writes the leaf entry before it asks: one poll now most likely folds it
-                # (once a call: a leaf that never comes must not keep the tailer polling).
-                self.live.wanted.set()
-                poked = True
+                # pi writes the leaf entry before it asks: one poll of its file now most likely
+                # folds it (once a call: a leaf that never comes must not keep the tailer
+                # polling); a file not folded yet is folded before the others.
+                self.live.want(session_id)
+                poked = session is not None or pending
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), min(left, step))
 
@@ -321,6 +339,7 @@ class LiveApi:
         """The ledger's compaction summary for the session as its file stands, or a fallback."""
         session_id = _id(request)
         await _body(request)
+        self.live.asked(session_id)
         with self.live.lock:
             session = self.live.sessions.get(session_id)
             path = None if session is None else session.path
@@ -351,6 +370,7 @@ class LiveApi:
             ids = contract.recall_request(body)
         except BadRequest as exc:
             raise _bad(str(exc)) from None
+        self.live.asked(session_id)
         with self.live.lock:
             session = self.live.sessions.get(session_id)
             if session is None:
@@ -405,6 +425,7 @@ class LiveApi:
             await self._wait_for(
                 session_id, leaf[:MAX_ID_CHARS], until, min(until, started + UNKNOWN_GRACE_S)
             )
+        self.live.asked(session_id)
         with self.live.lock:
             if session_id not in self.live.sessions:
                 return json_response(contract.unknown_status(session_id))

@@ -37,6 +37,11 @@ WAIT_STEP_S = 0.01
 MAX_ID_CHARS = 256
 #: Most refs one recall names.
 MAX_RECALL_IDS = 100
+#: Longest `sessionFile` a context call may name.
+MAX_PATH_CHARS = 4096
+#: A context answer's `reason` when the session is in no watched file and the `sessionFile`
+#: the call named (if any) lies under no allowed root (serve's `--allow-root`), or is no file.
+NOT_WATCHED = "not-watched"
 #: Largest context call body read (a larger one is answered 413 unread). The extension sends
 #: the array's shape (28 KB at 914 messages of the shared large-session.jsonl) or, when a
 #: message has no string role or tool call id, the whole array (0.85 to 0.9 MB for the shared
@@ -137,6 +142,9 @@ class ContextRequest:
     shape: list[Identity]
     wait_s: float
     patch: bool = False
+    #: The session's file as the client knows it (`sessionFile`): serve tails it when it
+    #: holds no file of the session and the file lies under an allowed root.
+    session_file: str | None = None
 
 
 def context_request(
@@ -156,7 +164,12 @@ def context_request(
     messages = body.get("messages")
     wait_ms = body.get("wait_ms")
     form = body.get("answer", "messages")
+    session_file = body.get("sessionFile")
     if (leaf is not None and not is_id(leaf)) or form not in ("messages", "patch"):
+        raise BadRequest(_WANT)
+    if session_file is not None and not (
+        isinstance(session_file, str) and 0 < len(session_file) <= MAX_PATH_CHARS
+    ):
         raise BadRequest(_WANT)
     if shape is not None:
         identities = known[1] if known is not None and shape == known[0] else _identities(shape)
@@ -167,12 +180,13 @@ def context_request(
     wait = default_wait_s
     if isinstance(wait_ms, int | float) and not isinstance(wait_ms, bool):
         wait = max(0.0, wait_ms / 1000)
-    return ContextRequest(leaf, identities, wait, form == "patch")
+    return ContextRequest(leaf, identities, wait, form == "patch", session_file)
 
 
 _WANT = (
     "want {leaf: string or null, shape: array of [role, toolCallId or null]}"
-    " (or messages: array instead of shape; answer: messages or patch)"
+    " (or messages: array instead of shape; answer: messages or patch;"
+    f" sessionFile: an absolute path of at most {MAX_PATH_CHARS} characters)"
 )
 
 
