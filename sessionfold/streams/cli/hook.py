@@ -1,0 +1,186 @@
+"""`sessionfold hook claude-code|codex`: the agents' `SessionStart` hook (docs/agents.md).
+
+After the agent's own compaction (source `compact`) or on `resume` of a session that compacted,
+it prints `{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": ...}}`
+whose context is the rule ledger's view for the next span (projections/ledger/hook.py). The
+ledger comes from `serve` when it answers at once and has folded the compaction (`GET
+/sessions/{id}`, SESSIONFOLD_SERVE_URL, default http://127.0.0.1:6068), else from folding the
+transcript here with the offline model.
+
+It fails open: any failure prints nothing on stdout, one line naming the error's class on
+stderr (never a message's text), and exits 0, so the agent goes on as without it. Other events
+and sources print nothing. It imports only what it uses, so the agent waits for it as little
+as possible.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+AGENTS = ("claude-code", "codex")
+DEFAULT_SERVE_URL = "http://127.0.0.1:6068"
+#: How long the hook waits for serve, seconds: serve on this machine answers in milliseconds;
+#: past this the hook folds the transcript itself.
+SERVE_TIMEOUT_S = 0.3
+#: The largest hook input read (the agents send a few hundred bytes).
+MAX_STDIN_BYTES = 1 << 20
+SOURCES = frozenset({"compact", "resume"})
+
+
+class HookInputError(ValueError):
+    """The hook's stdin is not the SessionStart input it expects."""
+
+
+def agent_summary(path: Path, agent: str) -> tuple[int, str | None]:
+    """How many compactions the transcript holds, and the text of the newest one's summary
+    (Claude Code's `isCompactSummary` user line, Codex's `compacted` message)."""
+    marker = b"isCompactSummary" if agent == "claude-code" else b'"compacted"'
+    data = path.read_bytes()
+    count, text = 0, None
+    if marker not in data:
+        return 0, None
+    for line in data.splitlines():
+        if marker not in line:
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        found = _summary_of(obj, agent)
+        if found is not None:
+            count += 1
+            text = found
+    return count, text
+
+
+def _summary_of(obj: object, agent: str) -> str | None:
+    if not isinstance(obj, dict):
+        return None
+    if agent == "claude-code":
+        if obj.get("isCompactSummary") is not True:
+            return None
+        content = (obj.get("message") or {}).get("content")
+        if isinstance(content, str):
+            return content
+        return "".join(
+            b.get("text", "")
+            for b in content or []
+            if isinstance(b, dict) and isinstance(b.get("text"), str)
+        )
+    if obj.get("type") != "compacted" or not isinstance(obj.get("payload"), dict):
+        return None
+    message = obj["payload"].get("message")
+    return message if isinstance(message, str) else ""
+
+
+def _token() -> str | None:
+    token = os.environ.get("SESSIONFOLD_API_TOKEN")
+    if token:
+        return token.strip()
+    path = os.environ.get("SESSIONFOLD_API_TOKEN_FILE")
+    return Path(path).read_text().strip() if path else None
+
+
+def serve_view(session_id: str, compactions: int) -> dict[str, Any] | None:
+    """serve's ledger view of the session when serve answers within `SERVE_TIMEOUT_S` and has
+    folded every compaction the transcript holds; else None."""
+    # http.client, not httpx: a hook's start time is the agent's wait.
+    import http.client
+    from urllib.parse import quote, urlsplit
+
+    url = urlsplit(os.environ.get("SESSIONFOLD_SERVE_URL") or DEFAULT_SERVE_URL)
+    kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+    connection = kind(url.hostname or "127.0.0.1", url.port, timeout=SERVE_TIMEOUT_S)
+    headers = {"Accept": "application/json"}
+    if token := _token():
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        path = f"{url.path.rstrip('/')}/sessions/{quote(session_id, safe='')}"
+        connection.request("GET", path, headers=headers)
+        response = connection.getresponse()
+        if response.status != 200:
+            return None
+        document = json.loads(response.read())
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+    finally:
+        connection.close()
+    view = document.get("ledger") if isinstance(document, dict) else None
+    if not isinstance(view, dict):
+        return None
+    folded = sum(1 for s in view.get("spans", []) if s.get("trigger") == "compaction")
+    return view if folded >= compactions else None
+
+
+def embedded_view(path: Path) -> dict[str, Any] | None:
+    """The ledger view of the transcript folded here, offline, up to its last compaction."""
+    # Imported here: the fold is only needed when serve did not answer.
+    from sessionfold.ports.ledger.model import OfflineModel
+    from sessionfold.projections.ledger.config import DEFAULT_LEDGER
+    from sessionfold.projections.ledger.view import ledger_view
+    from sessionfold.streams.publishing.session_file import read_session_file
+    from sessionfold.streams.runtime.ledger_loop import fold_records
+
+    # No pass at the end: after a compaction the state up to it is the one the next span needs,
+    # and on resume what came after it is in the agent's context word for word.
+    run = fold_records(
+        read_session_file(path), OfflineModel(), config=DEFAULT_LEDGER, final_pass=False
+    )
+    if run.session_id is None:
+        return None
+    return ledger_view(run.store, run.session_id, DEFAULT_LEDGER)
+
+
+def hook_output(agent: str, stdin: bytes) -> str | None:
+    """The hook's stdout for one input (None: print nothing). Raises on a bad input."""
+    from sessionfold.projections.ledger.hook import hook_context
+
+    if agent not in AGENTS:
+        raise HookInputError("agent")
+    data = json.loads(stdin)
+    if not isinstance(data, dict):
+        raise HookInputError("input")
+    if data.get("hook_event_name") != "SessionStart" or data.get("source") not in SOURCES:
+        return None
+    session_id, transcript = data.get("session_id"), data.get("transcript_path")
+    if not isinstance(session_id, str) or not isinstance(transcript, str) or not transcript:
+        raise HookInputError("input")
+    path = Path(transcript)
+    compactions, summary = agent_summary(path, agent)
+    if compactions == 0 and data["source"] == "resume":
+        return None  # nothing was compacted: the whole session is in the agent's context
+    view = serve_view(session_id, compactions) or embedded_view(path)
+    text = hook_context(view, summary)
+    if not text:
+        return None
+    output = {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": text}}
+    return json.dumps(output, ensure_ascii=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the `hook` command to the root app."""
+
+    @app.command("hook")
+    def hook(
+        agent: Annotated[
+            str, typer.Argument(metavar="claude-code|codex", help="The agent that runs the hook.")
+        ],
+    ) -> None:
+        """The agents' SessionStart hook: the rule ledger after a compaction (fails open)."""
+        # The reader's warnings (a line it could not read) are not the agent's business here.
+        logging.disable(logging.CRITICAL)
+        try:
+            output = hook_output(agent, sys.stdin.buffer.read(MAX_STDIN_BYTES))
+        except Exception as exc:  # the hook must never stop the agent
+            # The class only: an exception's message may quote the transcript.
+            print(f"sessionfold hook: {type(exc).__name__}", file=sys.stderr)
+            return
+        if output is not None:
+            sys.stdout.write(output + "\n")
