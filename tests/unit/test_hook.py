@@ -13,7 +13,7 @@ import pytest
 
 from sessionfold.projections.ledger.hook import hook_context
 from sessionfold.streams.cli import COMMANDS, load_command
-from sessionfold.streams.cli.hook import agent_summary, hook_output
+from sessionfold.streams.cli.hook import AgentCompactions, agent_summary, hook_output
 
 REPO = Path(__file__).resolve().parents[2]
 SESSION = "5e55a5e5-0000-4000-8000-000000000042"
@@ -103,7 +103,7 @@ def test_a_rule_the_agents_summary_quotes_word_for_word_is_named_by_id_only(
 ) -> None:
     summary = "Summary:\nThe user said:   never edit\ngenerated files. Tests ran."
     path = _transcript(tmp_path, summary)
-    assert agent_summary(path, "claude-code") == (1, summary)
+    assert agent_summary(path, "claude-code") == AgentCompactions(1, summary, False)
     context = _context(hook_output("claude-code", _input(path)))
     assert KEPT not in context
     assert "quoted word for word in the summary above: R2." in context
@@ -122,8 +122,8 @@ def test_codex_compacted_message_is_the_agents_summary(tmp_path: Path) -> None:
     path = tmp_path / "rollout.jsonl"
     line = {"timestamp": "t", "type": "compacted", "payload": {"message": KEPT}}
     path.write_text(json.dumps({"type": "session_meta", "payload": {}}) + "\n" + json.dumps(line))
-    assert agent_summary(path, "codex") == (1, KEPT)
-    assert agent_summary(path, "claude-code") == (0, None)
+    assert agent_summary(path, "codex") == AgentCompactions(1, KEPT, False)
+    assert agent_summary(path, "claude-code") == AgentCompactions()
 
 
 def test_a_view_with_nothing_to_say_gives_no_context() -> None:
@@ -201,3 +201,10 @@ def test_help_imports_no_kafka_aiohttp_faust_or_matplotlib() -> None:
         [sys.executable, "-c", script], capture_output=True, env=env, timeout=60, check=True
     )
     assert done.stderr.decode().strip() == "[]"
+
+
+def test_a_compaction_not_written_yet_is_folded_to_the_transcripts_end(tmp_path: Path) -> None:
+    """Claude Code 2.1.328 runs the hook before it writes the compaction's lines."""
+    path = _transcript(tmp_path, "", compacted=False)
+    context = _context(hook_output("claude-code", _input(path)))
+    assert f'"{KEPT}"' in context and "-x" not in context

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -38,26 +39,55 @@ class HookInputError(ValueError):
     """The hook's stdin is not the SessionStart input it expects."""
 
 
-def agent_summary(path: Path, agent: str) -> tuple[int, str | None]:
-    """How many compactions the transcript holds, and the text of the newest one's summary
-    (Claude Code's `isCompactSummary` user line, Codex's `compacted` message)."""
+@dataclass(frozen=True)
+class AgentCompactions:
+    """What the transcript holds of the agent's own compactions."""
+
+    count: int = 0
+    #: The newest one's summary text (Claude Code's `isCompactSummary` line, Codex's
+    #: `compacted` message).
+    summary: str | None = None
+    #: The model answered after the newest one: a compaction being reported now is not
+    #: written yet (Claude Code 2.1.328 runs the hook before it writes the summary line).
+    answered_since: bool = True
+
+
+def agent_summary(path: Path, agent: str) -> AgentCompactions:
+    """The agent's compactions in the transcript (one read, a JSON parse of the few lines
+    that can matter)."""
     marker = b"isCompactSummary" if agent == "claude-code" else b'"compacted"'
+    answer = b'"assistant"' if agent == "claude-code" else b'"response_item"'
     data = path.read_bytes()
-    count, text = 0, None
     if marker not in data:
-        return 0, None
+        return AgentCompactions()
+    count, text, answered = 0, None, True
     for line in data.splitlines():
-        if marker not in line:
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        found = _summary_of(obj, agent)
-        if found is not None:
-            count += 1
-            text = found
-    return count, text
+        if marker in line:
+            found = _summary_of(_json(line), agent)
+            if found is not None:
+                count, text, answered = count + 1, found, False
+        elif not answered and answer in line:
+            answered = _answers(_json(line), agent)
+    return AgentCompactions(count, text, answered)
+
+
+def _json(line: bytes) -> object:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
+
+
+def _answers(obj: object, agent: str) -> bool:
+    """Whether a line is the model's answer (an assistant message or a tool call)."""
+    if not isinstance(obj, dict):
+        return False
+    if agent == "claude-code":
+        return obj.get("type") == "assistant"
+    payload = obj.get("payload")
+    if obj.get("type") != "response_item" or not isinstance(payload, dict):
+        return False
+    return payload.get("role") == "assistant" or payload.get("type") == "function_call"
 
 
 def _summary_of(obj: object, agent: str) -> str | None:
@@ -119,8 +149,10 @@ def serve_view(session_id: str, compactions: int) -> dict[str, Any] | None:
     return view if folded >= compactions else None
 
 
-def embedded_view(path: Path) -> dict[str, Any] | None:
-    """The ledger view of the transcript folded here, offline, up to its last compaction."""
+def embedded_view(path: Path, to_end: bool) -> dict[str, Any] | None:
+    """The ledger view of the transcript folded here, offline; `to_end`: with a pass at its
+    end when no compaction closed it (what was just compacted, when the agent has not written
+    its compaction yet), else up to its last compaction."""
     # Imported here: the fold is only needed when serve did not answer.
     from sessionfold.ports.ledger.model import OfflineModel
     from sessionfold.projections.ledger.config import DEFAULT_LEDGER
@@ -128,10 +160,10 @@ def embedded_view(path: Path) -> dict[str, Any] | None:
     from sessionfold.streams.publishing.session_file import read_session_file
     from sessionfold.streams.runtime.ledger_loop import fold_records
 
-    # No pass at the end: after a compaction the state up to it is the one the next span needs,
-    # and on resume what came after it is in the agent's context word for word.
+    # On resume what came after the last compaction is in the agent's context word for word:
+    # no pass over it.
     run = fold_records(
-        read_session_file(path), OfflineModel(), config=DEFAULT_LEDGER, final_pass=False
+        read_session_file(path), OfflineModel(), config=DEFAULT_LEDGER, final_pass=to_end
     )
     if run.session_id is None:
         return None
@@ -153,11 +185,18 @@ def hook_output(agent: str, stdin: bytes) -> str | None:
     if not isinstance(session_id, str) or not isinstance(transcript, str) or not transcript:
         raise HookInputError("input")
     path = Path(transcript)
-    compactions, summary = agent_summary(path, agent)
-    if compactions == 0 and data["source"] == "resume":
+    found = agent_summary(path, agent)
+    resume = data["source"] == "resume"
+    if found.count == 0 and resume:
         return None  # nothing was compacted: the whole session is in the agent's context
-    view = serve_view(session_id, compactions) or embedded_view(path)
-    text = hook_context(view, summary)
+    # The newest compaction written is the one in force (not so when the model answered since:
+    # the one reported is not written yet). serve folds only what is written, so it can answer
+    # only then; and only then does the agent's summary in the file hold what the model sees.
+    current = resume or not found.answered_since
+    view = serve_view(session_id, found.count) if current else None
+    if view is None:
+        view = embedded_view(path, to_end=not resume)
+    text = hook_context(view, found.summary if current else None)
     if not text:
         return None
     output = {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": text}}
