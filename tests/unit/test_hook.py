@@ -103,7 +103,7 @@ def test_a_rule_the_agents_summary_quotes_word_for_word_is_named_by_id_only(
 ) -> None:
     summary = "Summary:\nThe user said:   never edit\ngenerated files. Tests ran."
     path = _transcript(tmp_path, summary)
-    assert agent_summary(path, "claude-code") == AgentCompactions(1, summary, False)
+    assert agent_summary(path, "claude-code") == AgentCompactions(1, summary, False, "s1")
     context = _context(hook_output("claude-code", _input(path)))
     assert KEPT not in context
     assert "quoted word for word in the summary above: R2." in context

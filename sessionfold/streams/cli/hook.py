@@ -50,6 +50,9 @@ class AgentCompactions:
     #: The model answered after the newest one: a compaction being reported now is not
     #: written yet (Claude Code 2.1.328 runs the hook before it writes the summary line).
     answered_since: bool = True
+    #: The newest one's entry id where the format gives it (Claude Code: the summary line's
+    #: uuid, which names the ledger's span record of it).
+    entry: str | None = None
 
 
 def agent_summary(path: Path, agent: str) -> AgentCompactions:
@@ -60,15 +63,18 @@ def agent_summary(path: Path, agent: str) -> AgentCompactions:
     data = path.read_bytes()
     if marker not in data:
         return AgentCompactions()
-    count, text, answered = 0, None, True
+    count, text, answered, entry = 0, None, True, None
     for line in data.splitlines():
         if marker in line:
-            found = _summary_of(_json(line), agent)
+            obj = _json(line)
+            found = _summary_of(obj, agent)
             if found is not None:
                 count, text, answered = count + 1, found, False
+                uuid = obj.get("uuid") if isinstance(obj, dict) else None
+                entry = uuid if isinstance(uuid, str) else None
         elif not answered and answer in line:
             answered = _answers(_json(line), agent)
-    return AgentCompactions(count, text, answered)
+    return AgentCompactions(count, text, answered, entry)
 
 
 def _json(line: bytes) -> object:
@@ -118,9 +124,10 @@ def _token() -> str | None:
     return Path(path).read_text().strip() if path else None
 
 
-def serve_view(session_id: str, compactions: int) -> dict[str, Any] | None:
+def serve_view(session_id: str, found: AgentCompactions) -> dict[str, Any] | None:
     """serve's ledger view of the session when serve answers within `SERVE_TIMEOUT_S` and has
-    folded every compaction the transcript holds; else None."""
+    folded the transcript's newest compaction (its span record names it, or serve has as many
+    compaction spans as the transcript has compactions); else None."""
     # http.client, not httpx: a hook's start time is the agent's wait.
     import http.client
     from urllib.parse import quote, urlsplit
@@ -145,8 +152,10 @@ def serve_view(session_id: str, compactions: int) -> dict[str, Any] | None:
     view = document.get("ledger") if isinstance(document, dict) else None
     if not isinstance(view, dict):
         return None
-    folded = sum(1 for s in view.get("spans", []) if s.get("trigger") == "compaction")
-    return view if folded >= compactions else None
+    spans = [s for s in view.get("spans", []) if s.get("trigger") == "compaction"]
+    if found.entry is not None and any(s.get("entry") == found.entry for s in spans):
+        return view
+    return view if len(spans) >= found.count else None
 
 
 def embedded_view(path: Path, to_end: bool) -> dict[str, Any] | None:
@@ -193,7 +202,7 @@ def hook_output(agent: str, stdin: bytes) -> str | None:
     # the one reported is not written yet). serve folds only what is written, so it can answer
     # only then; and only then does the agent's summary in the file hold what the model sees.
     current = resume or not found.answered_since
-    view = serve_view(session_id, found.count) if current else None
+    view = serve_view(session_id, found) if current else None
     if view is None:
         view = embedded_view(path, to_end=not resume)
     text = hook_context(view, found.summary if current else None)
