@@ -12,6 +12,7 @@ output it stands in, verbatim (then more while room lasts).
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -214,17 +215,29 @@ def _spend_spare(state: dict[str, Any], section: _Section, spare: int) -> bool:
     return any(given)
 
 
-def _join(parts: list[_Section]) -> str:
-    return "\n\n".join([HEADER, *(t for s in parts if (t := s.text()))]) + "\n"
+def _join(parts: list[_Section], header: str = HEADER) -> str:
+    return "\n\n".join([header, *(t for s in parts if (t := s.text()))]) + "\n"
 
 
 def render(
-    state: dict[str, Any], limit: int = 12_000, command_chars: int = 120
+    state: dict[str, Any],
+    limit: int = 12_000,
+    command_chars: int = 120,
+    *,
+    leave_out: frozenset[str] = frozenset(),
+    header: str = HEADER,
 ) -> tuple[str, dict[str, int]]:
-    """The summary of a state, at most `limit` characters, and what was left out per section."""
+    """The summary of a state, at most `limit` characters, and what was left out per section.
+
+    `leave_out` names sections not shown at all (the hook's shorter view); `header` heads it.
+    """
     parts = sections(state, command_chars)
+    for section in parts:
+        if section.key in leave_out:
+            section.lines = []
     by_key = {s.key: s for s in parts}
-    text = _join(parts)
+    join = functools.partial(_join, header=header)
+    text = join(parts)
     for key in _GIVE_WAY:
         section = by_key[key]
         while len(text) > limit and section.lines:
@@ -240,19 +253,19 @@ def render(
             count = min(count, len(section.lines))
             del section.lines[:count]
             section.dropped += count
-            text = _join(parts)
+            text = join(parts)
         if len(text) <= limit:
             break
     if len(text) > limit:
         rules = by_key["rules"]
         rules.lines = [clip(line, 300) for line in rules.lines]
-        text = _join(parts)
+        text = join(parts)
     if len(text) > limit:
         text = clip(text, limit - 1) + "\n"
     elif not any(s.dropped for s in parts):
         plain = list(by_key["values"].lines)
         if _spend_spare(state, by_key["values"], limit - len(text)):
-            spent = _join(parts)
+            spent = join(parts)
             if len(spent) <= limit:
                 text = spent
             else:  # each addition is counted; this only guards the bound

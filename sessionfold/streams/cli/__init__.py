@@ -1,32 +1,124 @@
 """The `sessionfold` console script: one Typer app, one module per subcommand group.
 
-Public: `app`, `main`, and the `fold` and `worker` modules (tests set the worker's test hooks
-and read the fold command's output names). Private to it: the other subcommand modules and
-their helpers `options`, `inputs`, `session_table`.
+A subcommand's module is imported only when that subcommand runs: `sessionfold --help` lists
+them from `COMMANDS` and imports none, so neither it nor `sessionfold hook` (which an agent
+waits for) pays for Kafka, aiohttp or the plotting code the other subcommands use.
+
+Public: `app`, `main`, `COMMANDS`, and the `fold` and `worker` modules (tests set the worker's
+test hooks and read the fold command's output names). Private to it: the other subcommand
+modules and their helpers `options`, `inputs`, `session_table`.
 """
 
 from __future__ import annotations
 
-import typer
+import functools
+import importlib
+from typing import TYPE_CHECKING
 
-from sessionfold.streams.cli import (
-    broker,
-    compare,
-    context,
-    demo,
-    fold,
-    generate,
-    ledger,
-    publish,
-    replay,
-    report,
-    serve,
-    state,
-    worker,
-)
+import typer
+from typer.core import TyperCommand, TyperGroup
+
 from sessionfold.streams.logs import configure_cli_logging
 
-__all__ = ["app", "fold", "main", "worker"]
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from typer import _click
+
+__all__ = ["COMMANDS", "app", "fold", "main", "worker"]
+
+#: Each subcommand: the module whose `register(app)` defines it, and the line `--help` shows
+#: (the command's own first docstring line; a test keeps them equal).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("demo", "Fold one session through the embedded runtime and report what pruning did."),
+    "fold": ("fold", "Fold session files and print each session's pruning state."),
+    "generate": (
+        "generate",
+        "Write N synthetic sessions shaped like real ones, deterministic per seed.",
+    ),
+    "publish": ("publish", "Publish pi session files to the session-events topic."),
+    "facts": (
+        "ledger",
+        "Count, per compaction point, the needed values each compactor's summary kept.",
+    ),
+    "ledger": ("ledger", "Show the rule ledger of a session file, or (`compact FILE`) compact it."),
+    "replay": ("replay", "Replay session-events to a point and print each session's state there."),
+    "context": (
+        "context",
+        "Print the message list the model is given at a point, and its token count.",
+    ),
+    "compare": (
+        "compare",
+        "Run two configurations over the same sessions and compare what the model sees.",
+    ),
+    "worker": (
+        "worker",
+        "Run a Kafka worker: fold session events, answer flush requests, serve state.",
+    ),
+    "serve": (
+        "serve",
+        "Fold pi's live sessions and answer its extension: pruned context, compaction, recall.",
+    ),
+    "state": (
+        "state",
+        "Print one session's projections (or flushes, or a ref's original) from a worker.",
+    ),
+    "report": (
+        "report",
+        "A digest of the ledger log's newest eight records, safe to paste into an issue.",
+    ),
+    "hook": (
+        "hook",
+        "The agents' SessionStart hook: the rule ledger after a compaction (fails open).",
+    ),
+    "broker": (
+        "broker",
+        "Run a local single-node Apache Kafka (KRaft) broker from Maven Central jars.",
+    ),
+}
+
+
+@functools.cache
+def load_command(name: str) -> _click.Command:
+    """The click command `name`, its module imported and registered on an app of its own."""
+    module = importlib.import_module(f"sessionfold.streams.cli.{COMMANDS[name][0]}")
+    own = typer.Typer(add_completion=False)
+    module.register(own)
+
+    @own.callback()
+    def _group() -> None:
+        """Holds the module's commands."""
+
+    group = typer.main.get_command(own)
+    assert isinstance(group, TyperGroup)
+    return group.commands[name]
+
+
+class _LazyGroup(TyperGroup):
+    """The root group: commands are loaded when run, listed from `COMMANDS` for the help."""
+
+    _listing = False
+
+    def list_commands(self, ctx: _click.Context) -> list[str]:
+        """Every subcommand, in the help's order."""
+        return list(COMMANDS)
+
+    def get_command(self, ctx: _click.Context, cmd_name: str) -> _click.Command | None:
+        """The command (a stand-in with its help line while the help is written)."""
+        if cmd_name not in COMMANDS:
+            return None
+        if self._listing:
+            return TyperCommand(cmd_name, help=COMMANDS[cmd_name][1])
+        return load_command(cmd_name)
+
+    def format_help(self, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
+        """The help, listing the commands without importing their modules."""
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
 
 app = typer.Typer(
     name="sessionfold",
@@ -34,6 +126,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=_LazyGroup,
 )
 
 
@@ -45,22 +138,11 @@ def _root() -> None:
     configure_cli_logging()
 
 
-for module in (
-    demo,
-    broker,
-    fold,
-    generate,
-    publish,
-    ledger,
-    replay,
-    context,
-    compare,
-    worker,
-    serve,
-    state,
-    report,
-):
-    module.register(app)
+def __getattr__(name: str) -> ModuleType:
+    """`cli.fold`, `cli.worker` and the other modules, imported on first use."""
+    if name in {module for module, _ in COMMANDS.values()}:
+        return importlib.import_module(f"sessionfold.streams.cli.{name}")
+    raise AttributeError(name)
 
 
 def main() -> None:

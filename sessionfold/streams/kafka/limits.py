@@ -3,8 +3,6 @@ refused for its size from any other failure to send."""
 
 from __future__ import annotations
 
-from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError
-
 from sessionfold.events.envelope import MAX_ENTRY_BYTES
 
 #: The largest record on any sessionfold topic: the longest line the reader accepts (16 MiB)
@@ -14,18 +12,25 @@ from sessionfold.events.envelope import MAX_ENTRY_BYTES
 #: shorter than orjson writes it) is dead-lettered by the reader (publishing/session_file.py).
 MAX_MESSAGE_BYTES = MAX_ENTRY_BYTES + 1024 * 1024
 
-_SIZE_ERRORS = (MessageSizeTooLargeError, RecordTooLargeError, RecordListTooLargeError)
-
 
 def refused_for_size(error: BaseException) -> bool:
     """Whether `error`, or one it was raised from (Faust wraps the producer's errors in
     ProducerSendError), says a record was too large to send: the producer's own check against
     its `max_request_size`, or the broker's against the topic's `max.message.bytes`."""
+    # Imported here: the file reader needs only the size above, and a hook starts faster
+    # without the Kafka client.
+    from aiokafka.errors import (
+        MessageSizeTooLargeError,
+        RecordListTooLargeError,
+        RecordTooLargeError,
+    )
+
+    size_errors = (MessageSizeTooLargeError, RecordTooLargeError, RecordListTooLargeError)
     seen: BaseException | None = error
     for _ in range(8):  # a chain of causes is short; a cycle must not hang us
         if seen is None:
             return False
-        if isinstance(seen, _SIZE_ERRORS):
+        if isinstance(seen, size_errors):
             return True
         seen = seen.__cause__ or seen.__context__
     return False

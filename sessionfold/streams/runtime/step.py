@@ -37,7 +37,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
@@ -72,8 +72,11 @@ from sessionfold.projections.pruning import context_metrics, digest, windows
 from sessionfold.projections.pruning import session as pruning
 from sessionfold.projections.pruning.config import PruneConfig
 from sessionfold.projections.store import Store
-from sessionfold.streams.kafka.topics import Topics
 from sessionfold.streams.publishing.session_file import DeadLetter
+
+if TYPE_CHECKING:
+    # A type only: the embedded runtimes and the hook run without the Kafka client.
+    from sessionfold.streams.kafka.topics import Topics
 
 log = logging.getLogger(__name__)
 
