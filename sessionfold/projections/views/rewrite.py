@@ -56,7 +56,8 @@ def rewrite_plan(view: ContextView) -> dict[str, str]:
             plan[call] = _text(message.get("content"))  # a stub (placeholders are not ours)
     by_ref: dict[str, str] = {}
     for removal in view.removed:
-        if removal.how == "chain" and removal.ref is not None:
+        # a chain's results, and stubs a later chain range dropped (the removal says stub)
+        if removal.how in ("chain", "stub") and removal.ref is not None:
             call, _stamp = split_occurrence(removal.key)
             plan.setdefault(call, stub_text(removal.ref))
             by_ref[removal.ref] = call

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-#: Tokens a change must free before the cached prefix is given up (OpenCode holds 20k; measured
-#: on the shared sessions in docs/live.md).
-MIN_FREED_TOKENS = 20_000
+#: Tokens a change must free before the cached prefix is given up (OpenCode holds 20k; 5k was
+#: cheaper on every session bench/gateway_cost.py replayed: docs/live.md, "Costs").
+MIN_FREED_TOKENS = 5_000
 #: Anthropic's default cache life, seconds.
 CACHE_TTL_S = 300.0
 #: Sessions whose applied texts are kept (the least recently used go first).
