@@ -59,5 +59,5 @@ def test_ratios_on_a_generated_session(tmp_path: Path, capsys: pytest.CaptureFix
     assert price(session.calls, every_flush, Prices()).cost == pytest.approx(got["every"][1].cost)
     assert main([str(written.path), "--claude-code", "0", "--codex", "0", "--min-freed", "0"]) == 0
     out = capsys.readouterr().out
-    for heading in ("cost relative to unpruned", "prefix breaks", "goals for aware 20k*"):
+    for heading in ("cost relative to unpruned", "prefix breaks", "goals for aware 5k*"):
         assert heading in out

@@ -73,9 +73,9 @@ CONNECT_TIMEOUT_S = 10.0
 #: How long a call waits for the fold's plan before it goes upstream unchanged: a caught-up
 #: render takes a few ms; a call never waits on the tailer.
 PLAN_TIMEOUT_S = 0.25
-#: A run of digits an integer past 64 bits may be (inside a string too: then the call merely
-#: goes unchanged).
-_LONG_NUMBER = re.compile(rb"\d{19,}")
+#: A JSON number of 19 digits or more, which may be an integer past 64 bits (the same after a
+#: colon, comma or bracket inside a string: then the call merely goes unchanged).
+_LONG_NUMBER = re.compile(rb"[:,\[]\s*-?\d{19}")
 #: Fetches the fold's rewrite plan of a session ({"known", "results": {call id: text}}).
 PlanSource = Callable[[str], Awaitable[dict[str, Any] | None]]
 
