@@ -15,6 +15,7 @@ __all__ = [
     "facts",
     "fold",
     "heuristics",
+    "hook",
     "pass_rows",
     "render",
     "rules",

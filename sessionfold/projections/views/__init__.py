@@ -3,4 +3,13 @@
 No module is private to it.
 """
 
-__all__ = ["base", "chains", "context", "phases", "recall", "status"]
+__all__ = [
+    "base",
+    "chains",
+    "context",
+    "phases",
+    "recall",
+    "rewrite",
+    "status",
+    "validity",
+]

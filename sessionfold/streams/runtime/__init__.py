@@ -4,6 +4,7 @@ No module is private to it.
 """
 
 __all__ = [
+    "agent_dirs",
     "answer_journal",
     "config_files",
     "embedded",

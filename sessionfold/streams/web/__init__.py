@@ -3,4 +3,16 @@
 No module is private to it.
 """
 
-__all__ = ["auth", "live_api", "live_contract", "live_front", "live_worker", "state_api"]
+__all__ = [
+    "anthropic_api",
+    "auth",
+    "cache_policy",
+    "gateway",
+    "live_api",
+    "live_contract",
+    "live_front",
+    "live_worker",
+    "model_api",
+    "openai_api",
+    "state_api",
+]
