@@ -317,12 +317,6 @@ def test_codex_0_40_counts_precede_their_responses() -> None:
             }  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="context_at with enabled=false returns pi's unpruned messages without "
-    "validity.repaired (projections/views/context.py), so a call the log has no result of "
-    "stays unanswered and `repairs` is empty; docs/formats.md says every render is repaired",
-)
 def test_an_unpruned_render_answers_a_call_the_log_has_no_result_of(tmp_path: Path) -> None:
     """A Claude Code call with no result line, then the next prompt: `context --set
     enabled=false` still renders a context a provider accepts."""

@@ -336,8 +336,9 @@ def context_at(
     """
     if not config.enabled:
         plain = base_context(entries, store, session_id)
+        sent, fixes = repaired(plain.unpruned)
         return ContextView(
-            plain.unpruned, plain.unpruned, plain.unpruned, False, origin=plain.origin
+            sent, plain.unpruned, plain.unpruned, False, origin=plain.origin, repairs=fixes
         )
     points = compression_points(store, session_id, config, compacts)
     grown: BaseContext | None = None
