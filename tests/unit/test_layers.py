@@ -246,3 +246,45 @@ def test_an_import_of_a_private_module_is_named(tmp_path: Path) -> None:
         "sessionfold/ports/model_http.py:1: sessionfold.ports.model_http imports "
         "sessionfold.events.lines, but sessionfold.events.__all__ does not list 'lines'"
     ]
+
+
+def import_cycles(source: Path) -> list[list[str]]:
+    """Each cycle of module imports (a function's own imports count too), once, as a path that
+    starts and ends at its smallest module."""
+    graph: dict[str, set[str]] = {}
+    for imp in imports_of(source):
+        if imp.module != imp.importer:
+            graph.setdefault(imp.importer, set()).add(imp.module)
+    cycles: set[tuple[str, ...]] = set()
+
+    def walk(path: list[str]) -> None:
+        for nxt in sorted(graph.get(path[-1], ())):
+            if nxt == path[0]:
+                cycles.add((*path, nxt))
+            elif nxt > path[0] and nxt not in path:
+                walk([*path, nxt])
+
+    for start in sorted(graph):
+        walk([start])
+    return [list(cycle) for cycle in sorted(cycles)]
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    assert import_cycles(SOURCE) == []
+
+
+def test_an_import_cycle_is_named(tmp_path: Path) -> None:
+    source = tmp_path / "sessionfold"
+    (source / "streams" / "cli").mkdir(parents=True)
+    for name in ("__init__.py", "streams/__init__.py", "streams/cli/__init__.py"):
+        (source / name).write_text("")
+    (source / "streams/cli/a.py").write_text(
+        "def f():\n    from sessionfold.streams.cli import b\n"
+    )
+    (source / "streams/cli/b.py").write_text("from sessionfold.streams.cli.a import f\n")
+    expected = [
+        "sessionfold.streams.cli.a",
+        "sessionfold.streams.cli.b",
+        "sessionfold.streams.cli.a",
+    ]
+    assert import_cycles(source) == [expected]

@@ -25,8 +25,9 @@ from sessionfold.streams.cli.context import view_from_replay
 from sessionfold.streams.runtime.live import LiveFolds
 from sessionfold.streams.tools.replay import Collector, replay_files
 from sessionfold.streams.tools.synthetic import generate_session, write_session
+from sessionfold.streams.web.handover import Handover, read_frame
 from sessionfold.streams.web.live_api import LiveApi
-from sessionfold.streams.web.live_front import Handover, LiveFront, read_frame
+from sessionfold.streams.web.live_front import LiveFront
 
 PIPE_BYTES = 1 << 20
 

@@ -6,7 +6,7 @@ waits for) pays for Kafka, aiohttp or the plotting code the other subcommands us
 
 Public: `app`, `main`, `COMMANDS`, and the `fold` and `worker` modules (tests set the worker's
 test hooks and read the fold command's output names). Private to it: the other subcommand
-modules and their helpers `options`, `inputs`, `session_table`.
+modules and their helpers `options`, `inputs`, `session_table`, `json_output`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "publish": ("publish", "Publish pi session files to the session-events topic."),
     "facts": (
-        "ledger",
+        "facts",
         "Count, per compaction point, the needed values each compactor's summary kept.",
     ),
     "ledger": ("ledger", "Show the rule ledger of a session file, or (`compact FILE`) compact it."),

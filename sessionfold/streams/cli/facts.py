@@ -19,7 +19,7 @@ from sessionfold.projections.ledger.config import LedgerConfig
 from sessionfold.projections.ledger.facts import FactsRow, facts
 from sessionfold.projections.ledger.text import sanitize
 from sessionfold.streams.cli.inputs import session_inputs
-from sessionfold.streams.cli.ledger import safe_json
+from sessionfold.streams.cli.json_output import safe_json
 from sessionfold.streams.cli.options import Format
 from sessionfold.streams.publishing.session_file import read_session_file
 from sessionfold.streams.runtime.ledger_loop import fold_records

@@ -12,13 +12,11 @@ that leaves no control character raw.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
-import orjson
 import typer
 
 from sessionfold.events.envelope import EntryEnvelope
@@ -30,20 +28,11 @@ from sessionfold.projections.ledger.state import snapshot
 from sessionfold.projections.ledger.text import sanitize
 from sessionfold.projections.ledger.view import ledger_view
 from sessionfold.streams.cli.inputs import session_inputs
+from sessionfold.streams.cli.json_output import safe_json
 from sessionfold.streams.cli.options import Format
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
 from sessionfold.streams.runtime.ledger_log import LedgerLog, LogObserver
 from sessionfold.streams.runtime.ledger_loop import LedgerRun, compaction_entries, fold_records
-
-# JSON escapes C0 controls itself; C1 controls, DEL, bidi controls and line separators it
-# leaves raw inside strings, where a \u escape means the same and a terminal sees nothing.
-_JSON_UNSAFE = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
-
-
-def safe_json(value: object) -> str:
-    """Stable JSON (sorted keys, indented) with no raw control character in it."""
-    text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode()
-    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 
 def _span_lines(spans: list[dict[str, Any]]) -> list[str]:
@@ -195,11 +184,7 @@ def _print_anomalies(
 
 
 def register(app: typer.Typer) -> None:
-    """Attach the `ledger` command, and `facts` which reads the same folds, to the root app."""
-    # Imported here: facts.py reuses safe_json from this module.
-    from sessionfold.streams.cli import facts
-
-    facts.register(app)
+    """Attach the `ledger` command to the root app."""
 
     @app.command("ledger")
     def ledger(

@@ -30,7 +30,7 @@ import orjson
 import typer
 
 from sessionfold.projections.ledger.text import sanitize
-from sessionfold.streams.cli.ledger import safe_json
+from sessionfold.streams.cli.json_output import safe_json
 from sessionfold.streams.runtime.ledger_log import _home, read_path, scrub_home
 
 #: How many records the digest shows.

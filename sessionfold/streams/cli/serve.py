@@ -62,9 +62,10 @@ from sessionfold.streams.web.anthropic_api import ANTHROPIC
 from sessionfold.streams.web.auth import exposure_warning, quiet_bad_requests
 from sessionfold.streams.web.cache_policy import CACHE_TTL_S, MIN_FREED_TOKENS, CachePolicy
 from sessionfold.streams.web.gateway import APIS, Gateway
+from sessionfold.streams.web.handover import Handover
 from sessionfold.streams.web.live_api import DEFAULT_WAIT_S, LiveApi
 from sessionfold.streams.web.live_contract import READ_TIMEOUT_S
-from sessionfold.streams.web.live_front import Handover, LiveFront
+from sessionfold.streams.web.live_front import LiveFront
 from sessionfold.streams.web.openai_api import OPENAI
 
 log = logging.getLogger(__name__)

@@ -8,6 +8,7 @@ __all__ = [
     "auth",
     "cache_policy",
     "gateway",
+    "handover",
     "live_api",
     "live_contract",
     "live_front",

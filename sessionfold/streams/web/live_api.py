@@ -68,7 +68,7 @@ from sessionfold.streams.web.live_contract import (
 )
 
 if TYPE_CHECKING:
-    from sessionfold.streams.web.live_front import Handover
+    from sessionfold.streams.web.handover import Handover
 
 log = logging.getLogger(__name__)
 

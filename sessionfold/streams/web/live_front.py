@@ -5,7 +5,7 @@ folds, the answers to flushes, the renders) and the live API over it (live_api.p
 Unix socket; this process listens on serve's port and answers most calls there by handing them
 on as they came (`LiveFront._relay`: the answer's bytes come back as they are). A caught-up
 context call, though, is answered here, from what the fold process handed over after its last
-answer for the session (`Handover`): so it never waits for the GIL behind the folds, which at
+answer for the session (`Handover`, handover.py): so it never waits for the GIL behind the folds, which at
 a busy fleet's line rate put its p99 in the hundreds of milliseconds (docs/live.md).
 
 What is handed over, per session, by the fold process (a pipe, one frame per message):
@@ -32,10 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import pickle
-import struct
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -47,10 +43,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from sessionfold.projections.views.context import Identity
-from sessionfold.streams.runtime.live import LiveFolds, Rendered
 from sessionfold.streams.web import live_contract as contract
 from sessionfold.streams.web.auth import token_middleware
 from sessionfold.streams.web.gateway import Gateway
+from sessionfold.streams.web.handover import MESSAGES, PATCH, read_frame
 from sessionfold.streams.web.live_api import (
     BODY_LIMITS,
     OUTCOME_HEADER,
@@ -64,120 +60,11 @@ from sessionfold.streams.web.live_contract import MAX_BODY_BYTES, READ_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
-#: A frame's length prefix: 8 bytes, big-endian.
-_LENGTH = struct.Struct("!Q")
-#: The form an answer's array takes: a patch to pi's array, or the whole array.
-PATCH, MESSAGES = "patch", "messages"
 #: How many times a relayed call tries to connect to the fold process, and the pause between.
 CONNECT_TRIES = 20
 CONNECT_PAUSE_S = 0.05
 #: The headers of a relayed answer kept as the fold process gave them.
 _KEPT_HEADERS = ("Content-Type", "Retry-After", "WWW-Authenticate")
-
-
-def write_frame(fd: int, message: Any) -> None:
-    """Write one message to `fd` as a frame (its length, then its pickle)."""
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    view = memoryview(_LENGTH.pack(len(data)) + data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-async def read_frame(reader: asyncio.StreamReader) -> Any:
-    """The next message of `reader`; IncompleteReadError at the end of the stream."""
-    (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-    return pickle.loads(await reader.readexactly(length))  # frames of serve's own fold process
-
-
-class Handover:
-    """The fold process' side: what its context answers were made from, written to `fd` for
-    the API process (see the module docstring). Called from the fold process' event loop, its
-    render thread, the tailer and the answer pool; one lock orders the frames."""
-
-    def __init__(self, live: LiveFolds, fd: int) -> None:
-        self.live = live
-        self.fd = fd
-        self._lock = threading.Lock()
-        #: Per session: the state of the render handed over last and the forms sent of it.
-        self._handed: dict[str, tuple[tuple[int, int, int], set[str]]] = {}
-        #: Per session: how many of its entries' ids were handed over.
-        self._ids_sent: dict[str, int] = {}
-        self._broken = False
-
-    def ready(self, sessions: int) -> None:
-        """Say the fold process' API answers (and how many sessions it holds, and how many
-        files were set aside before it did: the tailer starts first)."""
-        with self._lock:
-            self._send(("ready", sessions))
-            self._send(("set-aside", self.live.set_aside_total))
-
-    def answered(self, session_id: str, patch: bool, rendered: Rendered) -> None:
-        """A context answer of the session was made from `rendered` (not stale): hand it over
-        while it is the session's state."""
-        if not rendered.settled:
-            return
-        form = PATCH if patch else MESSAGES
-        with self._lock:
-            session = self.live.sessions.get(session_id)
-            # Read without the fold lock: the counters move only once a fold is done, and the
-            # fold's `on_lines` (`moved`) comes after, behind this lock.
-            if session is None or session.state() != rendered.state:
-                return
-            handed = self._handed.get(session_id)
-            if handed is not None and handed[0] == rendered.state:
-                if form not in handed[1]:
-                    handed[1].add(form)
-                    self._send(("form", session_id, form, _encoded(rendered, form)))
-                return
-            sent = self._ids_sent.get(session_id, 0)
-            upto = rendered.state[1]
-            ids = [item.entry.get("id") for item in session.entries[sent:upto]]
-            self._ids_sent[session_id] = upto
-            pruned = rendered.pruned
-            # An unpruned render answers every call without an array: no form is wanted.
-            forms = {form: _encoded(rendered, form)} if pruned else {}
-            self._handed[session_id] = (rendered.state, {PATCH, MESSAGES} if not pruned else {form})
-            render = (rendered.epoch, rendered.tokens, rendered.identities, pruned, forms)
-            self._send(("render", session_id, [i for i in ids if isinstance(i, str)], render))
-
-    def moved(self, session_id: str) -> None:
-        """The session folded something: the render handed over, if any, answers no more."""
-        with self._lock:
-            handed = self._handed.get(session_id)
-            if handed is None:
-                return
-            session = self.live.sessions.get(session_id)
-            if session is not None and session.state() == handed[0]:
-                return
-            del self._handed[session_id]
-            self._send(("moved", session_id))
-
-    def dropped(self, session_id: str) -> None:
-        """The session's state was dropped (its file set aside or replaced): nothing handed
-        over of it answers, and its ids start again from its next render."""
-        with self._lock:
-            self._handed.pop(session_id, None)
-            self._ids_sent.pop(session_id, None)
-            self._send(("dropped", session_id))
-
-    def set_aside(self) -> None:
-        """A file was set aside: the total so far, for the API process' metrics (serve's
-        /metrics), which counts what it was not sent yet."""
-        with self._lock:
-            self._send(("set-aside", self.live.set_aside_total))
-
-    def _send(self, message: Any) -> None:
-        if self._broken:
-            return
-        try:
-            write_frame(self.fd, message)
-        except OSError as exc:  # the API process is gone: the fold process stops (serve.py)
-            self._broken = True
-            log.warning("live: the API process left", extra={"error": type(exc).__name__})
-
-
-def _encoded(rendered: Rendered, form: str) -> bytes:
-    return rendered.patch_json if form == PATCH else rendered.messages_json
 
 
 @dataclass
