@@ -16,6 +16,7 @@
  * server is alive; one that does not answer within the probe's bound ends the call).
  */
 import { existsSync } from "node:fs";
+import { resolve } from "node:path";
 import { request as httpRequest } from "node:http";
 import { request as httpsRequest } from "node:https";
 import type { ExtensionAPI, ExtensionContext } from "@earendil-works/pi-coding-agent";
@@ -395,7 +396,15 @@ export default function sessionfold(pi: ExtensionAPI, cfg: Config = readConfig()
 		// new session's file only after its first model call: until then there is nothing to ask.
 		const file = ctx.sessionManager.getSessionFile();
 		if (observeOnly || open || !file || !existsSync(file)) return undefined;
-		const request = { leaf: ctx.sessionManager.getLeafId() ?? null, ...arrayOf(event.messages), answer: "patch", wait_ms: cfg.waitMs };
+		// `sessionFile`: a session outside serve's watched folders (pi --session-dir) is tailed
+		// once it is under an allowed root, instead of answering "not-watched" for good.
+		const request = {
+			leaf: ctx.sessionManager.getLeafId() ?? null,
+			...arrayOf(event.messages),
+			answer: "patch",
+			wait_ms: cfg.waitMs,
+			sessionFile: resolve(file),
+		};
 		const answer = await ask(ctx, "POST", "context", request, cfg.timeoutMs, ctx.signal);
 		const body = expect200(ctx, answer, "context");
 		if (!body) return undefined;

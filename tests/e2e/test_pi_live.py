@@ -236,6 +236,16 @@ def test_pi_sends_what_a_kafka_worker_renders(tmp_path: Path, kafka_bootstrap: s
         worker.stop()
 
 
+def test_pi_names_its_file_when_serve_watches_another_folder(tmp_path: Path) -> None:
+    """pi --session-dir outside serve's watched folder but under an allowed root: the extension
+    names its file (`sessionFile`), serve tails it, and the live loop holds as with the folder
+    watched (without the name every call answers not-watched and pi's context goes unpruned)."""
+    (tmp_path / "elsewhere").mkdir()
+    allow = ["--allow-root", str(tmp_path / "sessions")]
+    with serving(tmp_path / "elsewhere", TOKEN, args=allow) as process:
+        check_the_live_loop(tmp_path, process.url, run_pi(tmp_path, process.url, "named"))
+
+
 def test_pi_finishes_on_its_own_context_without_sessionfold(tmp_path: Path, serve: Serve) -> None:
     serve.kill()
     run = run_pi(tmp_path, serve.url, "alone")

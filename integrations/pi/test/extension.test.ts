@@ -136,7 +136,7 @@ describe("context hook", () => {
 			["assistant", null],
 			["toolResult", "c1"],
 		];
-		assert.deepEqual(req.body, { leaf: "leaf-9", shape, answer: "patch", wait_ms: cfg.waitMs });
+		assert.deepEqual(req.body, { leaf: "leaf-9", shape, answer: "patch", wait_ms: cfg.waitMs, sessionFile: SESSION_FILE });
 		assert.equal(notes.length, 0);
 	});
 
