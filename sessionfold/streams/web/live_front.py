@@ -5,8 +5,9 @@ folds, the answers to flushes, the renders) and the live API over it (live_api.p
 Unix socket; this process listens on serve's port and answers most calls there by handing them
 on as they came (`LiveFront._relay`: the answer's bytes come back as they are). A caught-up
 context call, though, is answered here, from what the fold process handed over after its last
-answer for the session (`Handover`, handover.py): so it never waits for the GIL behind the folds, which at
-a busy fleet's line rate put its p99 in the hundreds of milliseconds (docs/live.md).
+answer for the session (`Handover`, handover.py): so it never waits for the GIL behind the
+folds, which at a busy fleet's line rate put its p99 in the hundreds of milliseconds
+(docs/live.md).
 
 What is handed over, per session, by the fold process (a pipe, one frame per message):
 
