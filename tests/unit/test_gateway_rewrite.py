@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from sessionfold.streams.web.anthropic_api import ANTHROPIC
 from sessionfold.streams.web.cache_policy import CachePolicy
-from sessionfold.streams.web.gateway import Gateway
+from sessionfold.streams.web.gateway import _LONG_NUMBER, Gateway, has_long_number
 from sessionfold.streams.web.model_api import ModelApi
 from sessionfold.streams.web.openai_api import OPENAI
 
@@ -97,6 +97,21 @@ def test_a_body_with_an_integer_past_64_bits_goes_unchanged() -> None:
     """orjson would read it as a float and write it back changed."""
     body = orjson.dumps(_anthropic([("a", "x")]))[:-1] + b',"n":123456789012345678901234567890}'
     assert _rewrite(ANTHROPIC, body) == body
+
+
+#: Bodies made of JSON punctuation, spaces, letters and digit runs around 19 long.
+_NUMBERISH = st.lists(
+    st.sampled_from([b":", b",", b"[", b" ", b"\n", b"-", b"a", b'"', b"0", b"9"])
+    | st.integers(min_value=15, max_value=22).map(lambda n: b"7" * n),
+    max_size=30,
+).map(b"".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=_NUMBERISH)
+def test_the_fast_long_number_check_agrees_with_the_pattern(body: bytes) -> None:
+    """The translate pre-check only skips bodies the pattern cannot match."""
+    assert has_long_number(body) == (_LONG_NUMBER.search(body) is not None)
 
 
 def test_codex_outputs_get_the_plans_texts() -> None:

@@ -76,8 +76,20 @@ PLAN_TIMEOUT_S = 0.25
 #: A JSON number of 19 digits or more, which may be an integer past 64 bits (the same after a
 #: colon, comma or bracket inside a string: then the call merely goes unchanged).
 _LONG_NUMBER = re.compile(rb"[:,\[]\s*-?\d{19}")
+#: Every digit as "0": a body with no run of 19 zeros then has no long number at all.
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_NINETEEN_DIGITS = b"0" * 19
 #: Fetches the fold's rewrite plan of a session ({"known", "results": {call id: text}}).
 PlanSource = Callable[[str], Awaitable[dict[str, Any] | None]]
+
+
+def has_long_number(body: bytes) -> bool:
+    """Whether `body` may hold a JSON integer past 64 bits (`_LONG_NUMBER` matches in it)."""
+    # The regex alone walks every byte in Python's engine (3 ms on an 800 KB body); a run of 19
+    # digits is rare, and translate plus a substring search are memchr-fast (0.6 ms).
+    if _NINETEEN_DIGITS not in body.translate(_DIGITS_AS_ZERO):
+        return False
+    return _LONG_NUMBER.search(body) is not None
 
 
 @dataclass(frozen=True)
@@ -300,7 +312,7 @@ class Gateway:
         results = plan.get("results") if isinstance(plan, dict) and plan.get("known") else None
         if not isinstance(results, dict) or not results:
             return body  # a session the fold does not hold, or nothing summarized yet
-        if _LONG_NUMBER.search(body):
+        if has_long_number(body):
             # orjson reads an integer past 64 bits as a float: sending it again would change it
             return self._open_fail("rewrite-numbers", body)
         try:
