@@ -36,6 +36,8 @@ from sessionfold.streams.runtime.answer_journal import journal_path
 from sessionfold.streams.runtime.embedded import fold_files
 from sessionfold.streams.runtime.live import LiveFolds
 from sessionfold.streams.tools.synthetic import generate_session, write_session
+from sessionfold.streams.tools.synthetic_claude import generate_claude_session, write_claude_session
+from sessionfold.streams.tools.synthetic_codex import generate_codex_session, write_codex_session
 from sessionfold.streams.web.live_api import LiveApi
 
 #: Idle files the stat-count tests watch.
@@ -339,4 +341,28 @@ def test_serve_watches_pi_coding_agent_dir_by_default(tmp_path: Path) -> None:
             body = {"leaf": None, "shape": [], "wait_ms": 20_000}
             answer = client.post(f"/sessions/{session_id}/context", json=body).json()
             assert answer["reason"] == "mismatch", answer
+        serve.stop()
+
+
+def test_serve_watches_claude_code_and_codex_folders_by_default(tmp_path: Path) -> None:
+    """No path: serve folds the sessions in `CLAUDE_CONFIG_DIR/projects` and
+    `CODEX_HOME/sessions` too (it tailed pi's folder only, so the gateway rewrote nothing)."""
+    claude = generate_claude_session(3, 6)
+    write_claude_session(tmp_path / "claude" / "projects", claude)
+    rollout = generate_codex_session(4, 6)
+    write_codex_session(tmp_path / "codex" / "sessions" / "2026" / "12" / "06", rollout)
+    env = {
+        "HOME": str(tmp_path / "home"),
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+        "CODEX_HOME": str(tmp_path / "codex"),
+    }
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with serving(None, TOKEN, env=env) as serve:
+        with httpx.Client(base_url=serve.url, headers=headers, timeout=30) as client:
+            for session in (claude.session, str(rollout[0]["payload"]["id"])):
+                deadline = time.monotonic() + 30
+                while (status := client.get(f"/sessions/{session}").status_code) == 404:
+                    assert time.monotonic() < deadline, f"serve never folded {session}"
+                    time.sleep(0.1)
+                assert status == 200
         serve.stop()

@@ -1,6 +1,7 @@
 """`sessionfold serve`: the live loop for one machine, no broker.
 
-It tails pi's session directory (default `~/.pi/agent/sessions`; several paths allowed), folds
+It tails the agents' session directories (default pi's, Claude Code's and Codex's, as each
+agent's settings place them: runtime/agent_dirs.py; several paths allowed), folds
 every session as its lines arrive (runtime/live.py), answers flushes with the configured model
 port (offline unless `summarizerModel` names an HTTP model; answers are kept beside each file)
 and serves the live API (web/live_api.py) that the pi extension in integrations/pi calls. It
@@ -55,7 +56,7 @@ from sessionfold.streams.cli.options import (
 )
 from sessionfold.streams.cli.worker import model_port_for
 from sessionfold.streams.logs import configure_cli_logging, show_session_lines
-from sessionfold.streams.runtime.agent_dirs import agent_session_dirs, pi_sessions_dir
+from sessionfold.streams.runtime.agent_dirs import agent_session_dirs
 from sessionfold.streams.runtime.heap import freeze_after_full_collections
 from sessionfold.streams.runtime.live import DEFAULT_ANSWER_THREADS, LiveFolds
 from sessionfold.streams.web.anthropic_api import ANTHROPIC
@@ -105,8 +106,10 @@ def register(app: typer.Typer) -> None:
         paths: Annotated[
             list[Path] | None,
             typer.Argument(
-                help="Session directories or files (default: $PI_CODING_AGENT_DIR/sessions, "
-                "else ~/.pi/agent/sessions)."
+                help="Session directories or files (default: every agent's: pi's "
+                "$PI_CODING_AGENT_DIR/sessions or ~/.pi/agent/sessions, Claude Code's "
+                "$CLAUDE_CONFIG_DIR/projects or ~/.claude/projects, Codex's $CODEX_HOME/sessions "
+                "or ~/.codex/sessions)."
             ),
         ] = None,
         port: Annotated[
@@ -263,7 +266,9 @@ def register(app: typer.Typer) -> None:
         warning = exposure_warning(bind, token)
         if warning is not None:
             err.print(f"[yellow]warning:[/] {warning}", highlight=False)
-        watched = [p.expanduser().absolute() for p in (paths or [pi_sessions_dir()])]
+        # By default every agent's folder: the gateway rewrites Claude Code's and Codex's
+        # calls only for sessions whose files serve folds.
+        watched = [p.expanduser().absolute() for p in (paths or agent_session_dirs())]
         for path in watched:
             if not path.exists():
                 err.print(f"watching {path}: not there yet", highlight=False)
