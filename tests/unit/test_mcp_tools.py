@@ -286,3 +286,15 @@ def test_failures_quote_no_transcript(tmp_path: Path) -> None:
             assert secret not in str(exc)
         else:
             assert secret not in text
+
+
+def test_a_bad_setting_is_the_calls_error_not_the_starts(session: Any) -> None:
+    """The settings are read at the first fold (the start stays fast): a bad key is a tool
+    error that names it, and the same settings serve uses give the same refs."""
+    path, session_id, store, _log = session
+    bad = SessionSource("codex", session_file=path, overrides=["noSuchKey=1"], env=NO_SERVE)
+    with pytest.raises(ToolFailure, match="noSuchKey"):
+        mcp_tools.recall(bad, ["t1"])
+    same = SessionSource("codex", session_file=path, overrides=["enabled=true"], env=NO_SERVE)
+    ref = _refs(store, session_id)[0]
+    assert NOT_FOUND not in mcp_tools.recall(same, [ref])

@@ -22,7 +22,6 @@ import typer
 
 from sessionfold.streams.cli import mcp_tools
 from sessionfold.streams.cli.mcp_tools import DEFAULT_LIMIT, SessionSource, ToolFailure
-from sessionfold.streams.cli.options import ConfigFile, Settings
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context, MCPServer
@@ -135,21 +134,29 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option("--session", help="The session id (default: the one the agent names)."),
         ] = None,
-        config_file: ConfigFile = None,
-        settings: Settings = None,
+        config_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--config",
+                envvar="SESSIONFOLD_CONFIG",
+                help="TOML file with the pruning settings serve folds with (its refs).",
+            ),
+        ] = None,
+        settings: Annotated[
+            list[str] | None,
+            typer.Option("--set", help="Override one setting, as serve's --set (repeatable)."),
+        ] = None,
     ) -> None:
         """The recall tool over MCP (stdio) for Claude Code and Codex: originals by ref, ledger."""
-        from rich.console import Console
-
-        from sessionfold.streams.cli.options import config_or_exit
-
-        err = Console(stderr=True)
         if agent not in mcp_tools.AGENTS:
-            err.print(f"[red]the agent is one of:[/] {', '.join(mcp_tools.AGENTS)}")
+            typer.echo(f"the agent is one of: {', '.join(mcp_tools.AGENTS)}", err=True)
             raise typer.Exit(2)
-        config = config_or_exit(err, config_file, settings or [])
         # The file reader's warnings name lines, not content, but stdout is the protocol and
         # stderr the agent's log: keep both quiet.
         logging.disable(logging.WARNING)
-        source = SessionSource(agent, session_file, session, config=config)
+        # The settings are read at the first fold (a bad one is that call's error): the pruning
+        # config module would cost the start a third of a second.
+        source = SessionSource(
+            agent, session_file, session, config_file=config_file, overrides=settings or []
+        )
         build_server(source).run("stdio")

@@ -23,11 +23,15 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sessionfold.projections.pruning.config import DEFAULT_CONFIG, PruneConfig
-from sessionfold.projections.views.recall import page, recall_text
 from sessionfold.streams.runtime.agent_dirs import claude_projects_dir, codex_sessions_dir
+
+if TYPE_CHECKING:
+    from sessionfold.projections.pruning.config import PruneConfig
+
+# The folds and views are imported where they are used: the agent waits for the server's
+# start (Codex 0.169's `exec` lists a server's tools only if it answers within about a second).
 
 AGENTS = ("claude-code", "codex")
 DEFAULT_SERVE_URL = "http://127.0.0.1:6068"
@@ -67,7 +71,9 @@ class SessionSource:
     session_id: str | None = None
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     cwd: Path = field(default_factory=Path.cwd)
-    config: PruneConfig = DEFAULT_CONFIG
+    #: The pruning settings (`--config`, `--set`): read at the first fold, not at the start.
+    config_file: Path | None = None
+    overrides: list[str] = field(default_factory=list)
     _folded: dict[Path, _Folded] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -123,6 +129,20 @@ class SessionSource:
                 return path, str(meta["id"])
         return None, None
 
+    def config(self) -> PruneConfig:
+        """The pruning settings serve folds with; ToolFailure naming a bad key."""
+        from sessionfold.projections.pruning.config import ConfigError
+        from sessionfold.streams.runtime.config_files import load_config
+
+        try:
+            return load_config(self.config_file, self.overrides)
+        except ConfigError as exc:
+            raise ToolFailure(f"invalid sessionfold config {exc.key}: {exc.problem}") from None
+        except OSError as exc:
+            raise ToolFailure(
+                f"cannot read the sessionfold config ({type(exc).__name__})"
+            ) from None
+
     def fold(self, path: Path, session_id: str) -> _Folded:
         """The transcript folded here (the last fold again while the file is unchanged)."""
         # Imported here: a recall that serve answers never needs the fold.
@@ -135,7 +155,7 @@ class SessionSource:
             if known is not None and known.stamp == stamp:
                 return known
             collector = Collector(session_id)
-            replayer = replay_files([path], self.config, [session_id], on_folded=collector)
+            replayer = replay_files([path], self.config(), [session_id], on_folded=collector)
             log = {item.seq: item.entry for item in collector.entries}
             folded = _Folded(stamp, replayer.runtime.store, log)
             self._folded[path] = folded
@@ -184,6 +204,8 @@ def paged(text: str, offset: int, limit: int) -> str:
         raise ToolFailure(f"offset >= 0 and 1 <= limit <= {MAX_LIMIT}")
     if offset and offset >= len(text):
         raise ToolFailure(f"offset is past the end: the text has {len(text)} characters")
+    from sessionfold.projections.views.recall import page
+
     part = page(text, offset, limit)
     if part.offset == 0 and part.next_offset is None:
         return part.text
@@ -250,6 +272,8 @@ def recall(
     session_id, path = source.resolve(named)
     text = _recall_from_serve(source.env, session_id, wanted)
     if text is None:
+        from sessionfold.projections.views.recall import recall_text
+
         folded = source.fold(path, session_id)
         text, _found = recall_text(folded.store, session_id, wanted, folded.log.get, whole=True)
     return paged(text, offset, limit)
