@@ -5,9 +5,11 @@ that original output as the tool's result.
 
 Claude Code gets the server from `--mcp-config` and names its session in the server's
 environment (`CLAUDE_CODE_SESSION_ID`); Codex gets it from `[mcp_servers.sessionfold]` in
-config.toml and names its session in each call's `_meta`. No serve runs (nothing listens at
-SESSIONFOLD_SERVE_URL): the server folds the transcript itself. Needs `npm ci` in
-integrations/agents; skipped without it.
+config.toml and names its session in each call's `_meta`. In the first two no serve runs
+(nothing listens at SESSIONFOLD_SERVE_URL): the server folds the transcript itself. In the
+third, Claude Code goes through serve's gateway, the model recalls the ref of a stub the
+gateway sent it, and serve answers the recall. Needs `npm ci` in integrations/agents; skipped
+without it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,7 @@ from agent_clis import (
     sessionfold,
 )
 from scripted_models import AnthropicModel, Call, ResponsesModel, Turn, Usage
+from serve_process import serving
 
 pytestmark = [
     pytest.mark.skipif(
@@ -187,3 +191,62 @@ def test_codex_recalls_a_summarized_output_over_mcp(tmp_path: Path) -> None:
     assert f"## toolRef: {ref}\nTool: exec_command\n" in answer
     assert original in answer and "Total output lines: 3000" in original
     assert "[Page:" not in answer and "[Output truncated" not in answer
+
+
+def test_claude_code_recalls_the_stub_the_gateway_sent_from_serve(tmp_path: Path) -> None:
+    """The whole loop: serve's gateway sends the model the fold's stubs; the model calls the
+    recall tool with the ref of a stub in the request it got; the MCP server takes serve's
+    answer (serve folds the same transcript), and the next request carries the original."""
+    token = "mcp-e2e-token-0123456789abcdef"
+    home, work = tmp_path / "home", tmp_path / "work"
+    projects = home / ".claude" / "projects"
+    projects.mkdir(parents=True)
+    work.mkdir()
+    script = []
+    for n in range(1, ROUNDS + 1):
+        call = Call(f"toolu_0{n}big", "Bash", {"command": f"seq {n} 3000"})
+        script += [Turn(calls=(call,), usage=Usage(100, 5)), Turn(text="read", usage=Usage(9, 2))]
+    stubbed: dict[str, str] = {}  # the ref the model recalls -> the call its stub stands for
+
+    def recall_a_stub(request: Any) -> dict[str, Any]:
+        for message in request.body.get("messages", []):
+            content = message.get("content")
+            for block in content if isinstance(content, list) else []:
+                if block.get("type") != "tool_result":
+                    continue
+                body = block.get("content")
+                text = body if isinstance(body, str) else json.dumps(body)
+                found = STUB.search(text)
+                if found:
+                    stubbed[found.group(1)] = block["tool_use_id"]
+                    return {"toolCallIds": [found.group(1)]}
+        raise AssertionError("the model got no stub")
+
+    recall = Call("toolu_recall", "mcp__sessionfold__context_tree_query", recall_a_stub)
+    script += [Turn(calls=(recall,)), Turn(text="recalled")]
+    settings = [*SETTINGS, "--min-freed-tokens", "0"]
+    with AnthropicModel(script) as model:
+        with serving(projects, token, args=["--anthropic-upstream", model.url, *settings]) as serve:
+            config = tmp_path / "mcp.json"
+            server_env = {**SERVER_ENV, "SESSIONFOLD_SERVE_URL": serve.url}
+            server_env["SESSIONFOLD_API_TOKEN"] = token
+            # A setting the server's own fold refuses: the recall can only be serve's answer.
+            args = [*_server_args("claude-code"), "--set", "noSuchSetting=1"]
+            server = {"command": sys.executable, "args": args}
+            server["env"] = server_env
+            config.write_text(json.dumps({"mcpServers": {"sessionfold": server}}))
+            env = claude_env(home, serve.url)
+            env["ANTHROPIC_CUSTOM_HEADERS"] = f"X-Sessionfold-Token: {token}"
+            session = _run_claude(work, env, config, "read the first")
+            for prompt in ("read the second", "read the third", "recall it"):
+                time.sleep(0.5)  # the tailer folds the turn (serve polls every 5 ms)
+                _run_claude(work, env, config, prompt, "--resume", session)
+            err = serve.stop()
+        assert model.unscripted == [] and model.pending()["turn"] == 0
+        turns = model.of_kind("turn")
+    ((ref, call_id),) = stubbed.items()
+    answer = _tool_result(turns[-1], "toolu_recall")
+    n = int(call_id.removeprefix("toolu_0").removesuffix("big"))
+    assert answer.startswith(f"## toolRef: {ref}\nTool: Bash\n")
+    assert _seq(n) in answer and _tool_result(turns[2 * n - 1], call_id) in answer
+    assert b"Traceback" not in err
