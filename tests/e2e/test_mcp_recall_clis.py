@@ -7,7 +7,7 @@ Claude Code gets the server from `--mcp-config` and names its session in the ser
 environment (`CLAUDE_CODE_SESSION_ID`); Codex gets it from `[mcp_servers.sessionfold]` in
 config.toml and names its session in each call's `_meta`. In the first two no serve runs
 (nothing listens at SESSIONFOLD_SERVE_URL): the server folds the transcript itself. In the
-third, Claude Code goes through serve's gateway, the model recalls the ref of a stub the
+other two, each agent goes through serve's gateway, the model recalls the ref of a stub the
 gateway sent it, and serve answers the recall. Needs `npm ci` in integrations/agents; skipped
 without it.
 """
@@ -249,4 +249,66 @@ def test_claude_code_recalls_the_stub_the_gateway_sent_from_serve(tmp_path: Path
     n = int(call_id.removeprefix("toolu_0").removesuffix("big"))
     assert answer.startswith(f"## toolRef: {ref}\nTool: Bash\n")
     assert _seq(n) in answer and _tool_result(turns[2 * n - 1], call_id) in answer
+    assert b"Traceback" not in err
+
+
+def test_codex_recalls_the_stub_the_gateway_sent_from_serve(tmp_path: Path) -> None:
+    """As for Claude Code: Codex through serve's gateway, the model recalls the ref of a stub
+    in the request it got, the MCP server (which names no session: Codex's `_meta` does)
+    takes serve's answer, and the next request carries the original."""
+    token = "mcp-e2e-token-0123456789abcdef"
+    home, work = tmp_path / "home", tmp_path / "work"
+    sessions = home / ".codex" / "sessions"
+    sessions.mkdir(parents=True)
+    work.mkdir()
+    script = []
+    for n in range(1, ROUNDS + 1):
+        call = Call(f"call_{n}big", "exec_command", {"cmd": f"seq {n} 3000"})
+        script += [Turn(calls=(call,), usage=Usage(100, 5)), Turn(text="read", usage=Usage(9, 2))]
+    stubbed: dict[str, str] = {}
+
+    def recall_a_stub(request: Any) -> dict[str, Any]:
+        for item in request.body.get("input", []):
+            if item.get("type") != "function_call_output":
+                continue
+            output = item["output"]
+            found = STUB.search(output if isinstance(output, str) else json.dumps(output))
+            if found:
+                stubbed[found.group(1)] = item["call_id"]
+                return {"toolCallIds": [found.group(1)]}
+        raise AssertionError("the model got no stub")
+
+    recall = Call("call_recall", "context_tree_query", recall_a_stub, namespace="mcp__sessionfold")
+    script += [Turn(calls=(recall,)), Turn(text="recalled")]
+    settings = [*SETTINGS, "--min-freed-tokens", "0"]
+    with ResponsesModel(script) as model:
+        with serving(sessions, token, args=["--openai-upstream", model.url, *settings]) as serve:
+            codex_config(home / ".codex", f"{serve.url}/v1")
+            config = home / ".codex" / "config.toml"
+            key = 'env_key = "LOCAL_KEY"\n'
+            header = f'http_headers = {{ "X-Sessionfold-Token" = "{token}" }}\n'
+            # A setting the server's own fold refuses: the recall can only be serve's answer.
+            args = [*_server_args("codex"), "--set", "noSuchSetting=1"]
+            server_env = {**SERVER_ENV, "SESSIONFOLD_SERVE_URL": serve.url}
+            server_env["SESSIONFOLD_API_TOKEN"] = token
+            pairs = ", ".join(f"{k} = {json.dumps(v)}" for k, v in server_env.items())
+            config.write_text(
+                config.read_text().replace(key, key + header) + "\n[mcp_servers.sessionfold]\n"
+                f"command = {json.dumps(sys.executable)}\n"
+                f"args = [{', '.join(json.dumps(a) for a in args)}]\n"
+                f"env = {{ {pairs} }}\nrequired = true\n"
+            )
+            env = codex_env(home)
+            run_codex(work, env, "read the first")
+            for prompt in ("read the second", "read the third", "recall it"):
+                time.sleep(0.5)
+                run_codex(work, env, "resume", "--last", prompt)
+            err = serve.stop()
+        assert model.unscripted == [] and model.pending()["turn"] == 0
+        turns = model.of_kind("turn")
+    ((ref, call_id),) = stubbed.items()
+    answer = _function_output(turns[-1], "call_recall")
+    n = int(call_id.removeprefix("call_").removesuffix("big"))
+    assert f"## toolRef: {ref}\nTool: exec_command\n" in answer
+    assert _function_output(turns[2 * n - 1], call_id) in answer
     assert b"Traceback" not in err
