@@ -78,7 +78,8 @@ def _server_args(agent: str) -> list[str]:
 
 
 def _run_claude(work: Path, env: dict[str, str], config: Path, prompt: str, *extra: str) -> str:
-    allowed = ["--allowedTools", "Bash", "mcp__sessionfold__context_tree_query"]
+    tools = ["mcp__sessionfold__context_tree_query", "mcp__sessionfold__ledger"]
+    allowed = ["--allowedTools", "Bash", *tools]
     args = [str(CLAUDE), "-p", prompt, "--mcp-config", str(config), *extra, *allowed]
     done = subprocess.run(
         [*args, "--output-format", "json"],
@@ -125,11 +126,17 @@ def test_claude_code_recalls_a_summarized_output_over_mcp(tmp_path: Path) -> Non
         recall = Call(
             "toolu_recall", "mcp__sessionfold__context_tree_query", {"toolCallIds": [ref]}
         )
-        model.add(Turn(calls=(recall,)), Turn(text="recalled"))
+        ledger = Call("toolu_ledger", "mcp__sessionfold__ledger", {})
+        model.add(Turn(calls=(recall,)), Turn(calls=(ledger,)), Turn(text="recalled"))
         _run_claude(work, env, config, "recall it", "--resume", session)
         assert model.unscripted == [] and model.pending()["turn"] == 0
         turns = model.of_kind("turn")
-    answer = _tool_result(turns[-1], "toolu_recall")
+    # The ledger tool: the commands with their ids, and what the user asked last.
+    ledger_text = _tool_result(turns[-1], "toolu_ledger")
+    for n in range(1, ROUNDS + 1):
+        assert f"- C{n} exit 0: `seq {n} 3000`" in ledger_text
+    assert "recall it" in ledger_text
+    answer = _tool_result(turns[-2], "toolu_recall")
     n = int(call_id.removeprefix("toolu_0").removesuffix("big"))
     assert answer.startswith(f"## toolRef: {ref}\nTool: Bash\n")
     # The original output whole, as Claude Code sent it the first time.
