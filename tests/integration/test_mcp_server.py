@@ -60,6 +60,9 @@ async def _talk(path: Path, refs: list[str]) -> dict[str, Any]:
                 "context_tree_query", {"toolCallIds": refs}, meta={"sessionId": "someone-else"}
             )
             seen["bad"] = await client.call_tool("context_tree_query", {"toolCallIds": []})
+            seen["two"] = await client.call_tool(
+                "ledger", {"session_id": "one-session"}, meta={"sessionId": "another-session"}
+            )
             seen["ledger"] = await client.call_tool("ledger", {})
             seen["after"] = await client.call_tool("context_tree_query", {"toolCallIds": refs})
     return seen
@@ -90,5 +93,6 @@ def test_the_server_over_stdio(tmp_path: Path) -> None:
     assert len(seen["pages"]) > 2 and "".join(seen["pages"]) == expected
     assert seen["foreign"].is_error and "not this agent's session" in _text(seen["foreign"])
     assert seen["bad"].is_error and "toolCallIds" in _text(seen["bad"])
+    assert seen["two"].is_error and "not this agent's session" in _text(seen["two"])
     assert not seen["ledger"].is_error and _text(seen["ledger"])
     assert _text(seen["after"]) == expected

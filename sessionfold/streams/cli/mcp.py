@@ -91,8 +91,13 @@ def build_server(source: SessionSource) -> "MCPServer[Any]":
         session_id: str | None = None,
     ) -> str:
         """The originals behind refs or tool call ids, paged."""
-        named = mcp_tools.named_sessions(session_id, mcp_tools.call_session(_meta_of(ctx)))
-        return await _answer(lambda: mcp_tools.recall(source, toolCallIds, offset, limit, named))
+        meta = mcp_tools.call_session(_meta_of(ctx))
+
+        def work() -> str:
+            named = mcp_tools.named_sessions(session_id, meta)
+            return mcp_tools.recall(source, toolCallIds, offset, limit, named)
+
+        return await _answer(work)
 
     @server.tool(
         name="ledger",
@@ -107,8 +112,14 @@ def build_server(source: SessionSource) -> "MCPServer[Any]":
         session_id: str | None = None,
     ) -> str:
         """The session's rules, commands and errors with their ids."""
-        named = mcp_tools.named_sessions(session_id, mcp_tools.call_session(_meta_of(ctx)))
-        return await _answer(lambda: mcp_tools.ledger(source, offset, limit, named))
+        meta = mcp_tools.call_session(_meta_of(ctx))
+
+        def work() -> str:
+            return mcp_tools.ledger(
+                source, offset, limit, mcp_tools.named_sessions(session_id, meta)
+            )
+
+        return await _answer(work)
 
     return server
 
