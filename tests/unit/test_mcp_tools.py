@@ -298,3 +298,25 @@ def test_a_bad_setting_is_the_calls_error_not_the_starts(session: Any) -> None:
     same = SessionSource("codex", session_file=path, overrides=["enabled=true"], env=NO_SERVE)
     ref = _refs(store, session_id)[0]
     assert NOT_FOUND not in mcp_tools.recall(same, [ref])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    pinned=st.text(st.sampled_from("abc-_.0"), min_size=1, max_size=8),
+    named=st.none() | st.text(st.sampled_from("abc-_.0"), min_size=1, max_size=8),
+    how=st.sampled_from(["--session", "environment"]),
+)
+def test_a_call_is_answered_only_for_the_pinned_session(
+    pinned: str, named: str | None, how: str
+) -> None:
+    """Whichever way the session is pinned (the argument, Claude Code's environment), a call
+    naming any other session is refused before a transcript is looked for; one naming the same
+    session, or none, goes on to the search."""
+    env = {"HOME": "/nonexistent"}
+    if how == "environment":
+        source = SessionSource("claude-code", env={**env, "CLAUDE_CODE_SESSION_ID": pinned})
+    else:
+        source = SessionSource("claude-code", session_id=pinned, env=env)
+    expected = "not this agent's session" if named not in (None, pinned) else "no transcript"
+    with pytest.raises(ToolFailure, match=expected):
+        source.resolve(named)
