@@ -35,6 +35,9 @@ class Call:
     id: str
     name: str
     input: dict[str, Any] | Callable[[Request], dict[str, Any]]
+    #: The Responses API's namespace of the function (Codex lists an MCP server's tools in
+    #: one: `mcp__<server>`); Anthropic's calls name the tool whole.
+    namespace: str | None = None
 
     def arguments(self, request: Request) -> dict[str, Any]:
         """The input object this call sends in answer to `request`."""
@@ -406,6 +409,8 @@ class ResponsesModel(ScriptedModel):
                 "name": call.name,
                 "arguments": "",
             }
+            if call.namespace is not None:
+                item["namespace"] = call.namespace
             yield event("response.output_item.added", output_index=index, item=item)
             for piece in _pieces(arguments, 12):
                 yield event(

@@ -193,7 +193,7 @@ def test_help_imports_no_kafka_aiohttp_faust_or_matplotlib() -> None:
         "sys.argv = ['sessionfold', '--help']\n"
         "from sessionfold.streams.cli import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "heavy = {'faust', 'kafka', 'aiokafka', 'aiohttp', 'matplotlib', 'httpx'}\n"
+        "heavy = {'faust', 'kafka', 'aiokafka', 'aiohttp', 'matplotlib', 'httpx', 'mcp'}\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & heavy), file=sys.stderr)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -128,6 +128,11 @@ def test_recall_compact_and_refs(served: tuple[str, Path, list[bytes]]) -> None:
         assert text.startswith("## toolRef: t1\nTool: ") and "## toolRef: t999\n(not found" in text
         first_text = next(b["text"] for b in original["content"] if b["type"] == "text")
         assert first_text[:200] in text
+        # `whole` (the MCP server's ask): every output as the log holds it, not cut
+        whole = client.post(f"/sessions/{session_id}/recall", json={"ids": ["t1"], "whole": True})
+        assert whole.json()["found"] == 1 and first_text in whole.json()["text"]
+        bad = client.post(f"/sessions/{session_id}/recall", json={"ids": ["t1"], "whole": "yes"})
+        assert bad.status_code == 400
         compact = client.post(f"/sessions/{session_id}/compact", json={}).json()
         cli = subprocess.run(
             [*CLI, "ledger", "compact", str(path), "--json"],

@@ -73,8 +73,10 @@ def recall_text(
     session_id: str,
     ids: Sequence[str],
     entry_at: Callable[[int], dict[str, Any] | None],
+    whole: bool = False,
 ) -> tuple[str, int]:
-    """The tool's text for `ids`, and how many of them were found."""
+    """The tool's text for `ids`, and how many of them were found; `whole`: each output in
+    full, not cut to pi's defaults (the MCP server pages the text instead: `page`)."""
     blocks = []
     found = 0
     for wanted in ids:
@@ -101,7 +103,8 @@ def recall_text(
             f"Status: {'ERROR' if error else 'OK'}",
             f"Turn: {turn}",
         ]
-        blocks.append("\n".join(header) + "\n\n" + _head(result_text(message)))
+        body = result_text(message)
+        blocks.append("\n".join(header) + "\n\n" + (body if whole else _head(body)))
     return "\n\n---\n\n".join(blocks), found
 
 
@@ -142,3 +145,30 @@ def _head(text: str) -> str:
     if len(kept) == len(lines):
         return text
     return "\n".join(kept) + f"\n[Output truncated: {len(kept)}/{len(lines)} lines shown]"
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a text: its characters from `offset`, where the next page starts (None on
+    the last page) and the text's length."""
+
+    text: str
+    offset: int
+    next_offset: int | None
+    total: int
+
+
+def page(text: str, offset: int, limit: int) -> Page:
+    """The page of `text` that starts at character `offset`, at most `limit` characters long.
+
+    A page ends after a newline when one falls in its second half (a model reads whole lines),
+    so the pages that follow each other's `next_offset` from 0 join into `text` exactly.
+    """
+    if offset < 0 or limit < 1:
+        raise ValueError("offset >= 0 and limit >= 1")
+    start = min(offset, len(text))
+    end = min(start + limit, len(text))
+    if end < len(text):
+        newline = text.rfind("\n", start + limit // 2, end)
+        end = newline + 1 if newline >= 0 else end
+    return Page(text[start:end], start, end if end < len(text) else None, len(text))

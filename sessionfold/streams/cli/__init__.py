@@ -6,7 +6,7 @@ waits for) pays for Kafka, aiohttp or the plotting code the other subcommands us
 
 Public: `app`, `main`, `COMMANDS`, and the `fold` and `worker` modules (tests set the worker's
 test hooks and read the fold command's output names). Private to it: the other subcommand
-modules and their helpers `options`, `inputs`, `session_table`, `json_output`.
+modules and their helpers `options`, `inputs`, `session_table`, `json_output`, `mcp_tools`.
 """
 
 from __future__ import annotations
@@ -70,6 +70,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hook": (
         "hook",
         "The agents' SessionStart hook: the rule ledger after a compaction (fails open).",
+    ),
+    "mcp": (
+        "mcp",
+        "The recall tool over MCP (stdio) for Claude Code and Codex: originals by ref, ledger.",
     ),
     "broker": (
         "broker",

@@ -13,7 +13,8 @@
 - `POST /sessions/{id}/compact`: the rule ledger's compaction pass over the file as it is, as
   `sessionfold ledger compact FILE` runs it: `{"status": "summary", "summary", "details",
   "span_record"}`, or `{"status": "fallback", "reason"}` so pi's own compaction runs.
-- `POST /sessions/{id}/recall` `{"ids": [...]}`: the recall tool's text (views/recall.py).
+- `POST /sessions/{id}/recall` `{"ids": [...], "whole"?: bool}`: the recall tool's text
+  (views/recall.py).
 - `GET /sessions/{id}/refs/{ref}`: one original tool result.
 - `GET /sessions/{id}/status`: pending batches, metrics, rearmed, last flush, the footer text.
 - `GET /sessions/{id}`: the session document of `sessionfold fold --json`.
@@ -368,6 +369,7 @@ class LiveApi:
         body = await _body(request)
         try:
             ids = contract.recall_request(body)
+            whole = contract.recall_whole(body)
         except BadRequest as exc:
             raise _bad(str(exc)) from None
         self.live.asked(session_id)
@@ -375,7 +377,8 @@ class LiveApi:
             session = self.live.sessions.get(session_id)
             if session is None:
                 return json_response({"error": "unknown session"}, 404)
-            text, found = recall_text(self.live.runtime.store, session_id, ids, session.entry_at)
+            store = self.live.runtime.store
+            text, found = recall_text(store, session_id, ids, session.entry_at, whole)
         return json_response({"text": text, "found": found})
 
     async def ref(self, request: web.Request) -> web.Response:

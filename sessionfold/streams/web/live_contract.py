@@ -218,6 +218,15 @@ def recall_request(body: dict[str, Any]) -> list[str]:
     return ids
 
 
+def recall_whole(body: dict[str, Any]) -> bool:
+    """Whether a recall asks for every output whole (`"whole": true`, the MCP server, which
+    pages the text itself) rather than cut to pi's defaults; BadRequest when not a boolean."""
+    whole = body.get("whole", False)
+    if not isinstance(whole, bool):
+        raise BadRequest("whole is a boolean")
+    return whole
+
+
 def epoch_of(store: Store, session_id: str) -> int:
     """The session's flush attempts folded so far: the rendered context moves with it.
 

@@ -295,13 +295,14 @@ class WorkerLive:
         """The recall route's answer; None for an unknown session (LogUnavailable when
         session-events cannot be read)."""
         ids = contract.recall_request(body)
+        whole = contract.recall_whole(body)
         store = read_view(self.state, session_id)
         if not known(store, session_id):
             return None
         seq = pruning.load_head(store, session_id)["seq"]
         session_log = await self.logs.fill(session_id, store, seq)
         store = read_view(self.state, session_id)
-        text, found = recall_text(store, session_id, ids, session_log.entry_at)
+        text, found = recall_text(store, session_id, ids, session_log.entry_at, whole)
         return {"text": text, "found": found}
 
     def status(self, session_id: str) -> dict[str, Any]:
