@@ -71,6 +71,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "hook",
         "The agents' SessionStart hook: the rule ledger after a compaction (fails open).",
     ),
+    "install": (
+        "install",
+        "Write an agent's SessionStart hook, MCP server and (--gateway) base URL; --uninstall.",
+    ),
     "broker": (
         "broker",
         "Run a local single-node Apache Kafka (KRaft) broker from Maven Central jars.",

@@ -1,0 +1,210 @@
+"""`sessionfold install` as a user runs it: the files it writes in a home, its record and
+backups, `--dry-run`, `--uninstall`, and the files it refuses to touch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomlkit
+
+REPO = Path(__file__).resolve().parents[2]
+SECRET = "do-not-print-me"
+
+
+def _run(home: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "sessionfold.streams.cli", "install", *args],
+        env=env,
+        cwd=cwd or home,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def _home(tmp_path: Path) -> Path:
+    """A home with settings of the user's own, in layouts install does not write itself."""
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    (home / ".codex").mkdir()
+    (home / ".claude" / "settings.json").write_text(
+        '{"model":"opus",  "hooks":{"Stop":[{"hooks":[{"type":"command","command":"x"}]}]}}'
+    )
+    (home / ".claude.json").write_text('{\n    "numStartups": 3,\n    "mcpServers": {}\n}\n')
+    (home / ".codex" / "config.toml").write_text(
+        '# mine\nmodel = "gpt"   # the model\nmodel_provider = "openai"\n'
+        "\n[features]\nplugins = false\n"
+    )
+    return home
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "codex"])
+def test_install_then_uninstall_gives_every_file_back_byte_for_byte(
+    tmp_path: Path, agent: str
+) -> None:
+    home = _home(tmp_path)
+    before = _files(home)
+    first = _run(home, agent, "--gateway")
+    assert first.returncode == 0, first.stderr
+    installed = _files(home)
+    assert installed != before
+    # A second install changes nothing at all (record and backups included).
+    again = _run(home, agent, "--gateway")
+    assert again.returncode == 0 and "nothing to change" in again.stdout
+    assert _files(home) == installed
+    done = _run(home, agent, "--uninstall")
+    assert done.returncode == 0, done.stderr
+    assert _files(home) == before
+
+
+def test_claude_code_install_writes_the_hook_the_server_and_the_base_url(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    assert (
+        _run(home, "claude-code", "--gateway", "--serve-url", "http://127.0.0.1:7001").returncode
+        == 0
+    )
+    settings = json.loads((home / ".claude" / "settings.json").read_text())
+    assert list(settings) == ["model", "hooks", "env"]  # the user's keys first, in their order
+    (group,) = settings["hooks"]["SessionStart"]
+    command = group["hooks"][0]["command"]
+    assert group["matcher"] == "compact"
+    assert command.startswith(f"{sys.executable} -m sessionfold.streams.cli hook claude-code")
+    assert settings["env"] == {"ANTHROPIC_BASE_URL": "http://127.0.0.1:7001"}
+    server = json.loads((home / ".claude.json").read_text())["mcpServers"]["sessionfold"]
+    assert server["command"] == sys.executable and server["args"][-2:] == ["mcp", "claude-code"]
+
+
+def test_codex_install_writes_its_config_keeping_comments_and_says_how_to_trust(
+    tmp_path: Path,
+) -> None:
+    home = _home(tmp_path)
+    done = _run(home, "codex", "--gateway")
+    assert done.returncode == 0 and "trust" in done.stdout
+    text = (home / ".codex" / "config.toml").read_text()
+    assert text.startswith('# mine\nmodel = "gpt"   # the model\n')
+    config = tomlkit.parse(text)
+    assert config["model_provider"] == "sessionfold" and config["features"]["hooks"] is True
+    assert config["model_providers"]["sessionfold"]["base_url"] == "http://127.0.0.1:6068/v1"
+    assert config["mcp_servers"]["sessionfold"]["args"][-2:] == ["mcp", "codex"]
+    hooks = json.loads((home / ".codex" / "hooks.json").read_text())
+    assert hooks["hooks"]["SessionStart"][0]["matcher"] == "compact|resume"
+
+
+def test_codex_home_is_respected(tmp_path: Path) -> None:
+    home, elsewhere = _home(tmp_path), tmp_path / "codex-home"
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": str(REPO)}
+    env["CODEX_HOME"] = str(elsewhere)
+    subprocess.run(
+        [sys.executable, "-m", "sessionfold.streams.cli", "install", "codex"],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    assert (elsewhere / "config.toml").exists() and (elsewhere / "hooks.json").exists()
+    assert "sessionfold" not in (home / ".codex" / "config.toml").read_text()
+
+
+def test_uninstall_keeps_what_the_user_and_the_agent_wrote_since(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    assert _run(home, "claude-code", "--gateway").returncode == 0
+    state = home / ".claude.json"
+    # Claude Code rewrites its state file in its own layout, with keys of its own.
+    doc = json.loads(state.read_text())
+    doc["numStartups"] = 4
+    doc["mcpServers"]["mine"] = {"command": "x"}
+    state.write_text(json.dumps(doc, indent=2))
+    settings = home / ".claude" / "settings.json"
+    edited = json.loads(settings.read_text())
+    edited["env"]["MINE"] = "1"
+    settings.write_text(json.dumps(edited))
+    assert _run(home, "claude-code", "--uninstall").returncode == 0
+    assert json.loads(state.read_text()) == {
+        "numStartups": 4,
+        "mcpServers": {"mine": {"command": "x"}},
+    }
+    after = json.loads(settings.read_text())
+    assert after["env"] == {"MINE": "1"} and "SessionStart" not in after["hooks"]
+    assert not list((home / ".claude").glob("sessionfold-*")) and not list(
+        home.glob("*.sessionfold-backup")
+    )
+
+
+@pytest.mark.parametrize(
+    ("agent", "name", "text", "why"),
+    [
+        ("claude-code", ".claude/settings.json", '{"model": "' + SECRET + '",', "not valid JSON"),
+        ("claude-code", ".claude.json", "[1]", "not an object"),
+        (
+            "claude-code",
+            ".claude/settings.json",
+            '{"hooks": ["' + SECRET + '"]}',
+            "not a table or object",
+        ),
+        ("codex", ".codex/config.toml", f'model = "{SECRET}"\n[features\n', "not valid TOML"),
+        ("codex", ".codex/config.toml", f'mcp_servers = "{SECRET}"\n', "not a table"),
+        ("codex", ".codex/hooks.json", "{" + SECRET, "not valid JSON"),
+    ],
+)
+def test_a_file_it_cannot_edit_is_left_alone_with_exit_code_2(
+    tmp_path: Path, agent: str, name: str, text: str, why: str
+) -> None:
+    home = _home(tmp_path)
+    (home / name).write_text(text)
+    before = _files(home)
+    for args in ((agent,), (agent, "--gateway"), (agent, "--dry-run")):
+        done = _run(home, *args)
+        assert done.returncode == 2
+        assert str(home / name) in done.stderr and why in done.stderr
+        assert "nothing written" in done.stderr
+        assert SECRET not in done.stderr + done.stdout
+        assert _files(home) == before
+
+
+def test_dry_run_prints_the_changes_and_writes_nothing(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    before = _files(home)
+    done = _run(home, "codex", "--gateway", "--dry-run")
+    assert done.returncode == 0
+    assert "would " in done.stdout and "mcp_servers.sessionfold" in done.stdout
+    assert _files(home) == before
+    assert _run(home, "codex").returncode == 0
+    installed = _files(home)
+    assert "would " in _run(home, "codex", "--uninstall", "--dry-run").stdout
+    assert _files(home) == installed
+
+
+def test_project_scope_writes_the_projects_files(tmp_path: Path) -> None:
+    home, project = _home(tmp_path), tmp_path / "project"
+    project.mkdir()
+    before = _files(home)
+    done = _run(home, "claude-code", "--scope", "project", cwd=project)
+    assert done.returncode == 0 and "approve" in done.stdout
+    assert json.loads((project / ".mcp.json").read_text())["mcpServers"]["sessionfold"]
+    assert json.loads((project / ".claude" / "settings.json").read_text())["hooks"]
+    assert _files(home) == before
+    assert (
+        _run(home, "claude-code", "--scope", "project", "--uninstall", cwd=project).returncode == 0
+    )
+    assert _files(project) == {}
+
+
+def test_uninstall_with_nothing_installed_changes_nothing(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    before = _files(home)
+    done = _run(home, "codex", "--uninstall")
+    assert done.returncode == 0 and "nothing to remove" in done.stdout
+    assert _files(home) == before
