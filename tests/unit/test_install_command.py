@@ -208,3 +208,59 @@ def test_uninstall_with_nothing_installed_changes_nothing(tmp_path: Path) -> Non
     done = _run(home, "codex", "--uninstall")
     assert done.returncode == 0 and "nothing to remove" in done.stdout
     assert _files(home) == before
+
+
+def test_a_linked_settings_file_stays_a_link_to_its_target(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    dotfiles = tmp_path / "dotfiles" / "settings.json"
+    dotfiles.parent.mkdir()
+    link = home / ".claude" / "settings.json"
+    dotfiles.write_bytes(link.read_bytes())
+    link.unlink()
+    link.symlink_to(dotfiles)
+    original = dotfiles.read_bytes()
+    assert _run(home, "claude-code").returncode == 0
+    assert link.is_symlink() and "SessionStart" in dotfiles.read_text()
+    assert _run(home, "claude-code", "--uninstall").returncode == 0
+    assert link.is_symlink() and dotfiles.read_bytes() == original
+
+
+def test_uninstall_of_a_file_broken_since_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    assert _run(home, "codex").returncode == 0
+    (home / ".codex" / "config.toml").write_text(f'model = "{SECRET}"\n[features\n')
+    before = _files(home)
+    done = _run(home, "codex", "--uninstall")
+    assert done.returncode == 2 and "not valid TOML" in done.stderr
+    assert SECRET not in done.stderr and _files(home) == before
+
+
+def test_uninstall_without_its_backup_still_takes_out_only_its_entries(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    original = json.loads((home / ".claude" / "settings.json").read_text())
+    assert _run(home, "claude-code").returncode == 0
+    (home / ".claude" / "settings.json.sessionfold-backup").unlink()
+    assert _run(home, "claude-code", "--uninstall").returncode == 0
+    after = json.loads((home / ".claude" / "settings.json").read_text())
+    assert after == original
+
+
+@pytest.mark.parametrize(
+    ("argv0", "which", "expected"),
+    [
+        ("/opt/venv/bin/sessionfold", None, ["/opt/venv/bin/sessionfold"]),
+        ("sessionfold", "/usr/local/bin/sessionfold", ["/usr/local/bin/sessionfold"]),
+        ("/x/sessionfold/streams/cli/__main__.py", None, None),
+    ],
+)
+def test_the_command_written_is_the_absolute_running_sessionfold(
+    monkeypatch: pytest.MonkeyPatch, argv0: str, which: str | None, expected: list[str] | None
+) -> None:
+    from sessionfold.streams.cli import install
+
+    monkeypatch.setattr(sys, "argv", [argv0, "install"])
+    monkeypatch.setattr(install.shutil, "which", lambda _name: which)
+    command = install.sessionfold_command()
+    if expected is None:  # `python -m sessionfold.streams.cli`
+        expected = [os.path.abspath(sys.executable), "-m", "sessionfold.streams.cli"]
+    assert command == expected

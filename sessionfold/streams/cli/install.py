@@ -61,7 +61,9 @@ def _read(path: Path) -> tuple[str, bool]:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """`text` into `path`, whole or not at all, keeping an existing file's mode."""
+    """`text` into `path`, whole or not at all, keeping an existing file's mode. A link is
+    followed (settings kept in a dotfiles repository stay a link to it)."""
+    path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_name(f".{path.name}.sessionfold-tmp")
     temp.write_text(text, encoding="utf-8")
@@ -116,10 +118,10 @@ def _uninstall_writes(record: Record) -> list[_Write]:
         if not exists:
             continue
         lines = [f"{path}: undo {c.describe()}" for c in reversed(entry.changes)]
-        if digest(text) == entry.installed_sha256:
-            # Untouched since: the file as it was, byte for byte.
-            restored = Path(entry.backup).read_text(encoding="utf-8") if entry.backup else None
-            writes.append(_Write(path, restored, lines))
+        backup, has_backup = _read(Path(entry.backup)) if entry.backup else ("", False)
+        if digest(text) == entry.installed_sha256 and has_backup == entry.existed:
+            # Untouched since: the file as it was, byte for byte (or no file, as before).
+            writes.append(_Write(path, backup if has_backup else None, lines))
             continue
         try:
             if path.suffix == ".toml":
