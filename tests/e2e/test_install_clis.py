@@ -260,3 +260,37 @@ def test_codex_gateway_calls_arrive_at_the_url_install_wrote(tmp_path: Path) -> 
         run_codex(work, env, "hello")
         assert [r.kind for r in model.requests] == ["turn"]
         assert model.requests[0].path == "/v1/responses"
+
+
+def test_codex_with_damaged_lines_in_its_rollout_goes_on_and_gets_the_rule(
+    tmp_path: Path,
+) -> None:
+    """Codex skips lines it cannot read, and so does the hook: the rule still comes back."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    turns = [
+        Turn(text="Noted."),
+        Turn(text="Noted too."),
+        Turn(text="Dropped.", usage=Usage(AUTO_COMPACT + 10_000, 20)),
+        Turn(text="Continuing."),
+    ]
+    with ResponsesModel(turns, [CODEX_SUMMARY]) as model:
+        codex_config(home / ".codex", f"{model.url}/v1", auto_compact=AUTO_COMPACT)
+        env = codex_env(home)
+        env.update(SESSIONFOLD_SERVE_URL=NO_SERVE, PYTHONPATH=str(REPO))
+        _install(env, "codex")
+        run_codex(work, env, BYPASS, WITHDRAWN)
+        for prompt in PROMPTS[:2]:
+            run_codex(work, env, BYPASS, "resume", "--last", prompt)
+        rollout = codex_rollout(home)
+        # Damaged lines between Codex's own: bytes that are not UTF-8, a torn JSON object.
+        lines = rollout.read_bytes().splitlines(keepends=True)
+        damage = b'\xff\xfe not a line\n{"type": "respo\n'
+        rollout.write_bytes(lines[0] + damage + b"".join(lines[1:]))
+        run_codex(work, env, BYPASS, "resume", "--last", "go on")
+        requests = list(model.requests)
+        assert model.unscripted == []
+        assert model.pending() == {"turn": 0, "compaction": 0}
+    sent = "\n".join(_developer_texts(_first_after_compaction(requests)))
+    assert re.search(rf'^- R2 \(u2, entry [^)]+\): "{KEPT}"$', sent, re.M)
+    assert WITHDRAWN not in sent and "with -x" not in sent
