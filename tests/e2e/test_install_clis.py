@@ -232,7 +232,7 @@ def test_codex_installed_gets_the_rule_in_force_after_its_compaction(tmp_path: P
         codex_config(home / ".codex", f"{model.url}/v1", auto_compact=AUTO_COMPACT)
         env = codex_env(home)
         env.update(SESSIONFOLD_SERVE_URL=NO_SERVE, PYTHONPATH=str(REPO))
-        assert "trust" in _install(env, "codex")
+        assert "trust" in _install(env, "codex", "--no-trust")
         run_codex(work, env, BYPASS, WITHDRAWN)
         for prompt in (*PROMPTS, "go on"):
             run_codex(work, env, BYPASS, "resume", "--last", prompt)
@@ -256,7 +256,7 @@ def test_codex_gateway_calls_arrive_at_the_url_install_wrote(tmp_path: Path) -> 
         # The test home's provider points nowhere: only install's provider reaches the model.
         codex_config(home / ".codex", "http://127.0.0.1:9/v1")
         env = {**codex_env(home), "OPENAI_API_KEY": "scripted"}
-        _install(env, "codex", "--gateway", "--serve-url", model.url)
+        _install(env, "codex", "--gateway", "--serve-url", model.url, "--no-trust")
         run_codex(work, env, "hello")
         assert [r.kind for r in model.requests] == ["turn"]
         assert model.requests[0].path == "/v1/responses"
@@ -278,7 +278,7 @@ def test_codex_with_damaged_lines_in_its_rollout_goes_on_and_gets_the_rule(
         codex_config(home / ".codex", f"{model.url}/v1", auto_compact=AUTO_COMPACT)
         env = codex_env(home)
         env.update(SESSIONFOLD_SERVE_URL=NO_SERVE, PYTHONPATH=str(REPO))
-        _install(env, "codex")
+        _install(env, "codex", "--no-trust")
         run_codex(work, env, BYPASS, WITHDRAWN)
         for prompt in PROMPTS[:2]:
             run_codex(work, env, BYPASS, "resume", "--last", prompt)
@@ -294,3 +294,33 @@ def test_codex_with_damaged_lines_in_its_rollout_goes_on_and_gets_the_rule(
     sent = "\n".join(_developer_texts(_first_after_compaction(requests)))
     assert re.search(rf'^- R2 \(u2, entry [^)]+\): "{KEPT}"$', sent, re.M)
     assert WITHDRAWN not in sent and "with -x" not in sent
+
+
+@pytest.mark.parametrize("trust", [True, False])
+def test_codex_runs_the_hook_install_recorded_its_trust_of_without_the_bypass(
+    tmp_path: Path, trust: bool
+) -> None:
+    """install asks Codex for the hook's hash and records the trust; Codex then runs the hook
+    with no `--dangerously-bypass-hook-trust`. Without the trust it skips the hook."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    turns = [
+        Turn(text="Noted."),
+        Turn(text="Noted too.", usage=Usage(AUTO_COMPACT + 10_000, 20)),
+        Turn(text="Continuing."),
+    ]
+    with ResponsesModel(turns, [CODEX_SUMMARY]) as model:
+        codex_config(home / ".codex", f"{model.url}/v1", auto_compact=AUTO_COMPACT)
+        env = codex_env(home)
+        env.update(SESSIONFOLD_SERVE_URL=NO_SERVE, PYTHONPATH=str(REPO))
+        out = _install(env, "codex", *(["--codex", str(CODEX)] if trust else ["--no-trust"]))
+        assert ("trusted_hash" in out) == trust and ("note: Codex runs" in out) != trust
+        run_codex(work, env, WITHDRAWN)
+        run_codex(work, env, "resume", "--last", KEPT)
+        run_codex(work, env, "resume", "--last", "go on")
+        requests = list(model.requests)
+        assert model.pending() == {"turn": 0, "compaction": 0}
+    sent = "\n".join(_developer_texts(_first_after_compaction(requests)))
+    assert ("sessionfold rule ledger" in sent) == trust
+    if trust:
+        assert re.search(rf'^- R2 \(u2, entry [^)]+\): "{KEPT}"$', sent, re.M)

@@ -264,3 +264,14 @@ def test_the_command_written_is_the_absolute_running_sessionfold(
     if expected is None:  # `python -m sessionfold.streams.cli`
         expected = [os.path.abspath(sys.executable), "-m", "sessionfold.streams.cli"]
     assert command == expected
+
+
+def test_codex_that_cannot_be_asked_leaves_the_trust_to_the_user(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    done = _run(home, "codex", "--codex", str(tmp_path / "no-codex"))
+    assert done.returncode == 0
+    assert "could not ask Codex for the hook's hash (FileNotFoundError)" in done.stdout
+    assert "note: Codex runs a new hook only once you have trusted it" in done.stdout
+    assert "hooks.state" not in (home / ".codex" / "config.toml").read_text()
+    dry = _run(home, "codex", "--gateway", "--dry-run", "--codex", "/x/codex")
+    assert "would ask Codex (/x/codex app-server) for the hook's hash" in dry.stdout

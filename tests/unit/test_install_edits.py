@@ -39,7 +39,14 @@ JSON_EDITS = [
     *_edits("claude-code", True).values(),
     _edits("codex", False)["hooks.json"],
 ]
-TOML_EDITS = [_edits("codex", True)["config.toml"], _edits("codex", False)["config.toml"]]
+TRUST = SetKey(
+    ("hooks", "state", "/h/.codex/hooks.json:session_start:0:0", "trusted_hash"), "sha256:0a"
+)
+TOML_EDITS = [
+    _edits("codex", True)["config.toml"],
+    _edits("codex", False)["config.toml"],
+    [*_edits("codex", False)["config.toml"], TRUST],
+]
 
 keys = st.sampled_from(["hooks", "env", "mcpServers", "SessionStart", "matcher", "a", "é", "x y"])
 scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=8)
@@ -161,7 +168,14 @@ def toml_documents(draw: st.DrawFn) -> str:
     tables = draw(
         st.lists(
             st.sampled_from(
-                ["features", "analytics", "mcp_servers.", "model_providers.", "projects.'/w'"]
+                [
+                    "features",
+                    "analytics",
+                    "mcp_servers.",
+                    "model_providers.",
+                    "projects.'/w'",
+                    "hooks.state.",
+                ]
             ),
             unique=True,
         )
@@ -244,3 +258,36 @@ def test_toml_uninstall_without_its_patch_still_takes_out_only_its_entries(
         tomlkit.parse(uninstall_toml(installed, changes)).unwrap()
         == tomlkit.parse(original).unwrap()
     )
+
+
+def test_trust_is_recorded_for_our_untrusted_hook_only() -> None:
+    from sessionfold.streams.tools.install.codex_trust import trust_edits
+
+    hooks_file, command = Path("/h/.codex/hooks.json"), "/x/sessionfold hook codex"
+
+    def hook(key: str, source: Path, cmd: str, status: str) -> dict[str, Any]:
+        return {
+            "key": key,
+            "sourcePath": str(source),
+            "command": cmd,
+            "trustStatus": status,
+            "currentHash": f"sha256:{key}",
+        }
+
+    listing = {
+        "data": [
+            {
+                "hooks": [
+                    hook("ours", hooks_file, command, "untrusted"),
+                    hook("changed", hooks_file, command, "modified"),
+                    hook("trusted", hooks_file, command, "trusted"),
+                    hook("theirs", hooks_file, "other", "untrusted"),
+                    hook("elsewhere", Path("/p/.codex/hooks.json"), command, "untrusted"),
+                ]
+            }
+        ]
+    }
+    edits = trust_edits(listing, hooks_file, command)
+    assert [e.path[2] for e in edits] == ["ours", "changed"]
+    assert edits[0] == SetKey(("hooks", "state", "ours", "trusted_hash"), "sha256:ours")
+    assert trust_edits({"data": []}, hooks_file, command) == []

@@ -165,6 +165,42 @@ def _commit_uninstall(writes: list[_Write], record: Record, record_path: Path) -
     record_path.unlink(missing_ok=True)
 
 
+def _record_trust(plan: Plan, record: Record, codex: str | None, cwd: Path) -> bool:
+    """Ask Codex for the hook's key and hash and record its trust in config.toml (recorded
+    like every other change); whether Codex trusts the hook now."""
+    from sessionfold.streams.tools.install.codex_trust import (
+        CodexUnavailable,
+        hook_list,
+        trust_edits,
+    )
+    from sessionfold.streams.tools.install.plans import FilePlan, Plan
+
+    assert plan.trusted_hook is not None
+    if codex is None:
+        return False
+    hooks_file, command = plan.trusted_hook
+    try:
+        listing = hook_list(codex, os.environ, cwd)
+    except CodexUnavailable as error:
+        print(f"sessionfold install: could not ask Codex for the hook's hash ({error})")
+        return False
+    edits = trust_edits(listing, hooks_file, command)
+    config = next(f.path for f in plan.files if f.kind == "toml")
+    trust = Plan(plan.agent, plan.scope, plan.record, (FilePlan(config, "toml", tuple(edits)),))
+    writes = _install_writes(trust, record)
+    for write in writes:
+        for line in write.lines:
+            print(f"{line} (Codex's trust of the hook, its hash from Codex)")
+    if writes:
+        _commit_install(writes, record, plan.record)
+    # Codex lists the hook as trusted now, or already did.
+    return bool(writes) or any(
+        h.get("sourcePath") == str(hooks_file) and h.get("trustStatus") == "trusted"
+        for entry in listing.get("data") or []
+        for h in entry.get("hooks") or []
+    )
+
+
 def run_install(
     agent: str,
     scope: str,
@@ -172,9 +208,13 @@ def run_install(
     dry_run: bool,
     gateway_url: str | None,
     cwd: Path,
+    codex: str | None = None,
 ) -> int:
-    """Install (or uninstall) for `agent` in `scope`; prints what it changes; the exit code."""
+    """Install (or uninstall) for `agent` in `scope`; prints what it changes; the exit code.
+    `codex`: the Codex executable asked for the hook's hash (None: the user is told how to
+    trust the hook instead)."""
     from sessionfold.streams.tools.install.json_edits import UnreadableDocument
+    from sessionfold.streams.tools.install.plans import CODEX_TRUST_NOTE
     from sessionfold.streams.tools.install.plans import plan as make_plan
     from sessionfold.streams.tools.install.record import Record, parse_record
 
@@ -202,14 +242,18 @@ def run_install(
     if not writes:
         print("sessionfold install: nothing to change")
     if dry_run:
+        if plan.trusted_hook is not None and codex is not None and not uninstall:
+            print(f"would ask Codex ({codex} app-server) for the hook's hash, to record its trust")
         return 0
     if uninstall:
         _commit_uninstall(writes, record, plan.record)
         return 0
     if writes:
         _commit_install(writes, record, plan.record)
+    trusted = plan.trusted_hook is not None and _record_trust(plan, record, codex, cwd)
     for note in plan.notes:
-        print(f"note: {note}")
+        if not (trusted and note == CODEX_TRUST_NOTE):
+            print(f"note: {note}")
     return 0
 
 
@@ -244,6 +288,18 @@ def register(app: typer.Typer) -> None:
                 help="user: the agent's settings in your home; project: this directory's.",
             ),
         ] = "user",
+        codex: Annotated[
+            str | None,
+            typer.Option(
+                "--codex",
+                help="The Codex executable asked for the hook's hash, to record its trust "
+                "(default: `codex` on PATH).",
+            ),
+        ] = None,
+        no_trust: Annotated[
+            bool,
+            typer.Option("--no-trust", help="Codex: leave the hook for you to trust."),
+        ] = False,
     ) -> None:
         """Write an agent's SessionStart hook, MCP server and (--gateway) base URL; --uninstall."""
         from sessionfold.streams.tools.install.plans import AGENTS, SCOPES
@@ -253,4 +309,6 @@ def register(app: typer.Typer) -> None:
         if scope not in SCOPES:
             raise typer.BadParameter(f"one of {', '.join(SCOPES)}", param_hint="--scope")
         url = serve_url if gateway else None
-        raise typer.Exit(run_install(agent, scope, uninstall, dry_run, url, Path.cwd()))
+        asked = None if no_trust or agent != "codex" else (codex or shutil.which("codex"))
+        code = run_install(agent, scope, uninstall, dry_run, url, Path.cwd(), asked)
+        raise typer.Exit(code)

@@ -53,6 +53,8 @@ class Plan:
     record: Path
     files: tuple[FilePlan, ...]
     notes: tuple[str, ...] = ()
+    #: The file of the hook the agent must trust before it runs it, and its command (Codex).
+    trusted_hook: tuple[Path, str] | None = None
 
 
 def plan(
@@ -129,9 +131,11 @@ def _codex(
             ("mcp_servers", NAME), {"command": command[0], "args": [*command[1:], "mcp", "codex"]}
         ),
     ]
-    hooks = AddItem(("hooks", "SessionStart"), _hook_group("compact|resume", command, "codex"))
+    group = _hook_group("compact|resume", command, "codex")
+    hooks_file = codex_home / "hooks.json"
     files = (
-        FilePlan(codex_home / "hooks.json", "json", (hooks,)),
+        FilePlan(hooks_file, "json", (AddItem(("hooks", "SessionStart"), group),)),
         FilePlan(codex_home / "config.toml", "toml", tuple(config)),
     )
-    return Plan("codex", scope, codex_home / RECORD_NAME, files, (CODEX_TRUST_NOTE,))
+    hook = (hooks_file, shlex.join([*command, "hook", "codex"]))
+    return Plan("codex", scope, codex_home / RECORD_NAME, files, (CODEX_TRUST_NOTE,), hook)

@@ -12,7 +12,7 @@ applies.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,18 +73,25 @@ def reverse(text: str, hunks: list[Hunk]) -> str | None:
     lines = text.splitlines(keepends=True)
     for hunk in sorted(hunks, key=lambda h: h.at, reverse=True):
         width = len(hunk.after)
+        lead, trail = _ends(hunk.lead), _ends(hunk.trail)
         places = [
             p
-            for p in range(len(hunk.lead), len(lines) - width - len(hunk.trail) + 1)
-            if tuple(lines[p - len(hunk.lead) : p]) == hunk.lead
+            for p in range(len(lead), len(lines) - width - len(trail) + 1)
+            if _ends(lines[p - len(lead) : p]) == lead
             and tuple(lines[p : p + width]) == hunk.after
-            and tuple(lines[p + width : p + width + len(hunk.trail)]) == hunk.trail
+            and _ends(lines[p + width : p + width + len(trail)]) == trail
         ]
         if not places:
             return None
         p = min(places, key=lambda q: abs(q - hunk.at))
         lines[p : p + width] = hunk.before
     return "".join(lines)
+
+
+def _ends(lines: Sequence[str]) -> tuple[str, ...]:
+    """Context lines without their line ends: a line the user has since ended (to add lines
+    below the file's last) is still the same context."""
+    return tuple(line.rstrip("\r\n") for line in lines)
 
 
 def undo(

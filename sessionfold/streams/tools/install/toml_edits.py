@@ -61,8 +61,9 @@ def _same_toml(a: str, b: str) -> bool:
 
 def _new_table(path: KeyPath) -> MutableMapping[str, Any]:
     # `[mcp_servers.sessionfold]` alone, not an empty `[mcp_servers]` header above it.
-    return tomlkit.table(is_super_table=len(path) == 1 and path[0] in SUPER_TABLES)
+    return tomlkit.table(is_super_table=path in SUPER_TABLES)
 
 
-#: Tables that only hold named sub-tables (`[mcp_servers.NAME]`, `[model_providers.NAME]`).
-SUPER_TABLES = frozenset({"mcp_servers", "model_providers"})
+#: Tables that only hold named sub-tables (`[mcp_servers.NAME]`, `[model_providers.NAME]`,
+#: `[hooks.state."KEY"]`).
+SUPER_TABLES = frozenset({("mcp_servers",), ("model_providers",), ("hooks",), ("hooks", "state")})
