@@ -324,3 +324,17 @@ def test_codex_runs_the_hook_install_recorded_its_trust_of_without_the_bypass(
     assert ("sessionfold rule ledger" in sent) == trust
     if trust:
         assert re.search(rf'^- R2 \(u2, entry [^)]+\): "{KEPT}"$', sent, re.M)
+
+
+def test_codex_uninstall_takes_out_the_trust_install_recorded(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    codex_config(home / ".codex", "http://127.0.0.1:9/v1")
+    config = home / ".codex" / "config.toml"
+    before = config.read_bytes()
+    env = codex_env(home)
+    out = _install(env, "codex", "--codex", str(CODEX))
+    assert "trusted_hash" in out and 'trusted_hash = "sha256:' in config.read_text()
+    assert "nothing to change" in _install(env, "codex", "--codex", str(CODEX))
+    _install(env, "codex", "--uninstall")
+    assert config.read_bytes() == before
+    assert not (home / ".codex" / "hooks.json").exists()
