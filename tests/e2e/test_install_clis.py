@@ -49,12 +49,12 @@ PROMPTS = (KEPT, "forget the rule about -x", "run the tests")
 NO_SERVE = "http://127.0.0.1:9"  # nothing listens: the hook folds the transcript itself
 
 
-def _install(env: dict[str, str], *args: str) -> str:
+def _install(env: dict[str, str], *args: str, cwd: Path = REPO) -> str:
     """`sessionfold install ARGS` as the user would run it, in the agent's environment."""
     done = subprocess.run(
         [*SESSIONFOLD, "install", *args],
         env={**env, "PYTHONPATH": str(REPO)},
-        cwd=REPO,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=60,
@@ -120,13 +120,17 @@ def _claude_home(tmp_path: Path, base_url: str) -> tuple[Path, Path, dict[str, s
     return home, work, env
 
 
-def test_claude_code_installed_gets_the_rule_in_force_after_compact(tmp_path: Path) -> None:
+@pytest.mark.parametrize("scope", ["user", "project"])
+def test_claude_code_installed_gets_the_rule_in_force_after_compact(
+    tmp_path: Path, scope: str
+) -> None:
     with AnthropicModel(_claude_turns(), [CLAUDE_SUMMARY]) as model:
         home, work, env = _claude_home(tmp_path, model.url)
-        _install(env, "claude-code")
+        _install(env, "claude-code", "--scope", scope, cwd=work)
         session = _claude_session(home, work, model, env)
         requests = list(model.requests)
-    settings = json.loads((home / ".claude" / "settings.json").read_text())
+    where = home if scope == "user" else work
+    settings = json.loads((where / ".claude" / "settings.json").read_text())
     assert list(settings) == ["hooks"]  # install wrote it: nothing was configured by hand
     after = _first_after_compaction(requests)
     before = requests[: requests.index(after)]
@@ -338,3 +342,38 @@ def test_codex_uninstall_takes_out_the_trust_install_recorded(tmp_path: Path) ->
     _install(env, "codex", "--uninstall")
     assert config.read_bytes() == before
     assert not (home / ".codex" / "hooks.json").exists()
+
+
+def test_codex_project_scope_runs_the_projects_hook(tmp_path: Path) -> None:
+    """`--scope project` writes the project's `.codex/`; Codex reads it once the user trusts
+    the project (`[projects."<dir>"] trust_level = "trusted"`, the test home's own line)."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    turns = [
+        Turn(text="Noted."),
+        Turn(text="Noted too.", usage=Usage(AUTO_COMPACT + 10_000, 20)),
+        Turn(text="Continuing."),
+    ]
+    with ResponsesModel(turns, [CODEX_SUMMARY]) as model:
+        codex_config(home / ".codex", f"{model.url}/v1", auto_compact=AUTO_COMPACT)
+        config = home / ".codex" / "config.toml"
+        config.write_text(config.read_text() + f'\n[projects."{work}"]\ntrust_level = "trusted"\n')
+        user_config = config.read_bytes()
+        env = codex_env(home)
+        env.update(SESSIONFOLD_SERVE_URL=NO_SERVE, PYTHONPATH=str(REPO))
+        out = _install(env, "codex", "--scope", "project", "--codex", str(CODEX), cwd=work)
+        assert "trusted_hash" in out
+        assert (work / ".codex" / "hooks.json").exists()
+        # The trust goes to the user's config (Codex ignores a project's trust of itself).
+        assert 'trusted_hash = "sha256:' in config.read_text()
+        assert "trusted_hash" not in (work / ".codex" / "config.toml").read_text()
+        run_codex(work, env, WITHDRAWN)
+        run_codex(work, env, "resume", "--last", KEPT)
+        run_codex(work, env, "resume", "--last", "go on")
+        requests = list(model.requests)
+        assert model.pending() == {"turn": 0, "compaction": 0}
+    sent = "\n".join(_developer_texts(_first_after_compaction(requests)))
+    assert re.search(rf'^- R2 \(u2, entry [^)]+\): "{KEPT}"$', sent, re.M)
+    _install(env, "codex", "--scope", "project", "--uninstall", cwd=work)
+    assert config.read_bytes() == user_config
+    assert not (work / ".codex" / "hooks.json").exists()

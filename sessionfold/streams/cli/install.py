@@ -166,8 +166,8 @@ def _commit_uninstall(writes: list[_Write], record: Record, record_path: Path) -
 
 
 def _record_trust(plan: Plan, record: Record, codex: str | None, cwd: Path) -> bool:
-    """Ask Codex for the hook's key and hash and record its trust in config.toml (recorded
-    like every other change); whether Codex trusts the hook now."""
+    """Ask Codex for the hook's key and hash and record its trust in the user's config.toml
+    (recorded like every other change); whether Codex trusts the hook now."""
     from sessionfold.streams.tools.install.codex_trust import (
         CodexUnavailable,
         hook_list,
@@ -178,14 +178,13 @@ def _record_trust(plan: Plan, record: Record, codex: str | None, cwd: Path) -> b
     assert plan.trusted_hook is not None
     if codex is None:
         return False
-    hooks_file, command = plan.trusted_hook
+    hooks_file, command, config = plan.trusted_hook
     try:
         listing = hook_list(codex, os.environ, cwd)
     except CodexUnavailable as error:
         print(f"sessionfold install: could not ask Codex for the hook's hash ({error})")
         return False
     edits = trust_edits(listing, hooks_file, command)
-    config = next(f.path for f in plan.files if f.kind == "toml")
     trust = Plan(plan.agent, plan.scope, plan.record, (FilePlan(config, "toml", tuple(edits)),))
     writes = _install_writes(trust, record)
     for write in writes:

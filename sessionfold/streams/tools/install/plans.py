@@ -53,8 +53,9 @@ class Plan:
     record: Path
     files: tuple[FilePlan, ...]
     notes: tuple[str, ...] = ()
-    #: The file of the hook the agent must trust before it runs it, and its command (Codex).
-    trusted_hook: tuple[Path, str] | None = None
+    #: The file of the hook the agent must trust before it runs it, its command, and the
+    #: config that keeps the trust (Codex: always the user's, a project cannot trust itself).
+    trusted_hook: tuple[Path, str, Path] | None = None
 
 
 def plan(
@@ -111,11 +112,9 @@ def _claude_code(
 def _codex(
     scope: str, command: list[str], env: Mapping[str, str], cwd: Path, gateway: str | None
 ) -> Plan:
-    if scope == "user":
-        own = env.get("CODEX_HOME")
-        codex_home = Path(own) if own else Path(env["HOME"]) / ".codex"
-    else:
-        codex_home = cwd / ".codex"
+    own = env.get("CODEX_HOME")
+    user_home = Path(own) if own else Path(env["HOME"]) / ".codex"
+    codex_home = user_home if scope == "user" else cwd / ".codex"
     config: list[Edit] = []
     if gateway:
         provider = {
@@ -137,5 +136,5 @@ def _codex(
         FilePlan(hooks_file, "json", (AddItem(("hooks", "SessionStart"), group),)),
         FilePlan(codex_home / "config.toml", "toml", tuple(config)),
     )
-    hook = (hooks_file, shlex.join([*command, "hook", "codex"]))
+    hook = (hooks_file, shlex.join([*command, "hook", "codex"]), user_home / "config.toml")
     return Plan("codex", scope, codex_home / RECORD_NAME, files, (CODEX_TRUST_NOTE,), hook)
