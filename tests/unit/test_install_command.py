@@ -275,3 +275,14 @@ def test_codex_that_cannot_be_asked_leaves_the_trust_to_the_user(tmp_path: Path)
     assert "hooks.state" not in (home / ".codex" / "config.toml").read_text()
     dry = _run(home, "codex", "--gateway", "--dry-run", "--codex", "/x/codex")
     assert "would ask Codex (/x/codex app-server) for the hook's hash" in dry.stdout
+
+
+def test_a_user_config_that_cannot_keep_the_trust_stops_a_project_install(tmp_path: Path) -> None:
+    home, project = _home(tmp_path), tmp_path / "project"
+    project.mkdir()
+    (home / ".codex" / "config.toml").write_text(f'model = "{SECRET}"\n[features\n')
+    before, nothing = _files(home), _files(project)
+    done = _run(home, "codex", "--scope", "project", "--codex", "/x/codex", cwd=project)
+    assert done.returncode == 2 and "not valid TOML" in done.stderr
+    assert str(home / ".codex" / "config.toml") in done.stderr and SECRET not in done.stderr
+    assert _files(home) == before and _files(project) == nothing

@@ -291,3 +291,63 @@ def test_trust_is_recorded_for_our_untrusted_hook_only() -> None:
     assert [e.path[2] for e in edits] == ["ours", "changed"]
     assert edits[0] == SetKey(("hooks", "state", "ours", "trusted_hash"), "sha256:ours")
     assert trust_edits({"data": []}, hooks_file, command) == []
+
+
+@pytest.mark.parametrize(
+    ("agent", "scope", "env", "files", "record"),
+    [
+        (
+            "claude-code",
+            "user",
+            {"HOME": "/u"},
+            ["/u/.claude/settings.json", "/u/.claude.json"],
+            "/u/.claude",
+        ),
+        (
+            "claude-code",
+            "user",
+            {"HOME": "/u", "CLAUDE_CONFIG_DIR": "/c"},
+            ["/c/settings.json", "/c/.claude.json"],
+            "/c",
+        ),
+        (
+            "claude-code",
+            "project",
+            {"HOME": "/u"},
+            ["/p/.claude/settings.json", "/p/.mcp.json"],
+            "/p/.claude",
+        ),
+        (
+            "codex",
+            "user",
+            {"HOME": "/u"},
+            ["/u/.codex/hooks.json", "/u/.codex/config.toml"],
+            "/u/.codex",
+        ),
+        (
+            "codex",
+            "user",
+            {"HOME": "/u", "CODEX_HOME": "/x"},
+            ["/x/hooks.json", "/x/config.toml"],
+            "/x",
+        ),
+        (
+            "codex",
+            "project",
+            {"HOME": "/u"},
+            ["/p/.codex/hooks.json", "/p/.codex/config.toml"],
+            "/p/.codex",
+        ),
+    ],
+)
+def test_each_agent_and_scope_writes_where_the_agent_reads(
+    agent: str, scope: str, env: dict[str, str], files: list[str], record: str
+) -> None:
+    made = plan(agent, scope, COMMAND, env, Path("/p"))
+    assert [str(f.path) for f in made.files] == files
+    assert str(made.record.parent) == record
+    if agent == "codex":
+        assert made.trusted_hook is not None
+        user = env.get("CODEX_HOME", "/u/.codex")
+        assert str(made.trusted_hook[2]) == f"{user}/config.toml"  # the trust: the user's
+        assert made.trusted_hook[1] == "'/opt/sf venv/bin/sessionfold' hook codex"

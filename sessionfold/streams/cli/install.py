@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from sessionfold.streams.tools.install.changes import Change
+    from collections.abc import Sequence
+
+    from sessionfold.streams.tools.install.changes import Change, Edit
     from sessionfold.streams.tools.install.plans import Plan
     from sessionfold.streams.tools.install.record import Record
 
@@ -165,6 +167,15 @@ def _commit_uninstall(writes: list[_Write], record: Record, record_path: Path) -
     record_path.unlink(missing_ok=True)
 
 
+def _trust_plan(plan: Plan, edits: Sequence[Edit]) -> Plan:
+    """The plan that writes `edits` (the hook's trust) into the config that keeps it."""
+    from sessionfold.streams.tools.install.plans import FilePlan, Plan
+
+    assert plan.trusted_hook is not None
+    config = plan.trusted_hook[2]
+    return Plan(plan.agent, plan.scope, plan.record, (FilePlan(config, "toml", tuple(edits)),))
+
+
 def _record_trust(plan: Plan, record: Record, codex: str | None, cwd: Path) -> bool:
     """Ask Codex for the hook's key and hash and record its trust in the user's config.toml
     (recorded like every other change); whether Codex trusts the hook now."""
@@ -173,20 +184,17 @@ def _record_trust(plan: Plan, record: Record, codex: str | None, cwd: Path) -> b
         hook_list,
         trust_edits,
     )
-    from sessionfold.streams.tools.install.plans import FilePlan, Plan
 
     assert plan.trusted_hook is not None
     if codex is None:
         return False
-    hooks_file, command, config = plan.trusted_hook
+    hooks_file, command, _config = plan.trusted_hook
     try:
         listing = hook_list(codex, os.environ, cwd)
     except CodexUnavailable as error:
         print(f"sessionfold install: could not ask Codex for the hook's hash ({error})")
         return False
-    edits = trust_edits(listing, hooks_file, command)
-    trust = Plan(plan.agent, plan.scope, plan.record, (FilePlan(config, "toml", tuple(edits)),))
-    writes = _install_writes(trust, record)
+    writes = _install_writes(_trust_plan(plan, trust_edits(listing, hooks_file, command)), record)
     for write in writes:
         for line in write.lines:
             print(f"{line} (Codex's trust of the hook, its hash from Codex)")
@@ -231,6 +239,9 @@ def run_install(
             writes = _uninstall_writes(record)
         else:
             writes = _install_writes(plan, record)
+            if codex is not None and plan.trusted_hook is not None:
+                # The config that will keep the trust must parse too, before anything is written.
+                _install_writes(_trust_plan(plan, ()), record)
     except _Refused as refused:
         print(f"sessionfold install: {refused}; nothing written", file=sys.stderr)
         return 2
