@@ -75,6 +75,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "mcp",
         "The recall tool over MCP (stdio) for Claude Code and Codex: originals by ref, ledger.",
     ),
+    "install": (
+        "install",
+        "Write an agent's SessionStart hook, MCP server and (--gateway) base URL; --uninstall.",
+    ),
     "broker": (
         "broker",
         "Run a local single-node Apache Kafka (KRaft) broker from Maven Central jars.",
