@@ -60,9 +60,9 @@ def _seq(n: int) -> str:
     return "\n".join(str(i) for i in range(n, 3001))
 
 
-def _stubbed_ref(transcript: Path) -> tuple[str, str]:
+def _stubbed_ref(transcript: Path, settings: list[str] = SETTINGS) -> tuple[str, str]:
     """A ref `sessionfold context` stubs in the transcript so far, and the call id it names."""
-    view = sessionfold("context", str(transcript), "--format", "json", *SETTINGS)
+    view = sessionfold("context", str(transcript), "--format", "json", *settings)
     for message in view["messages"]:
         if message.get("role") != "toolResult":
             continue
@@ -319,3 +319,46 @@ def test_codex_recalls_the_stub_the_gateway_sent_from_serve(tmp_path: Path) -> N
     assert f"## toolRef: {ref}\nTool: exec_command\n" in answer
     assert _function_output(turns[2 * n - 1], call_id) in answer
     assert b"Traceback" not in err
+
+
+def test_codex_installed_by_sessionfold_install_recalls_over_mcp(tmp_path: Path) -> None:
+    """`sessionfold install codex` and nothing by hand: Codex starts the server install wrote
+    (waiting for it: `required`), in the CODEX_HOME install passed it, with the default
+    settings, and the model's recall gets the original output."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    rounds = 6  # the default grace turns: the first rounds are summarized by the sixth
+    script = []
+    for n in range(1, rounds + 1):
+        call = Call(f"call_{n}big", "exec_command", {"cmd": f"seq {n} 3000"})
+        script += [Turn(calls=(call,), usage=Usage(100, 5)), Turn(text="read", usage=Usage(9, 2))]
+    with ResponsesModel(script) as model:
+        codex_config(home / ".codex", f"{model.url}/v1")
+        env = {**codex_env(home), "SESSIONFOLD_SERVE_URL": SERVER_ENV["SESSIONFOLD_SERVE_URL"]}
+        installed = subprocess.run(
+            [sys.executable, "-m", "sessionfold.streams.cli", "install", "codex", "--no-trust"],
+            env={**env, "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert installed.returncode == 0, installed.stderr
+        run_codex(work, env, "read the first")
+        for n in range(2, rounds + 1):
+            run_codex(work, env, "resume", "--last", f"read number {n}")
+        ref, call_id = _stubbed_ref(codex_rollout(home), [])
+        recall = Call(
+            "call_recall",
+            "context_tree_query",
+            {"toolCallIds": [ref]},
+            namespace="mcp__sessionfold",
+        )
+        model.add(Turn(calls=(recall,)), Turn(text="recalled"))
+        run_codex(work, env, "resume", "--last", "recall it")
+        assert model.unscripted == [] and model.pending()["turn"] == 0
+        turns = model.of_kind("turn")
+    answer = _function_output(turns[-1], "call_recall")
+    n = int(call_id.removeprefix("call_").removesuffix("big"))
+    assert f"## toolRef: {ref}\nTool: exec_command\n" in answer
+    assert _function_output(turns[2 * n - 1], call_id) in answer

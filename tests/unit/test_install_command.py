@@ -116,6 +116,9 @@ def test_codex_home_is_respected(tmp_path: Path) -> None:
     )
     assert (elsewhere / "config.toml").exists() and (elsewhere / "hooks.json").exists()
     assert "sessionfold" not in (home / ".codex" / "config.toml").read_text()
+    # Codex passes its MCP servers no CODEX_HOME: the entry names it, and waits for the server.
+    server = tomlkit.parse((elsewhere / "config.toml").read_text())["mcp_servers"]["sessionfold"]
+    assert server["env"] == {"CODEX_HOME": str(elsewhere)} and server["required"] is True
 
 
 def test_uninstall_keeps_what_the_user_and_the_agent_wrote_since(tmp_path: Path) -> None:

@@ -58,6 +58,10 @@ class Plan:
     trusted_hook: tuple[Path, str, Path] | None = None
 
 
+#: The environment Codex does not pass its MCP servers that `sessionfold mcp` reads.
+CODEX_MCP_ENV = ("CODEX_HOME", "SESSIONFOLD_SERVE_URL", "SESSIONFOLD_API_TOKEN_FILE")
+
+
 def plan(
     agent: str,
     scope: str,
@@ -124,12 +128,16 @@ def _codex(
             "env_key": "OPENAI_API_KEY",
         }
         config += [SetKey(("model_provider",), NAME), SetKey(("model_providers", NAME), provider)]
-    config += [
-        SetKey(("features", "hooks"), True),
-        SetKey(
-            ("mcp_servers", NAME), {"command": command[0], "args": [*command[1:], "mcp", "codex"]}
-        ),
-    ]
+    server: dict[str, object] = {"command": command[0], "args": [*command[1:], "mcp", "codex"]}
+    # Codex gives an MCP server HOME, LANG and PATH only: what else finds the session and serve
+    # goes in the entry's env.
+    passed = {k: env[k] for k in CODEX_MCP_ENV if env.get(k)}
+    if passed:
+        server["env"] = passed
+    # `codex exec` (0.169) asks the model after about a second without the tools of a server not
+    # started yet, and the MCP SDK's import alone takes that long: Codex waits for a required one.
+    server["required"] = True
+    config += [SetKey(("features", "hooks"), True), SetKey(("mcp_servers", NAME), server)]
     group = _hook_group("compact|resume", command, "codex")
     hooks_file = codex_home / "hooks.json"
     files = (
