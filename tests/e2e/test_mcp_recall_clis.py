@@ -77,10 +77,17 @@ def _server_args(agent: str) -> list[str]:
     return ["-m", "sessionfold.streams.cli", "mcp", agent, *SETTINGS]
 
 
-def _run_claude(work: Path, env: dict[str, str], config: Path, prompt: str, *extra: str) -> str:
+def _run_claude(
+    work: Path, env: dict[str, str], config: Path | None, prompt: str, *extra: str
+) -> str:
+    """`claude -p PROMPT`: with `config`, the server from it and its tools allowed; without,
+    what the settings say (as `sessionfold install` wrote them)."""
     tools = ["mcp__sessionfold__context_tree_query", "mcp__sessionfold__ledger"]
-    allowed = ["--allowedTools", "Bash", *tools]
-    args = [str(CLAUDE), "-p", prompt, "--mcp-config", str(config), *extra, *allowed]
+    if config is None:
+        args = [str(CLAUDE), "-p", prompt, *extra, "--allowedTools", "Bash"]
+    else:
+        allowed = ["--allowedTools", "Bash", *tools]
+        args = [str(CLAUDE), "-p", prompt, "--mcp-config", str(config), *extra, *allowed]
     done = subprocess.run(
         [*args, "--output-format", "json"],
         cwd=work,
@@ -362,3 +369,42 @@ def test_codex_installed_by_sessionfold_install_recalls_over_mcp(tmp_path: Path)
     n = int(call_id.removeprefix("call_").removesuffix("big"))
     assert f"## toolRef: {ref}\nTool: exec_command\n" in answer
     assert _function_output(turns[2 * n - 1], call_id) in answer
+
+
+def test_claude_code_installed_by_sessionfold_install_recalls_over_mcp(tmp_path: Path) -> None:
+    """`sessionfold install claude-code` and nothing by hand: Claude Code starts the server
+    from the user's `.claude.json`, may call its read-only tools (install allowed them), and
+    the model's recall gets the original output, with the default settings."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / ".claude").mkdir(parents=True)
+    work.mkdir()
+    rounds = 6
+    script = []
+    for n in range(1, rounds + 1):
+        call = Call(f"toolu_0{n}big", "Bash", {"command": f"seq {n} 3000"})
+        script += [Turn(calls=(call,), usage=Usage(100, 5)), Turn(text="read", usage=Usage(9, 2))]
+    with AnthropicModel(script) as model:
+        env = {**claude_env(home, model.url), **SERVER_ENV}
+        installed = subprocess.run(
+            [sys.executable, "-m", "sessionfold.streams.cli", "install", "claude-code"],
+            env=env,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert installed.returncode == 0, installed.stderr
+        session = _run_claude(work, env, None, "read the first")
+        for n in range(2, rounds + 1):
+            _run_claude(work, env, None, f"read number {n}", "--resume", session)
+        ref, call_id = _stubbed_ref(claude_transcript(home, session), [])
+        recall = Call(
+            "toolu_recall", "mcp__sessionfold__context_tree_query", {"toolCallIds": [ref]}
+        )
+        model.add(Turn(calls=(recall,)), Turn(text="recalled"))
+        _run_claude(work, env, None, "recall it", "--resume", session)
+        assert model.unscripted == [] and model.pending()["turn"] == 0
+        turns = model.of_kind("turn")
+    answer = _tool_result(turns[-1], "toolu_recall")
+    n = int(call_id.removeprefix("toolu_0").removesuffix("big"))
+    assert answer.startswith(f"## toolRef: {ref}\nTool: Bash\n")
+    assert _seq(n) in answer

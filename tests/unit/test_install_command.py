@@ -77,7 +77,12 @@ def test_claude_code_install_writes_the_hook_the_server_and_the_base_url(tmp_pat
         == 0
     )
     settings = json.loads((home / ".claude" / "settings.json").read_text())
-    assert list(settings) == ["model", "hooks", "env"]  # the user's keys first, in their order
+    # the user's keys first, in their order
+    assert list(settings) == ["model", "hooks", "permissions", "env"]
+    assert settings["permissions"]["allow"] == [
+        "mcp__sessionfold__context_tree_query",
+        "mcp__sessionfold__ledger",
+    ]
     (group,) = settings["hooks"]["SessionStart"]
     command = group["hooks"][0]["command"]
     assert group["matcher"] == "compact"

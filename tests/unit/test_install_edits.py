@@ -73,7 +73,18 @@ documents = st.fixed_dictionaries(
         ),
         "env": st.dictionaries(st.sampled_from(["A", "ANTHROPIC_MODEL"]), st.text(max_size=5)),
         "mcpServers": st.dictionaries(st.sampled_from(["other", "db"]), values, max_size=2),
-        "permissions": values,
+        # Claude Code's own shape; the user may have allowed one of our tools already.
+        "permissions": st.fixed_dictionaries(
+            {},
+            optional={
+                "allow": st.lists(
+                    st.sampled_from(["Bash(ls:*)", "Read", "mcp__sessionfold__ledger"]),
+                    unique=True,
+                ),
+                "deny": st.lists(st.sampled_from(["WebFetch"]), max_size=1),
+                "defaultMode": st.sampled_from(["default", "plan"]),
+            },
+        ),
         "model": st.text(max_size=6),
     },
 )

@@ -58,6 +58,8 @@ class Plan:
     trusted_hook: tuple[Path, str, Path] | None = None
 
 
+#: The tools of `sessionfold mcp`, all read-only.
+MCP_TOOLS = ("context_tree_query", "ledger")
 #: The environment Codex does not pass its MCP servers that `sessionfold mcp` reads.
 CODEX_MCP_ENV = ("CODEX_HOME", "SESSIONFOLD_SERVE_URL", "SESSIONFOLD_API_TOKEN_FILE")
 
@@ -95,7 +97,10 @@ def _claude_code(
         settings, record = cwd / ".claude" / "settings.json", cwd / ".claude"
         mcp = cwd / ".mcp.json"
     edits: list[Edit] = [
-        AddItem(("hooks", "SessionStart"), _hook_group("compact", command, "claude-code"))
+        AddItem(("hooks", "SessionStart"), _hook_group("compact", command, "claude-code")),
+        # The recall tools only read: without this Claude Code asks before each call, and
+        # `claude -p` refuses it.
+        *(AddItem(("permissions", "allow"), f"mcp__{NAME}__{tool}") for tool in MCP_TOOLS),
     ]
     if gateway:
         edits.append(SetKey(("env", "ANTHROPIC_BASE_URL"), gateway))
