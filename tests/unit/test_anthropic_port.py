@@ -343,3 +343,35 @@ def test_a_streamed_answer_reads_the_same_however_its_bytes_are_split(
     assert answer.text == "".join(parts) and answer.finish_reason == "stop"
     assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (9 + read, 7)
     assert answer.usage.cache_read_tokens == read
+
+
+# --- the ledger's diff call ---------------------------------------------------------------------
+
+
+def test_the_ledger_diff_call_runs_on_the_messages_api(fake: FakeMessages) -> None:
+    """The diff model's system prompt goes as `system`; an answer cut at max_tokens is asked
+    again with the raised budget; the JSON object is read out of the answer's prose."""
+    from sessionfold.ports.ledger_http import SYSTEM_PROMPT, HttpDiffModel
+
+    good = {"labels": [{"message": "u1", "label": "rule"}], "narrative": "set a rule", "now": "x"}
+    prompt: dict[str, Any] = {
+        "instructions": "label",
+        "span": 1,
+        "messages": [{"id": "u1", "entry": "e2", "chars": 5, "excerpt": "never", "text": "never"}],
+        "rules": [],
+        "commands": [],
+        "errors": [],
+        "world": None,
+        "now": None,
+    }
+    fake.script(
+        Reply(text='{"labels": [', stop_reason="max_tokens"),
+        Reply(text=f"Here it is: {json.dumps(good)}"),
+    )
+    model = HttpDiffModel(client(fake))
+    assert model.diff(prompt) == good
+    first, second = fake.requests
+    assert first.body["system"] == SYSTEM_PROMPT
+    assert [m["role"] for m in first.body["messages"]] == ["user"]
+    assert second.body["max_tokens"] > first.body["max_tokens"]
+    assert [call.outcome for call in model.trace][-1] == "ok"
