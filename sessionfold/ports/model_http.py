@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import importlib
 import json
 import logging
 import math
@@ -609,6 +610,10 @@ class HttpModelClient:
         self.max_retry_wait_s = max_retry_wait_s
         self.temperature = temperature
         self.controller = FallbackController(fallback_cooldown_s, clock)
+        if any(e is not None and e.api == "anthropic" for e in (primary, fallback)):
+            # The SDK's types take about a second to load: at start, not in the first call
+            # (serve's gateway does not wait for a flush's answer).
+            importlib.import_module("sessionfold.ports.anthropic_messages")
         self._own_http = http is None
         self._http = http or httpx.Client(
             limits=httpx.Limits(max_connections=16, max_keepalive_connections=8),

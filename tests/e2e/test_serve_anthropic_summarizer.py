@@ -1,21 +1,34 @@
-"""`sessionfold serve` with its summarizer on the Anthropic Messages API, end to end: a real pi
-session file (from ../shared, copied to a temporary folder: serve keeps its answers beside it)
-folded by a serve process whose `summarizerModel` is `anthropic/claude-haiku-4-5`, the Messages
-API a scripted server on 127.0.0.1 that `ANTHROPIC_BASE_URL` names. The batch summaries in
-serve's context answer are the scripted model's text, and every request the server got is a
-valid streamed Messages request carrying the key from serve's environment."""
+"""`sessionfold serve` with its summarizer on the Anthropic Messages API, end to end, the
+Messages API a scripted server on 127.0.0.1:
+
+- a real pi session file (from ../shared, copied to a temporary folder: serve keeps its answers
+  beside it) folded by a serve process whose `summarizerModel` is `anthropic/claude-haiku-4-5`
+  and whose `ANTHROPIC_BASE_URL` names the scripted server: the batch summaries in serve's
+  context answer are the scripted model's text;
+- the real Claude Code CLI through serve's gateway (its own `ANTHROPIC_BASE_URL` is serve, its
+  model another scripted server), serve's summarizer on the scripted Messages server
+  (`SESSIONFOLD_MODEL_BASE_URL`): the stubs Claude Code's model gets carry that model's
+  summaries.
+
+Every request the summarizer's server got is a valid streamed Messages request carrying the key
+from serve's environment (never the agent's), and serve's log holds neither key nor text.
+"""
 
 from __future__ import annotations
 
 import itertools
 import json
 import shutil
+import time
 from pathlib import Path
 
 import httpx
 import pydantic
+import pytest
+from agent_clis import CLAUDE, claude_env, run_claude
 from anthropic.types.message_create_params import MessageCreateParamsStreaming
 from fake_anthropic import FakeMessages, Reply, Request
+from scripted_models import AnthropicModel, Call, Turn, Usage
 from serve_process import serving
 
 from sessionfold.events.migration import v1_entry_id
@@ -81,6 +94,12 @@ def test_serve_summarizes_with_the_anthropic_provider(
         assert MARK in summary  # the model's text, never the offline summarizer's
     answered = {int(s.split(f"{MARK}-")[1].split(":")[0]) for s in summaries}
     assert answered <= set(range(1, len(requests) + 1))
+    _assert_messages_requests(requests)
+    assert KEY not in err and MARK not in err
+
+
+def _assert_messages_requests(requests: list[Request]) -> None:
+    """Valid streamed Messages requests for the haiku model, with the environment's key."""
     assert requests
     for request in requests:
         assert request.path == "/v1/messages"
@@ -89,4 +108,83 @@ def test_serve_summarizes_with_the_anthropic_provider(
         assert "authorization" not in request.headers
         pydantic.TypeAdapter(MessageCreateParamsStreaming).validate_python(request.body)
         assert request.body["model"] == "claude-haiku-4-5"
-    assert KEY not in err and MARK not in err
+
+
+def _summarized(url: str, session: str, call: str, timeout_s: float = 30.0) -> None:
+    """Wait until serve's rewrite plan for the session holds `call`'s summary."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        plan = httpx.get(
+            f"{url}/sessions/{session}/plan", headers={"Authorization": f"Bearer {TOKEN}"}
+        ).json()
+        if call in (plan.get("results") or {}):
+            return
+        assert time.monotonic() < deadline, f"{call} was not summarized"
+        time.sleep(0.1)
+
+
+def _results_sent(body: dict[str, object]) -> dict[str, str]:
+    """tool_use id -> the text of its tool_result, as one request carried it."""
+    found: dict[str, str] = {}
+    for message in body.get("messages", []):  # type: ignore[attr-defined]
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                text = block.get("content")
+                found[block["tool_use_id"]] = text if isinstance(text, str) else json.dumps(text)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not CLAUDE.exists(), reason="integrations/agents has no node_modules: run npm ci there"
+)
+def test_claude_code_through_the_gateway_gets_the_haiku_summaries(tmp_path: Path) -> None:
+    """Three prompts, each reading a large output, through serve's gateway: once the first
+    turns' batches are flushed, Claude Code's model gets their results as stubs whose summaries
+    are the summarizer model's text; that model was called with serve's key, not the agent's."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    projects = home / ".claude" / "projects"
+    projects.mkdir(parents=True)
+    calls = [Call(f"toolu_0{n}big", "Bash", {"command": f"seq {n} 3000"}) for n in range(1, 4)]
+    script = []
+    for call in calls:
+        script += [
+            Turn(calls=(call,), usage=Usage(100, 5)),
+            Turn(text="read it", usage=Usage(9, 2)),
+        ]
+    numbers = itertools.count(1)
+
+    def reply(request: Request) -> Reply:
+        return Reply(text=f"{MARK}-{next(numbers)}: printed numbers.", usage=(300, 20, 0, 0))
+
+    settings = ["--set", "recoveryGraceTurns=0", "--min-freed-tokens", "0"]
+    model_args = ["--set", "summarizerModel=anthropic/claude-haiku-4-5"]
+    with AnthropicModel(script) as agent_model, FakeMessages(default=reply) as summarizer:
+        env = {
+            "ANTHROPIC_API_KEY": KEY,
+            "ANTHROPIC_BASE_URL": "",
+            "SESSIONFOLD_MODEL_BASE_URL": summarizer.base_url,
+        }
+        args = ["--anthropic-upstream", agent_model.url, *settings, *model_args]
+        with serving(projects, TOKEN, args=args, env=env) as serve:
+            agent = claude_env(home, serve.url)  # the agent's key is sk-scripted
+            agent["ANTHROPIC_CUSTOM_HEADERS"] = f"X-Sessionfold-Token: {TOKEN}"
+            session = run_claude(work, agent, "read the first")["session_id"]
+            time.sleep(0.5)  # the tailer folds the turn
+            run_claude(work, agent, "read the second", "--resume", session)
+            # The second prompt flushed the first turn; the gateway takes what is summarized
+            # when a call comes (it never waits for a flush): wait for the model's answer.
+            _summarized(serve.url, session, calls[0].id)
+            run_claude(work, agent, "read the third", "--resume", session)
+            err = serve.stop().decode()
+        assert agent_model.pending()["turn"] == 0
+        turns = agent_model.of_kind("turn")
+        requests = list(summarizer.requests)
+    stubs = [t for t in _results_sent(turns[-1].body).values() if t.startswith("[Summarized")]
+    assert stubs, "no result reached the agent's model as a stub"
+    assert any(MARK in stub and FOOTER in stub for stub in stubs)
+    _assert_messages_requests(requests)
+    assert all("sk-scripted" not in json.dumps(r.headers) for r in requests)
+    assert KEY not in err and "sk-scripted" not in err and MARK not in err

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -375,3 +377,17 @@ def test_the_ledger_diff_call_runs_on_the_messages_api(fake: FakeMessages) -> No
     assert [m["role"] for m in first.body["messages"]] == ["user"]
     assert second.body["max_tokens"] > first.body["max_tokens"]
     assert [call.outcome for call in model.trace][-1] == "ok"
+
+
+@pytest.mark.parametrize(("model", "loaded"), [(MODEL, True), ("openai/gpt-4o-mini", False)])
+def test_the_sdk_is_loaded_with_an_anthropic_client_only(model: str, loaded: bool) -> None:
+    """An Anthropic client loads the SDK when it is made (its first call would otherwise pay
+    the second it takes); the OpenAI-compatible path never loads it."""
+    code = (
+        "import sys\n"
+        "from sessionfold.ports.model_http import HttpModelClient\n"
+        f"HttpModelClient.from_env({model!r}, env={{}}).close()\n"
+        "print('anthropic' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    assert done.stdout.decode().strip() == str(loaded)
