@@ -192,6 +192,8 @@ def _usage(completion: Completion) -> ModelUsage:
         output_tokens=completion.usage.completion_tokens,
         cost=completion.cost or 0.0,
         calls=1,
+        cache_read_tokens=completion.usage.cache_read_tokens,
+        cache_write_tokens=completion.usage.cache_write_tokens,
     )
 
 

@@ -297,6 +297,8 @@ def test_a_summary_carries_the_models_text_refs_and_usage(fake: FakeMessages) ->
     assert result.outcome == "summarized" and result.refs == ("t1",)
     assert result.text is not None and result.text.startswith("`t1` read a.ts: exports foo")
     assert (result.usage.input_tokens, result.usage.output_tokens) == (250, 12)
+    assert (result.usage.cache_read_tokens, result.usage.cache_write_tokens) == (200, 0)
+    assert answer.usage == result.usage
     assert answer.model == MODEL
 
 
