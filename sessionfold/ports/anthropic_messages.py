@@ -219,24 +219,31 @@ def _finish(answer: MessagesAnswer, stop_reason: str | None) -> None:
 def _add_usage(answer: MessagesAnswer, usage: Mapping[str, Any]) -> None:
     """Fold one usage object in: `message_delta`'s counts are cumulative, so each present count
     replaces the one before; the input is the sum of the uncached, read and written tokens."""
-    fresh = usage.get("input_tokens")
-    read = usage.get("cache_read_input_tokens")
-    written = usage.get("cache_creation_input_tokens")
-    output = usage.get("output_tokens")
-    if isinstance(read, int):
+    fresh = _count(usage.get("input_tokens"))
+    read = _count(usage.get("cache_read_input_tokens"))
+    written = _count(usage.get("cache_creation_input_tokens"))
+    output = _count(usage.get("output_tokens"))
+    if read is not None:
         answer.cache_read_tokens = read
-    if isinstance(written, int):
+    if written is not None:
         answer.cache_write_tokens = written
-    if isinstance(fresh, int):
+    if fresh is not None:
         answer.input_tokens = fresh + answer.cache_read_tokens + answer.cache_write_tokens
         answer.reported = True
-    elif isinstance(read, int) or isinstance(written, int):
+    elif read is not None or written is not None:
         answer.input_tokens = max(
             answer.input_tokens, answer.cache_read_tokens + answer.cache_write_tokens
         )
-    if isinstance(output, int):
+    if output is not None:
         answer.output_tokens = output
         answer.reported = True
+
+
+def _count(value: Any) -> int | None:
+    """A token count: a non-negative integer (not a bool), else None (not reported)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
 
 
 def _api_error(data: Mapping[str, Any]) -> MessagesApiError:

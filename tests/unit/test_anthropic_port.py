@@ -393,3 +393,60 @@ def test_the_sdk_is_loaded_with_an_anthropic_client_only(model: str, loaded: boo
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
     assert done.stdout.decode().strip() == str(loaded)
+
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+_EVENT_TYPES = st.sampled_from(
+    ["message_start", "content_block_delta", "message_delta", "message_stop", "error", "ping"]
+)
+
+
+_ANY_COUNT = st.none() | st.booleans() | st.integers(min_value=-(10**6), max_value=10**6)
+_USAGE_EVENT = st.fixed_dictionaries(
+    {
+        "type": st.just("message_delta"),
+        "delta": st.just({"stop_reason": "end_turn"}),
+        "usage": st.fixed_dictionaries(
+            {"output_tokens": _ANY_COUNT},
+            optional={
+                "input_tokens": _ANY_COUNT,
+                "cache_read_input_tokens": _ANY_COUNT,
+                "cache_creation_input_tokens": _ANY_COUNT,
+            },
+        ),
+    }
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    streamed=st.booleans(),
+    junk=st.binary(max_size=300)
+    | st.lists(_USAGE_EVENT, min_size=1, max_size=3).map(_sse)
+    | _JSONISH.map(lambda v: json.dumps(v).encode())
+    | st.lists(
+        st.tuples(_EVENT_TYPES, st.dictionaries(st.text(max_size=8), _JSONISH, max_size=4)),
+        max_size=5,
+    ).map(lambda events: _sse([{**body, "type": kind} for kind, body in events])),
+)
+def test_any_body_is_an_answer_or_a_model_error(streamed: bool, junk: bytes) -> None:
+    """Whatever a server sends, whole or as events, the reader returns an answer or raises
+    `ModelError` with a code: no other exception, and nothing of the body in the message."""
+    try:
+        answer = _read_messages(iter([junk]), streamed, MODEL, None)
+    except ModelError as exc:
+        assert exc.kind in ("malformed", "transport", "http-status")
+        assert exc.__cause__ is None and str(exc).startswith(f"model {MODEL} ")
+        assert exc.detail is None or exc.detail.replace("-", "").isalpha()
+    else:
+        assert isinstance(answer.text, str)
+        usage = answer.usage
+        counts = (usage.prompt_tokens, usage.completion_tokens, usage.cache_read_tokens)
+        assert min(*counts, usage.cache_write_tokens) >= 0
+        assert usage.prompt_tokens >= usage.cache_read_tokens + usage.cache_write_tokens
