@@ -29,7 +29,7 @@ class Reply:
     answers an Anthropic error body of `error_type`; `body` replaces the answer with raw bytes;
     `error_event` streams an `error` event of that type after the first delta. `stall_s`
     sleeps after the headers (an idle model). `usage` is (input, output, cache read, cache
-    write) tokens.
+    write) tokens. `event_delay_s` sleeps between stream events (a model that trickles).
     """
 
     text: str = "ok"
@@ -40,6 +40,7 @@ class Reply:
     body: str | None = None
     error_event: str | None = None
     stall_s: float = 0.0
+    event_delay_s: float = 0.0
     chunk_chars: int = 7
     usage: tuple[int, int, int, int] = (120, 30, 0, 0)
     headers: dict[str, str] = field(default_factory=dict)
@@ -150,6 +151,8 @@ class _Handler(BaseHTTPRequestHandler):
         for name, data in _events(reply, message):
             self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
             self.wfile.flush()
+            if reply.event_delay_s:
+                time.sleep(reply.event_delay_s)
 
     def _whole(self, status: int, payload: bytes, headers: dict[str, str]) -> None:
         self.send_response(status)

@@ -2,10 +2,11 @@
 
 One client speaks to any server with the `/chat/completions` API (OpenAI, vLLM, llama.cpp
 server, Ollama, OpenRouter), or to the Anthropic Messages API for a model named
-`anthropic/model-id` (the wire format is `anthropic_messages`'; everything else here is the
-same for both). `HttpModelClient.complete(messages, max_tokens)` returns a
-`Completion` (text, usage, model, finish reason, cost) or raises `ModelError`, whose `kind` is
-one of `timeout-idle`, `timeout-ceiling`, `http-status`, `transport`, `malformed`, `too-large`.
+`anthropic/model-id` (its headers, body and answers are read by `anthropic_messages`;
+everything else here is the same for both). `HttpModelClient.complete(messages, max_tokens)`
+returns a `Completion` (text, usage, model, finish reason, cost) or raises `ModelError`, whose
+`kind` is one of `timeout-idle`, `timeout-ceiling`, `http-status`, `transport`, `malformed`,
+`too-large`.
 
 The answer's size is bounded too: the response body is read in chunks and counted, and a body
 over `max_response_bytes` (default 4 MiB, `SESSIONFOLD_MODEL_MAX_RESPONSE_BYTES`) is dropped as

@@ -9,6 +9,7 @@ import json
 import logging
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -201,6 +202,20 @@ def test_a_silent_model_times_out_idle(
         error = failure(http)
     assert error.kind == "timeout-idle"
     assert len(fake.requests) == 2
+    assert_private(error, caplog)
+
+
+def test_a_trickling_model_ends_at_the_ceiling(
+    fake: FakeMessages, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Events that keep coming, each within the idle timeout, end at the attempt's ceiling."""
+    trickle = Reply(text="x" * 400, chunk_chars=1, event_delay_s=0.01)
+    fake.script(trickle, trickle)
+    started = time.monotonic()
+    with client(fake, timeouts=Timeouts(idle_s=1.0, ceiling_s=0.5, connect_s=1.0)) as http:
+        error = failure(http)
+    assert error.kind == "timeout-ceiling"
+    assert time.monotonic() - started < 3.0  # two attempts of 0.5 s, not 400 events each
     assert_private(error, caplog)
 
 
