@@ -49,6 +49,7 @@ def _pi_array(path: Path, session_id: str) -> list[dict[str, object]]:
     return view_from_replay(replayer, collector, DEFAULT_CONFIG).unpruned
 
 
+@pytest.mark.slow
 def test_serve_summarizes_with_the_anthropic_provider(
     shared_sessions: Path, tmp_path: Path
 ) -> None:
