@@ -24,7 +24,16 @@ from sessionfold.streams.tools import broker
 settings.register_profile("sessionfold", deadline=None)
 settings.load_profile("sessionfold")
 
-SHARED_SESSIONS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sessions"
+# ../shared beside the repository, or beside the folder of its worktrees (a git worktree at
+# /work/wt/NAME has it two levels up): the nearest one found.
+SHARED_SESSIONS = next(
+    (
+        root / "shared" / "data" / "sessions"
+        for root in Path(__file__).resolve().parents[1].parents
+        if (root / "shared" / "data" / "sessions").is_dir()
+    ),
+    Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sessions",
+)
 
 # Set by .ci/run next to SESSIONFOLD_BOOTSTRAP so tests can query the CI broker's status. It is not
 # SESSIONFOLD_BROKER_DATA_DIR on purpose: that one would become every CLI call's default data dir.

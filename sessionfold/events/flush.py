@@ -114,6 +114,10 @@ class ModelUsage(Payload):
     output_tokens: int = 0
     cost: float = 0.0
     calls: int = 0
+    #: Of `input_tokens`, those read from and written to the provider's prompt cache (an
+    #: Anthropic model reports them; other servers leave them 0).
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def plus(self, other: ModelUsage) -> ModelUsage:
         """The sum of two usages."""
@@ -122,6 +126,8 @@ class ModelUsage(Payload):
             output_tokens=self.output_tokens + other.output_tokens,
             cost=self.cost + other.cost,
             calls=self.calls + other.calls,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )
 
 

@@ -3,4 +3,11 @@
 No module is private to it.
 """
 
-__all__ = ["ledger", "ledger_http", "model_http", "summarizer", "summarizer_http"]
+__all__ = [
+    "anthropic_messages",
+    "ledger",
+    "ledger_http",
+    "model_http",
+    "summarizer",
+    "summarizer_http",
+]

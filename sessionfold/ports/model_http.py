@@ -1,9 +1,12 @@
-"""An OpenAI-compatible chat-completions client: the HTTP core of the model port.
+"""An HTTP model client: the core of the model port, for chat completions and Anthropic Messages.
 
 One client speaks to any server with the `/chat/completions` API (OpenAI, vLLM, llama.cpp
-server, Ollama, OpenRouter). `HttpModelClient.complete(messages, max_tokens)` returns a
-`Completion` (text, usage, model, finish reason, cost) or raises `ModelError`, whose `kind` is
-one of `timeout-idle`, `timeout-ceiling`, `http-status`, `transport`, `malformed`, `too-large`.
+server, Ollama, OpenRouter), or to the Anthropic Messages API for a model named
+`anthropic/model-id` (its headers, body and answers are read by `anthropic_messages`;
+everything else here is the same for both). `HttpModelClient.complete(messages, max_tokens)`
+returns a `Completion` (text, usage, model, finish reason, cost) or raises `ModelError`, whose
+`kind` is one of `timeout-idle`, `timeout-ceiling`, `http-status`, `transport`, `malformed`,
+`too-large`.
 
 The answer's size is bounded too: the response body is read in chunks and counted, and a body
 over `max_response_bytes` (default 4 MiB, `SESSIONFOLD_MODEL_MAX_RESPONSE_BYTES`) is dropped as
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import importlib
 import json
 import logging
 import math
@@ -46,6 +50,8 @@ log = logging.getLogger(__name__)
 ENV_BASE_URL = "SESSIONFOLD_MODEL_BASE_URL"
 ENV_MODEL = "SESSIONFOLD_MODEL"
 ENV_API_KEY = "SESSIONFOLD_MODEL_API_KEY"
+ENV_API_KEY_ENV = "SESSIONFOLD_MODEL_API_KEY_ENV"
+ENV_ANTHROPIC_BASE_URL = "ANTHROPIC_BASE_URL"
 ENV_OPENAI_API_KEY = "OPENAI_API_KEY"
 ENV_MAX_OUTPUT_TOKENS = "SESSIONFOLD_MODEL_MAX_OUTPUT_TOKENS"
 ENV_FALLBACK_MODEL = "SESSIONFOLD_MODEL_FALLBACK"
@@ -58,6 +64,7 @@ ENV_IDLE_TIMEOUT_MS = "SESSIONFOLD_MODEL_IDLE_TIMEOUT_MS"
 ENV_MAX_TIMEOUT_MS = "SESSIONFOLD_MODEL_MAX_TIMEOUT_MS"
 ENV_MAX_RESPONSE_BYTES = "SESSIONFOLD_MODEL_MAX_RESPONSE_BYTES"
 
+Api = Literal["openai", "anthropic"]
 ErrorKind = Literal[
     "timeout-idle", "timeout-ceiling", "http-status", "transport", "malformed", "too-large"
 ]
@@ -85,6 +92,10 @@ class Provider:
     key_envs: tuple[str, ...] = ()
     # OpenAI's newer models refuse `max_tokens`; every other server here accepts it.
     max_tokens_field: str = "max_tokens"
+    #: The wire format: `openai` (chat completions) or `anthropic` (Messages).
+    api: Api = "openai"
+    #: Variables that name the server's base URL, before the default.
+    base_url_envs: tuple[str, ...] = ()
 
 
 PROVIDERS: dict[str, Provider] = {
@@ -94,6 +105,14 @@ PROVIDERS: dict[str, Provider] = {
     "vllm": Provider("http://127.0.0.1:8000/v1"),
     "llamacpp": Provider("http://127.0.0.1:8080/v1"),
     "llama.cpp": Provider("http://127.0.0.1:8080/v1"),
+    # Claude Code's own variables; the default is anthropic_messages.DEFAULT_BASE_URL (not
+    # imported: it loads the SDK).
+    "anthropic": Provider(
+        "https://api.anthropic.com",
+        ("ANTHROPIC_API_KEY",),
+        api="anthropic",
+        base_url_envs=(ENV_ANTHROPIC_BASE_URL,),
+    ),
 }
 
 
@@ -110,6 +129,7 @@ class Endpoint:
     provider: str | None = None
     max_tokens_field: str = "max_tokens"
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    api: Api = "openai"
 
     @property
     def label(self) -> str:
@@ -118,9 +138,15 @@ class Endpoint:
 
     @property
     def url(self) -> str:
-        """The chat-completions URL under the base URL."""
+        """The chat-completions (or Messages) URL under the base URL."""
         base = self.base_url.rstrip("/")
+        if self.api == "anthropic":
+            return f"{base}/messages" if base.endswith("/v1") else _messages_url(base)
         return base if base.endswith("/chat/completions") else f"{base}/chat/completions"
+
+
+def _messages_url(base: str) -> str:
+    return base if base.endswith("/v1/messages") else f"{base}/v1/messages"
 
 
 def resolve_endpoint(
@@ -131,25 +157,41 @@ def resolve_endpoint(
     max_output_tokens: int | None = None,
     env: Mapping[str, str] | None = None,
     headers: Mapping[str, str] | None = None,
+    api: Api | None = None,
 ) -> Endpoint:
     """The endpoint of a model named `provider/model-id` (split at the first `/`) or a bare id.
 
-    The base URL is `base_url`, else `SESSIONFOLD_MODEL_BASE_URL`, else the named provider's
-    default; a model whose provider is unknown needs one of the first two. The API key is
-    `api_key`, else `SESSIONFOLD_MODEL_API_KEY`, else the provider's own variable
-    (`OPENROUTER_API_KEY`), else `OPENAI_API_KEY`, else none (local servers need none).
+    The base URL is `base_url`, else `SESSIONFOLD_MODEL_BASE_URL`, else the provider's own
+    variable (`ANTHROPIC_BASE_URL`), else the named provider's default; a model whose provider
+    is unknown needs one of the first two. The API key is `api_key`, else
+    `SESSIONFOLD_MODEL_API_KEY`, else the variable `SESSIONFOLD_MODEL_API_KEY_ENV` names (which
+    must then be set), else the provider's own variable (`OPENROUTER_API_KEY`,
+    `ANTHROPIC_API_KEY`), else, for a chat-completions server, `OPENAI_API_KEY`, else none
+    (local servers need none). `api` overrides the wire format the provider implies.
     """
     env = os.environ if env is None else env
     provider_name, model = _split_name(name)
     preset = PROVIDERS.get(provider_name.lower()) if provider_name else None
-    base = base_url or env.get(ENV_BASE_URL) or (preset.base_url if preset else None)
+    base = base_url or env.get(ENV_BASE_URL)
+    for variable in preset.base_url_envs if preset else ():
+        base = base or env.get(variable)
+    base = base or (preset.base_url if preset else None)
     if not base:
         raise ValueError(
             f"no base URL for model {name!r}: set {ENV_BASE_URL} or name a known provider "
             f"({', '.join(sorted(PROVIDERS))})"
         )
+    api = api or (preset.api if preset else "openai")
     key = api_key or env.get(ENV_API_KEY)
-    for variable in (*(preset.key_envs if preset else ()), ENV_OPENAI_API_KEY):
+    named = env.get(ENV_API_KEY_ENV, "").strip()
+    if not key and named:
+        key = env.get(named)
+        if not key:
+            # The variable's name is not secret; its value never appears.
+            raise ValueError(f"{ENV_API_KEY_ENV} names {named}, which is not set")
+    # Another provider's key is never sent to Anthropic.
+    last = (ENV_OPENAI_API_KEY,) if api == "openai" else ()
+    for variable in (*(preset.key_envs if preset else ()), *last):
         key = key or env.get(variable)
     if max_output_tokens is None:
         max_output_tokens = _env_int(env, ENV_MAX_OUTPUT_TOKENS)
@@ -161,6 +203,7 @@ def resolve_endpoint(
         provider=provider_name or None,
         max_tokens_field=preset.max_tokens_field if preset else "max_tokens",
         headers=tuple((headers or {}).items()),
+        api=api,
     )
 
 
@@ -186,9 +229,8 @@ def resolve_fallback(
     base = own_base or (primary.base_url if same_server else None)
     key = env.get(ENV_FALLBACK_API_KEY) or (primary.api_key if same_server else None)
     # The primary's URL, key and limit variables are not the fallback's.
-    fallback_env = {
-        k: v for k, v in env.items() if k not in (ENV_BASE_URL, ENV_API_KEY, ENV_MAX_OUTPUT_TOKENS)
-    }
+    primary_only = (ENV_BASE_URL, ENV_API_KEY, ENV_API_KEY_ENV, ENV_MAX_OUTPUT_TOKENS)
+    fallback_env = {k: v for k, v in env.items() if k not in primary_only}
     return resolve_endpoint(
         name,
         base_url=base,
@@ -196,7 +238,21 @@ def resolve_fallback(
         max_output_tokens=_env_int(env, ENV_FALLBACK_MAX_OUTPUT_TOKENS),
         env=fallback_env,
         headers=dict(primary.headers) if same_server else None,
+        # A model of no provider on the primary's server speaks the primary's API.
+        api=primary.api if same_server and not provider_name else None,
     )
+
+
+def model_urls(name: str, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The URLs a client `HttpModelClient.from_env(name)` would call: the primary's, and the
+    fallback's when `SESSIONFOLD_MODEL_FALLBACK` names one. Raises ValueError as `from_env`
+    does (no base URL, a key variable named but not set)."""
+    env = os.environ if env is None else env
+    primary = resolve_endpoint(name, env=env)
+    fallback_name = env.get(ENV_FALLBACK_MODEL, "").strip()
+    if not fallback_name:
+        return (primary.url,)
+    return (primary.url, resolve_fallback(fallback_name, primary, env).url)
 
 
 def _split_name(name: str) -> tuple[str, str]:
@@ -245,6 +301,10 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     reported: bool = False
+    #: Of `prompt_tokens`, those read from and written to the provider's prompt cache
+    #: (Anthropic reports them; chat-completions servers leave them 0).
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def plus(self, other: Usage) -> Usage:
         """The sum of two usages (reported when either was)."""
@@ -252,6 +312,8 @@ class Usage:
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
             self.reported or other.reported,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
         )
 
 
@@ -549,6 +611,10 @@ class HttpModelClient:
         self.max_retry_wait_s = max_retry_wait_s
         self.temperature = temperature
         self.controller = FallbackController(fallback_cooldown_s, clock)
+        if any(e is not None and e.api == "anthropic" for e in (primary, fallback)):
+            # The SDK's types take about a second to load: at start, not in the first call
+            # (serve's gateway does not wait for a flush's answer).
+            importlib.import_module("sessionfold.ports.anthropic_messages")
         self._own_http = http is None
         self._http = http or httpx.Client(
             limits=httpx.Limits(max_connections=16, max_keepalive_connections=8),
@@ -689,7 +755,17 @@ class HttpModelClient:
         max_tokens: int,
         response_format: Mapping[str, Any] | None,
         reasoning_effort: str | None,
-    ) -> dict[str, Any]:
+    ) -> Mapping[str, Any]:
+        if endpoint.api == "anthropic":
+            from sessionfold.ports import anthropic_messages  # loads the SDK: only when used
+
+            return anthropic_messages.request_body(
+                endpoint.model,
+                messages,
+                max_tokens,
+                stream=self.stream,
+                temperature=self.temperature,
+            )
         body: dict[str, Any] = {
             "model": endpoint.model,
             "messages": [dict(m) for m in messages],
@@ -747,6 +823,8 @@ class HttpModelClient:
                     "finish_reason": answer.finish_reason,
                     "prompt_tokens": answer.usage.prompt_tokens,
                     "completion_tokens": answer.usage.completion_tokens,
+                    "cache_read_tokens": answer.usage.cache_read_tokens,
+                    "cache_write_tokens": answer.usage.cache_write_tokens,
                     "text_chars": len(answer.text),
                     "elapsed_ms": round((time.monotonic() - started) * 1000),
                     "fallback": fallback,
@@ -771,7 +849,7 @@ class HttpModelClient:
             return price.cost(answer.usage)
         return answer.reported_cost
 
-    def _exchange(self, endpoint: Endpoint, body: dict[str, Any]) -> _Answer:
+    def _exchange(self, endpoint: Endpoint, body: Mapping[str, Any]) -> _Answer:
         """POST one request and read its answer under the idle and ceiling timeouts.
 
         The idle timeout is the socket read timeout: httpx applies it to every read, so it
@@ -791,7 +869,11 @@ class HttpModelClient:
             "Accept": "text/event-stream" if self.stream else "application/json",
             **dict(endpoint.headers),
         }
-        if endpoint.api_key:
+        if endpoint.api == "anthropic":
+            from sessionfold.ports import anthropic_messages
+
+            headers.update(anthropic_messages.request_headers(endpoint.api_key))
+        elif endpoint.api_key:
             headers["Authorization"] = f"Bearer {endpoint.api_key}"
         started = time.monotonic()
         deadline = started + ceiling if ceiling else None
@@ -816,7 +898,10 @@ class HttpModelClient:
                     )
                 content_type = response.headers.get("content-type", "")
                 chunks = _capped(response, self.max_response_bytes, label, deadline)
-                if "text/event-stream" in content_type:
+                streamed = "text/event-stream" in content_type
+                if endpoint.api == "anthropic":
+                    answer = _read_messages(chunks, streamed, label, deadline)
+                elif streamed:
                     answer = _read_events(_lines(chunks), label, deadline)
                 else:
                     answer = _read_body(b"".join(chunks), label)
@@ -892,6 +977,39 @@ def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
 
 
 _LINE_END = re.compile(r"\r\n|\n|\r")
+
+
+def _read_messages(
+    chunks: Iterator[bytes], streamed: bool, label: str, deadline: float | None
+) -> _Answer:
+    """An Anthropic Messages answer, whole or streamed, in the port's terms."""
+    from sessionfold.ports import anthropic_messages as wire
+
+    def tick() -> None:
+        if _past(deadline):
+            # A server that trickles bytes never trips the read timeout; the clock decides.
+            raise ModelError("timeout-ceiling", model=label)
+
+    try:
+        if streamed:
+            got = wire.read_events(_sse_data(_lines(chunks)), tick)
+        else:
+            got = wire.read_message(b"".join(chunks))
+    except wire.MessagesFormat as exc:
+        kind: ErrorKind = "transport" if exc.detail == "stream-cut" else "malformed"
+        raise ModelError(kind, model=label, detail=exc.detail) from None
+    except wire.MessagesApiError as exc:
+        raise ModelError(
+            "http-status", model=label, status=exc.status, detail="error-in-answer"
+        ) from None
+    usage = Usage(
+        got.input_tokens,
+        got.output_tokens,
+        got.reported,
+        got.cache_read_tokens,
+        got.cache_write_tokens,
+    )
+    return _Answer(got.text, got.finish_reason, usage)
 
 
 def _json_bytes(body: Mapping[str, Any]) -> bytes:

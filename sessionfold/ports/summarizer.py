@@ -163,7 +163,14 @@ class OfflineSummarizer:
 
 def _usage_document(calls: int) -> dict[str, Any]:
     """`ModelUsage(calls=calls).model_dump(mode="json")`."""
-    return {"input_tokens": 0, "output_tokens": 0, "cost": 0.0, "calls": calls}
+    return {
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cost": 0.0,
+        "calls": calls,
+        "cache_read_tokens": 0,
+        "cache_write_tokens": 0,
+    }
 
 
 def _result_document(

@@ -10,8 +10,8 @@ A model outage never loses a batch: a batch whose call failed is answered `faile
 code (`timeout-idle`, `http-status:503`, ...), so the fold leaves its frontier where it was and
 captures the batch again at its next flush. `summarize` never raises.
 
-`summarizer_for(config)` picks the port a pruning configuration names: `offline` or an
-OpenAI-compatible model (`provider/model-id`).
+`summarizer_for(config)` picks the port a pruning configuration names: `offline`, an
+OpenAI-compatible model or an Anthropic one (`provider/model-id`, `anthropic/claude-haiku-4-5`).
 """
 
 from __future__ import annotations
@@ -148,9 +148,9 @@ class HttpSummarizer:
             _log(number, "failed", code)
             return BatchResult(batch=number, outcome="failed", error=code), None
         usage = _usage(completion)
-        if completion.finish_reason == "length" or not completion.text.strip():
-            # Unusable (§6.3): cut off at the output limit, or nothing said. Not retried.
-            code = "unusable-length" if completion.finish_reason == "length" else "unusable-empty"
+        if completion.finish_reason in _UNUSABLE or not completion.text.strip():
+            # Unusable (§6.3): cut off at the output limit, refused, or nothing said. Not retried.
+            code = _UNUSABLE.get(completion.finish_reason or "", "unusable-empty")
             _log(number, "failed", code, completion)
             failed = BatchResult(batch=number, outcome="failed", error=code, usage=usage)
             return failed, completion.model
@@ -162,6 +162,10 @@ class HttpSummarizer:
         return summary, completion.model
 
 
+#: Finish reasons whose answer is no summary, whatever text came with it, and their codes.
+_UNUSABLE = {"length": "unusable-length", "content_filter": "unusable-refusal"}
+
+
 def _log(number: int, outcome: str, code: str | None, completion: Completion | None = None) -> None:
     """One record per batch: outcome, error code, model and tokens; never text."""
     detail: dict[str, Any] = {"batch": number, "outcome": outcome, "error": code}
@@ -171,6 +175,8 @@ def _log(number: int, outcome: str, code: str | None, completion: Completion | N
             fallback=completion.fallback,
             prompt_tokens=completion.usage.prompt_tokens,
             completion_tokens=completion.usage.completion_tokens,
+            cache_read_tokens=completion.usage.cache_read_tokens,
+            cache_write_tokens=completion.usage.cache_write_tokens,
         )
     log.info("summarizer batch", extra={"summarizer": detail})
 
@@ -186,6 +192,8 @@ def _usage(completion: Completion) -> ModelUsage:
         output_tokens=completion.usage.completion_tokens,
         cost=completion.cost or 0.0,
         calls=1,
+        cache_read_tokens=completion.usage.cache_read_tokens,
+        cache_write_tokens=completion.usage.cache_write_tokens,
     )
 
 

@@ -125,6 +125,8 @@ _USAGE = st.builds(
     output_tokens=st.integers(min_value=0, max_value=10**9),
     cost=st.integers(min_value=0, max_value=10**6).map(float),
     calls=st.integers(min_value=0, max_value=10**6),
+    cache_read_tokens=st.integers(min_value=0, max_value=10**9),
+    cache_write_tokens=st.integers(min_value=0, max_value=10**9),
 )
 
 

@@ -7,7 +7,12 @@ from hypothesis import strategies as st
 
 from sessionfold.events.flush import BatchResult, ModelUsage
 from sessionfold.projections.pruning.capture import Batch, Call
-from sessionfold.projections.pruning.flush_pipeline import FlushPlan, plan_flush, walk_answers
+from sessionfold.projections.pruning.flush_pipeline import (
+    FlushPlan,
+    answered_usage,
+    plan_flush,
+    walk_answers,
+)
 
 
 def _call(call_id: str, raw: int = 600, digest: str | None = None) -> Call:
@@ -160,3 +165,37 @@ def test_each_planned_batch_holds_exactly_the_calls_dedup_kept(
         assert planned.batch == Batch(
             batch.turn_index, batch.timestamp, kept, batch.assistant_text, batch.group
         )
+
+
+_COUNT = st.integers(min_value=0, max_value=10**9)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["summarized", "failed", "skipped-trivial"]),
+            st.builds(
+                ModelUsage,
+                input_tokens=_COUNT,
+                output_tokens=_COUNT,
+                cost=st.integers(min_value=0, max_value=10**6).map(float),
+                calls=st.integers(min_value=0, max_value=4),
+                cache_read_tokens=_COUNT,
+                cache_write_tokens=_COUNT,
+            ),
+        ),
+        max_size=8,
+    )
+)
+def test_answered_usage_sums_the_summarized_answers(answers: list[tuple[str, ModelUsage]]) -> None:
+    """Every count of the summarized answers' usage (cache reads and writes too) is summed;
+    the others' are not."""
+    results = [
+        BatchResult(batch=n, outcome=outcome, usage=usage)  # type: ignore[arg-type]
+        for n, (outcome, usage) in enumerate(answers)
+    ]
+    expected = ModelUsage()
+    for outcome, usage in answers:
+        if outcome == "summarized":
+            expected = expected.plus(usage)
+    assert answered_usage(results) == expected

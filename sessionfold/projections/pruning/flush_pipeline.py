@@ -157,7 +157,7 @@ def answered_usage(answers: Iterable[BatchResult]) -> ModelUsage:
     """What the summarized answers cost together: every call that answered cost something,
     whether or not its summary is kept. `ModelUsage.plus` over them in order, summed as plain
     numbers (the same sums, in the same order) and validated once instead of per answer."""
-    input_tokens = output_tokens = calls = 0
+    input_tokens = output_tokens = calls = cache_read = cache_write = 0
     cost = 0.0
     summed = False
     for answer in answers:
@@ -167,11 +167,18 @@ def answered_usage(answers: Iterable[BatchResult]) -> ModelUsage:
             output_tokens += usage.output_tokens
             cost += usage.cost
             calls += usage.calls
+            cache_read += usage.cache_read_tokens
+            cache_write += usage.cache_write_tokens
             summed = True
     if not summed:
         return _NO_USAGE
     return ModelUsage(
-        input_tokens=input_tokens, output_tokens=output_tokens, cost=cost, calls=calls
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cost=cost,
+        calls=calls,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
     )
 
 

@@ -45,7 +45,7 @@ import typer
 from rich.console import Console
 
 from sessionfold.projections.pruning.config import PruneConfig
-from sessionfold.streams.cli.ledger import diff_model_for
+from sessionfold.streams.cli.ledger import OFFLINE_NAMES, diff_model_for
 from sessionfold.streams.cli.options import (
     ApiToken,
     ApiTokenFile,
@@ -54,6 +54,7 @@ from sessionfold.streams.cli.options import (
     api_token_or_exit,
     config_or_exit,
 )
+from sessionfold.streams.cli.self_loop import calls_itself
 from sessionfold.streams.cli.worker import model_port_for
 from sessionfold.streams.logs import configure_cli_logging, show_session_lines
 from sessionfold.streams.runtime.agent_dirs import agent_session_dirs
@@ -263,6 +264,10 @@ def register(app: typer.Typer) -> None:
         except ValueError as exc:
             err.print(f"[red]cannot use the ledger model:[/] {exc}", highlight=False)
             raise typer.Exit(2) from None
+        refusal = _model_refusal(config, ledger_model, bind, port)
+        if refusal is not None:
+            err.print(f"[red]cannot use the model:[/] {refusal}", highlight=False)
+            raise typer.Exit(2)
         warning = exposure_warning(bind, token)
         if warning is not None:
             err.print(f"[yellow]warning:[/] {warning}", highlight=False)
@@ -302,6 +307,33 @@ def register(app: typer.Typer) -> None:
         )
         if code:
             raise typer.Exit(code)
+
+
+def _model_refusal(
+    config: PruneConfig, ledger_model: str | None, bind: str, port: int
+) -> str | None:
+    """Why the models serve would call cannot be used, or None: a model that cannot be
+    configured (no base URL, say), or one whose URL is serve's own address (every call would
+    come back through its gateway: a Claude Code user's `ANTHROPIC_BASE_URL` often is serve)."""
+    from sessionfold.ports.model_http import model_urls
+
+    named = [("summarizerModel", config.summarizerModel)]
+    if ledger_model is not None and ledger_model.strip().lower() not in OFFLINE_NAMES:
+        named.append(("--ledger-model", ledger_model.strip()))
+    for what, name in named:
+        if name == "offline":
+            continue
+        try:
+            urls = model_urls(name)
+        except ValueError as exc:
+            return f"{what} {name}: {exc}"
+        for url in urls:
+            if calls_itself(url, bind, port):
+                return (
+                    f"{what} {name} would call {url}, which is this serve: point the model at "
+                    "the provider (SESSIONFOLD_MODEL_BASE_URL), not at the gateway"
+                )
+    return None
 
 
 @dataclass(frozen=True)
