@@ -80,6 +80,11 @@ _LONG_NUMBER = re.compile(rb"[:,\[]\s*-?\d{19}")
 PlanSource = Callable[[str], Awaitable[dict[str, Any] | None]]
 
 
+def default_upstreams() -> dict[str, str]:
+    """Each API's provider, by API name: where the gateway sends calls unless told."""
+    return {api.name: api.default_upstream for api in APIS}
+
+
 @dataclass(frozen=True)
 class GatewayMetrics:
     """The gateway's Prometheus counters (bounded labels: api, outcome, part)."""
