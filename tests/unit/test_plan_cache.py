@@ -7,6 +7,8 @@ API's does (live_contract.py: an `ETag` digest, 304 on a matching `If-None-Match
   304;
 - a route that fails or answers anything but a plan raises (the gateway sends the call
   unchanged and counts `plan-unavailable`), and the plan kept before is still used after;
+- a worker's own sessions answered in process first (`local_first`) give the same answers and
+  counts, and never reach the route;
 - the tag is the plan's bytes' digest: two plans share a tag only when they are equal.
 """
 
@@ -23,7 +25,7 @@ from prometheus_client import CollectorRegistry
 from sessionfold.streams.web.anthropic_api import ANTHROPIC
 from sessionfold.streams.web.gateway import Gateway
 from sessionfold.streams.web.live_contract import not_modified, plan_tag
-from sessionfold.streams.web.plan_cache import PlanCache, PlanUnavailable
+from sessionfold.streams.web.plan_cache import PlanCache, PlanUnavailable, local_first
 
 
 class Route:
@@ -74,12 +76,34 @@ STEPS = st.lists(
 
 
 @settings(max_examples=150, deadline=None)
-@given(steps=STEPS, capacity=st.integers(1, 4))
+@given(
+    steps=STEPS,
+    capacity=st.integers(1, 4),
+    owned=st.none() | st.frozensets(SESSIONS),
+)
 def test_every_ask_gets_the_current_plan_and_only_a_change_is_sent_whole(
-    steps: list[tuple[str, str, int]], capacity: int
+    steps: list[tuple[str, str, int]], capacity: int, owned: frozenset[str] | None
 ) -> None:
+    """Asked through the route alone, or the sessions in `owned` answered in process first
+    (`local_first`, as the owner's gateway does): the same answers, the same counts; the owned
+    sessions never reach the route."""
     route = Route()
-    cache = PlanCache(route, CollectorRegistry(), capacity=capacity)
+    asked: list[str] = []
+
+    async def counted(session: str, tag: str | None) -> tuple[int, bytes]:
+        asked.append(session)
+        return await route(session, tag)
+
+    async def local(session: str) -> tuple[int, bytes] | None:
+        if owned is None or session not in owned:
+            return None
+        if route.down:
+            return 503, b""
+        known = route.plans.get(session)
+        return 200, known or orjson.dumps({"session": session, "known": False})
+
+    fetch = counted if owned is None else local_first(local, counted)
+    cache = PlanCache(fetch, CollectorRegistry(), capacity=capacity)
     held: dict[str, bytes] = {}  # what the cache should hold (a model of its LRU)
     order: list[str] = []
     expected_full = expected_unchanged = expected_unavailable = 0
@@ -114,7 +138,10 @@ def test_every_ask_gets_the_current_plan_and_only_a_change_is_sent_whole(
                     held.pop(order.pop(0))
 
     asyncio.run(run())
-    assert (route.full, route.unchanged) == (expected_full, expected_unchanged)
+    if owned is None:
+        assert (route.full, route.unchanged) == (expected_full, expected_unchanged)
+    else:
+        assert not set(asked) & owned
     assert _answers(cache) == {
         "full": expected_full,
         "unchanged": expected_unchanged,

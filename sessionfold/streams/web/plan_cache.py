@@ -9,7 +9,9 @@ body (a round trip of a few hundred bytes), a changed one comes whole. The tag i
 the plan's bytes (live_contract.py `plan_tag`), computed here from the body, so it holds
 through Faust's proxy, which passes only an answer's status and body.
 
-The owner still renders the session to know whether its plan changed (its render memo makes an
+A worker asks itself first (`local_first`): the sessions it owns are planned in process, no
+HTTP; only the others' go to the route. The owner still renders the session to know whether
+its plan changed (its render memo makes an
 unchanged render cheap): what the cache saves is the plan's bytes on the wire and their
 parsing, per call.
 """
@@ -26,7 +28,7 @@ import httpx
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 
-from sessionfold.streams.web.live_contract import plan_tag
+from sessionfold.streams.web.live_contract import not_modified, plan_tag
 
 #: Asks the plan route: (session id, the tag of the plan kept or None) -> (status, body).
 PlanFetch = Callable[[str, str | None], Awaitable[tuple[int, bytes]]]
@@ -86,6 +88,26 @@ class PlanCache:
         while len(self.plans) > self.capacity:
             self.plans.popitem(last=False)
         return plan
+
+
+#: The plan route's answer where this worker owns the session; None where another does.
+LocalPlan = Callable[[str], Awaitable[tuple[int, bytes] | None]]
+
+
+def local_first(local: LocalPlan, route: PlanFetch) -> PlanFetch:
+    """A `PlanFetch` that answers from `local` the sessions this worker owns (the tag checked
+    here, as the route checks it) and asks `route` for the others."""
+
+    async def fetch(session_id: str, tag: str | None) -> tuple[int, bytes]:
+        found = await local(session_id)
+        if found is None:
+            return await route(session_id, tag)
+        status, encoded = found
+        if status == 200 and not_modified(tag, encoded):
+            return 304, b""
+        return found
+
+    return fetch
 
 
 class PlanRoute:

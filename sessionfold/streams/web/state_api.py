@@ -235,12 +235,14 @@ def register(
     security: KafkaSecurity = PLAINTEXT,
     not_ready: NotReadyLog | None = None,
     live: WorkerLive | None = None,
-) -> None:
+) -> LocalPlans | None:
     """Add the state views to a fold worker's web server (`table` routes, `state` answers);
-    with `live`, the live routes too (live_worker.py)."""
+    with `live`, the live routes too (live_worker.py), and the plans this worker answers
+    without HTTP (its gateway's, `LocalPlans`)."""
     not_ready = not_ready or NOT_READY
     routed = _routed(app, table, not_ready)
-    unless_recovering = _unless_recovering(app, table, faust_compat.watch_recovery(app), not_ready)
+    progress = faust_compat.watch_recovery(app)
+    unless_recovering = _unless_recovering(app, table, progress, not_ready)
 
     @routed
     @unless_recovering
@@ -298,10 +300,13 @@ def register(
             return await original(self, request, session_id, ref)
 
     app.page("/sessions/{session_id}", name="session")(Session)
+    local = None
     if live is not None:
         _register_live(app, live, routed, unless_recovering, not_ready)
+        local = LocalPlans(app, table, live, progress)
     app.page("/sessions/{session_id}/flushes", name="session-flushes")(Flushes)
     app.page("/sessions/{session_id}/refs/{ref}", name="session-ref")(Ref)
+    return local
 
 
 def _register_live(
@@ -374,6 +379,35 @@ def _register_live(
     app.page("/sessions/{session_id}/client-events", name="live-client-events")(
         _client_events_view(live)
     )
+
+
+@dataclass
+class LocalPlans:
+    """The plan route's answer for the sessions this worker owns, without HTTP: its gateway
+    asks here first (web/plan_cache.py `local_first`) and takes the route only for the
+    sessions another worker owns."""
+
+    app: Any
+    table: Any
+    live: WorkerLive
+    progress: RecoveryProgress
+
+    async def __call__(self, session_id: str) -> tuple[int, bytes] | None:
+        """(status, plan) as the route answers when this worker owns the session (a 503
+        without a body while it recovers the session or cannot read its log); None when
+        another worker owns it, or nobody does yet (the route answers that)."""
+        try:
+            if too_long(session_id) or not faust_compat.owns(self.app, self.table.name, session_id):
+                return None
+        except Exception:  # no owner yet, routing not ready: the route's 503 says why
+            return None
+        tp = changelog_partition(self.app, self.table, session_id)
+        if recovering(self.app, session_id, self.progress, tp) is not None:
+            return 503, b""
+        try:
+            return 200, await self.live.plan(session_id)
+        except LogUnavailable:
+            return 503, b""
 
 
 def _plan(live: WorkerLive, not_ready: NotReadyLog) -> Handler:

@@ -79,7 +79,7 @@ from sessionfold.streams.web.cache_policy import CACHE_TTL_S, MIN_FREED_TOKENS, 
 from sessionfold.streams.web.gateway import Gateway, default_upstreams
 from sessionfold.streams.web.live_contract import DEFAULT_WAIT_S, MAX_BODY_BYTES, LiveMetrics
 from sessionfold.streams.web.live_worker import WorkerLive
-from sessionfold.streams.web.plan_cache import PlanCache, PlanRoute
+from sessionfold.streams.web.plan_cache import PlanCache, PlanRoute, local_first
 from sessionfold.streams.worker import fault_injection
 from sessionfold.streams.worker.agents import (
     FoldRuntime,
@@ -333,8 +333,6 @@ def make_app(
             lag=lambda: consumer_lag(app, roles),
         )
     )
-    if settings.folds:
-        _add_gateway(app, settings, metrics.registry)
     _add_metrics_page(app, metrics)
     _add_health_page(app)
     web_auth.quiet_bad_requests()
@@ -1429,7 +1427,7 @@ def _add_fold(
         count_dead_letters
     )
     table.on_recover(on_recovered)
-    state_api.register(
+    local_plans = state_api.register(
         app,
         table,
         backend,
@@ -1440,6 +1438,7 @@ def _add_fold(
         settings.security,
         live=_live(settings, topics, backend, diff_model or OfflineModel(), metrics),
     )
+    _add_gateway(app, settings, metrics.registry, local_plans)
     return tracker
 
 
@@ -1509,16 +1508,22 @@ def _record(message: Any) -> SourceRecord:
     )
 
 
-def _add_gateway(app: faust.App, settings: WorkerSettings, registry: CollectorRegistry) -> None:
-    """The gateway's routes on the web port (web/gateway.py): each session's plan comes from
-    its owner through the state API's plan route, asked on this worker's own web server
-    (which proxies it to the owner), and is cached between changes (web/plan_cache.py)."""
+def _add_gateway(
+    app: faust.App,
+    settings: WorkerSettings,
+    registry: CollectorRegistry,
+    local: state_api.LocalPlans | None,
+) -> None:
+    """The gateway's routes on a fold worker's web port (web/gateway.py): each session's plan
+    comes from its owner, in process when that is this worker (`local`), else through the
+    state API's plan route (asked on this worker's own web server, which proxies it to the
+    owner), and is cached between changes (web/plan_cache.py)."""
     route = PlanRoute(str(app.conf.canonical_url), settings.token)
     gateway = Gateway(
         dict(settings.upstreams),
         settings.token,
         registry,
-        plans=PlanCache(route, registry),
+        plans=PlanCache(route if local is None else local_first(local, route), registry),
         policy=CachePolicy(settings.min_freed_tokens, settings.cache_ttl_s),
     )
 
