@@ -1,6 +1,7 @@
 """The live API's context route in process (aiohttp's test server over `LiveFolds`): what it
 costs. pi's whole array fits in a call, a waiting call wakes when its leaf is folded (not at
-its next look), and a call repeated before anything new is folded renders nothing again."""
+its next look), and a call repeated before anything new is folded renders nothing again; the
+plan route answers a 304 for the plan a gateway names."""
 
 from __future__ import annotations
 
@@ -222,3 +223,43 @@ def test_an_unknown_session_asks_for_a_rescan_and_is_answered_after_the_grace(
     finally:
         stop.set()
         thread.join()
+
+
+def test_the_plan_route_answers_a_304_while_the_plan_named_is_the_plan(tmp_path: Path) -> None:
+    """The plan carries its tag (`ETag`); asked with it the route answers a 304 without a body
+    until a fold changes the plan, then the new plan whole; an unknown session's plan too."""
+    target, lines, session_id = _grown(tmp_path, 40)
+    half = len(lines) // 2
+    target.write_bytes(b"".join(lines[:half]))
+    live = LiveFolds([tmp_path / "live"])
+    live.discover()
+    live.poll()
+
+    async def test(client: TestClient[Any, Any]) -> None:
+        seen: list[bytes] = []
+        for cut in (half, len(lines)):
+            if cut != half:
+                target.write_bytes(b"".join(lines))
+                live.poll()
+            first = await client.get(f"/sessions/{session_id}/plan")
+            body, tag = await first.read(), first.headers["ETag"]
+            assert first.status == 200 and orjson.loads(body)["known"]
+            again = await client.get(f"/sessions/{session_id}/plan", headers={"If-None-Match": tag})
+            assert again.status == 304 and await again.read() == b""
+            assert again.headers["ETag"] == tag
+            seen.append(body)
+        assert seen[0] != seen[1]  # the second half changed the plan
+        stale = await client.get(f"/sessions/{session_id}/plan", headers={"If-None-Match": tag})
+        assert stale.status == 304
+        other = await client.get(
+            f"/sessions/{session_id}/plan", headers={"If-None-Match": '"something-else"'}
+        )
+        assert other.status == 200 and await other.read() == seen[1]
+        unknown = await client.get("/sessions/nobody/plan")
+        assert orjson.loads(await unknown.read()) == {
+            "session": "nobody",
+            "known": False,
+            "results": {},
+        }
+
+    _served(live, test)

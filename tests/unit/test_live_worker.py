@@ -8,7 +8,8 @@ integration test (tests/integration/test_kafka_live.py) runs it on the broker.
 - it starts at the session's first record, as the fold recorded it;
 - it keeps at most `capacity` sessions, the least recently asked going first;
 - over the table the fold leaves, the context route renders what `sessionfold context` does,
-  and a log it cannot read makes a stale answer (context) or a 503 (recall), not a 500.
+  and a log it cannot read makes a stale answer (context) or a 503 (recall), not a 500;
+- the plan route's answer is the rewrite of that render, in serve's JSON.
 """
 
 from __future__ import annotations
@@ -39,11 +40,12 @@ from sessionfold.projections.store import DictStore
 from sessionfold.projections.views.context import apply_patch
 from sessionfold.streams.cli.context import view_from_replay
 from sessionfold.streams.kafka.key_reader import KeyRecords
-from sessionfold.streams.kafka.table_store import MemoryBackend, start_key
+from sessionfold.streams.kafka.table_store import MemoryBackend, read_view, start_key
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
 from sessionfold.streams.runtime.embedded import EmbeddedRuntime
 from sessionfold.streams.tools.replay import Collector, replay_files
 from sessionfold.streams.tools.synthetic import generate_session, write_session
+from sessionfold.streams.web.live_contract import epoch_of, plan_json, unknown_plan
 from sessionfold.streams.web.live_worker import LogUnavailable, SessionLogs, WorkerLive
 
 
@@ -239,3 +241,49 @@ def test_an_unreadable_log_answers_stale_and_recall_refuses_with_a_503_reason(
     )
     with pytest.raises(LogUnavailable):
         asyncio.run(live.recall(session_id, {"ids": ["t1"]}))
+
+
+def test_the_plan_at_each_user_message_is_the_rewrite_of_the_context_commands_render(
+    tmp_path: Path,
+) -> None:
+    """The plan route's answer over the table a fold leaves is `rewrite_plan` of `sessionfold
+    context FILE`'s render there, in the JSON serve's plan route answers (live_contract.py);
+    a session the table lacks is `known: false`; a log it cannot read raises LogUnavailable
+    (the state API's 503)."""
+    path = write_session(tmp_path, generate_session(5, 40)).path
+    lines = path.read_bytes().splitlines()
+    users = [
+        n
+        for n, entry in enumerate((orjson.loads(line) for line in lines), start=1)
+        if entry.get("type") == "message" and entry["message"]["role"] == "user"
+    ]
+    rewritten = 0
+    for upto in [*users[1:], len(lines)]:
+        state, partition, records = _folded(path, upto)
+        session_id = records[0].session_id
+        live = WorkerLive(
+            state, SessionLogs(partition, 1, 4), DEFAULT_CONFIG, DEFAULT_LEDGER, OfflineModel()
+        )  # type: ignore[arg-type]
+        cut = path.with_suffix(".plan.jsonl")
+        cut.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:upto]))
+        collector = Collector(session_id)
+        replayer = replay_files([cut], DEFAULT_CONFIG, [session_id], on_folded=collector)
+        view = view_from_replay(replayer, collector, DEFAULT_CONFIG)
+        cut.unlink()
+        store = read_view(state, session_id)
+        expected = plan_json(session_id, view, epoch_of(store, session_id))
+        got = asyncio.run(live.plan(session_id))
+        assert got == expected
+        rewritten += bool(orjson.loads(got)["results"])
+    assert rewritten > 0
+    assert asyncio.run(live.plan("nobody")) == unknown_plan("nobody")
+    assert orjson.loads(unknown_plan("nobody")) == {
+        "session": "nobody",
+        "known": False,
+        "results": {},
+    }
+    broken = WorkerLive(
+        state, SessionLogs(Failing(), 1, 4), DEFAULT_CONFIG, DEFAULT_LEDGER, OfflineModel()
+    )  # type: ignore[arg-type]
+    with pytest.raises(LogUnavailable):
+        asyncio.run(broken.plan(session_id))

@@ -470,3 +470,39 @@ def test_each_kind_of_503_logs_one_line_an_interval_counting_every_request(
         counts = [n for _, r, n in lines if r == reason]
         since = [sum(1 for i in asked if a < i <= b) for a, b in itertools.pairwise([-1, *logged])]
         assert counts == since
+
+
+def test_a_worker_plans_in_process_only_the_sessions_it_owns(tmp_path: Path) -> None:
+    """`LocalPlans` (the gateway's first ask): the plan of a session this worker owns, as
+    Faust's router decides it; None for another owner's, for no owner yet and for an id too
+    long (the route answers those); a 503 while the session's partition recovers or its log
+    cannot be read."""
+    app = unstarted_app(tmp_path, canonical_url="http://127.0.0.1:6066")
+    table = app.Table("state", key_type=str, value_type=bytes, partitions=2)
+    here, there = URL("http://127.0.0.1:6066"), URL("http://127.0.0.1:6067")
+    owners = {"mine": here, "theirs": there, "m" * 300: here}
+
+    def key_store(_table: str, key: str) -> URL:
+        return owners[key]  # KeyError: nobody owns it yet
+
+    app.router.key_store = key_store  # type: ignore[method-assign]
+
+    class Live:
+        broken = False
+
+        async def plan(self, session_id: str) -> bytes:
+            if self.broken:
+                raise state_api.LogUnavailable("KafkaError")
+            return b'{"session": "%s"}' % session_id.encode()
+
+    live = Live()
+    local = state_api.LocalPlans(app, table, live, faust_compat.watch_recovery(app))
+    assert asyncio.run(local("mine")) == (200, b'{"session": "mine"}')
+    assert asyncio.run(local("theirs")) is None
+    assert asyncio.run(local("nobody")) is None
+    assert asyncio.run(local("m" * 300)) is None
+    live.broken = True
+    assert asyncio.run(local("mine")) == (503, b"")
+    live.broken = False
+    app.in_recovery = True  # nothing of the partition recovered yet
+    assert asyncio.run(local("mine")) == (503, b"")

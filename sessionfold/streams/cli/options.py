@@ -18,7 +18,9 @@ from sessionfold.streams.kafka import security as ks
 from sessionfold.streams.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX
 from sessionfold.streams.publishing.session_file import FORCED_FORMAT
 from sessionfold.streams.runtime.config_files import load_config
+from sessionfold.streams.web.anthropic_api import ANTHROPIC
 from sessionfold.streams.web.auth import MIN_TOKEN_CHARS
+from sessionfold.streams.web.openai_api import OPENAI
 
 Bootstrap = Annotated[
     str,
@@ -285,15 +287,76 @@ def config_or_exit(err: Console, path: Path | None, overrides: list[str]) -> Pru
         raise typer.Exit(2) from None
 
 
+# The gateway's options, the same on `sessionfold serve` and `sessionfold worker` (docs/live.md,
+# "The gateway").
+AnthropicUpstream = Annotated[
+    str,
+    typer.Option(
+        "--anthropic-upstream",
+        envvar="SESSIONFOLD_ANTHROPIC_UPSTREAM",
+        help="Where the gateway sends Claude Code's calls (Anthropic Messages).",
+    ),
+]
+ANTHROPIC_UPSTREAM = ANTHROPIC.default_upstream
+
+OpenaiUpstream = Annotated[
+    str,
+    typer.Option(
+        "--openai-upstream",
+        envvar="SESSIONFOLD_OPENAI_UPSTREAM",
+        help="Where the gateway sends Codex's calls (OpenAI Responses).",
+    ),
+]
+OPENAI_UPSTREAM = OPENAI.default_upstream
+
+MinFreedTokens = Annotated[
+    int,
+    typer.Option(
+        "--min-freed-tokens",
+        envvar="SESSIONFOLD_MIN_FREED_TOKENS",
+        min=0,
+        help="Tokens a change of the gateway's rewrite must free before it gives up "
+        "the provider's cached prefix.",
+    ),
+]
+
+CacheTtl = Annotated[
+    float,
+    typer.Option(
+        "--cache-ttl",
+        envvar="SESSIONFOLD_CACHE_TTL",
+        min=0.0,
+        help="The provider's cache life, seconds: after that long without a call the "
+        "gateway takes the newest rewrite whatever it frees.",
+    ),
+]
+
+
+def upstreams_or_exit(err: Console, anthropic: str, openai: str) -> dict[str, str]:
+    """The gateway's upstream base URLs by API name; exit 2 on one that is not http(s)."""
+    upstreams = {ANTHROPIC.name: anthropic, OPENAI.name: openai}
+    for name, url in upstreams.items():
+        if not url.startswith(("http://", "https://")):
+            err.print(f"[red]--{name}-upstream wants an http(s) URL[/]", highlight=False)
+            raise typer.Exit(2)
+    return upstreams
+
+
 __all__ = [
+    "ANTHROPIC_UPSTREAM",
     "DEFAULT_BOOTSTRAP",
     "DEFAULT_PARTITIONS",
     "DEFAULT_PREFIX",
+    "OPENAI_UPSTREAM",
+    "AnthropicUpstream",
     "ApiToken",
     "ApiTokenFile",
     "Bootstrap",
+    "CacheTtl",
     "ConfigFile",
     "Ledger",
+    "MinFreedTokens",
+    "OpenaiUpstream",
     "Partitions",
     "SaslMechanism",
     "SaslPasswordFile",
@@ -310,4 +373,5 @@ __all__ = [
     "kafka_failure",
     "kafka_security_options",
     "security_or_exit",
+    "upstreams_or_exit",
 ]

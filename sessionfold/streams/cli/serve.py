@@ -47,12 +47,19 @@ from rich.console import Console
 from sessionfold.projections.pruning.config import PruneConfig
 from sessionfold.streams.cli.ledger import OFFLINE_NAMES, diff_model_for
 from sessionfold.streams.cli.options import (
+    ANTHROPIC_UPSTREAM,
+    OPENAI_UPSTREAM,
+    AnthropicUpstream,
     ApiToken,
     ApiTokenFile,
+    CacheTtl,
     ConfigFile,
+    MinFreedTokens,
+    OpenaiUpstream,
     Settings,
     api_token_or_exit,
     config_or_exit,
+    upstreams_or_exit,
 )
 from sessionfold.streams.cli.self_loop import calls_itself
 from sessionfold.streams.cli.worker import model_port_for
@@ -60,7 +67,6 @@ from sessionfold.streams.logs import configure_cli_logging, show_session_lines
 from sessionfold.streams.runtime.agent_dirs import agent_session_dirs
 from sessionfold.streams.runtime.heap import freeze_after_full_collections
 from sessionfold.streams.runtime.live import DEFAULT_ANSWER_THREADS, LiveFolds
-from sessionfold.streams.web.anthropic_api import ANTHROPIC
 from sessionfold.streams.web.auth import exposure_warning, quiet_bad_requests
 from sessionfold.streams.web.cache_policy import CACHE_TTL_S, MIN_FREED_TOKENS, CachePolicy
 from sessionfold.streams.web.gateway import APIS, Gateway
@@ -68,7 +74,6 @@ from sessionfold.streams.web.handover import Handover
 from sessionfold.streams.web.live_api import DEFAULT_WAIT_S, LiveApi
 from sessionfold.streams.web.live_contract import READ_TIMEOUT_S
 from sessionfold.streams.web.live_front import LiveFront
-from sessionfold.streams.web.openai_api import OPENAI
 
 log = logging.getLogger(__name__)
 
@@ -178,42 +183,10 @@ def register(app: typer.Typer) -> None:
                 "and how long an idle connection is kept, seconds (then it is closed).",
             ),
         ] = READ_TIMEOUT_S,
-        anthropic_upstream: Annotated[
-            str,
-            typer.Option(
-                "--anthropic-upstream",
-                envvar="SESSIONFOLD_ANTHROPIC_UPSTREAM",
-                help="Where the gateway sends Claude Code's calls (Anthropic Messages).",
-            ),
-        ] = ANTHROPIC.default_upstream,
-        openai_upstream: Annotated[
-            str,
-            typer.Option(
-                "--openai-upstream",
-                envvar="SESSIONFOLD_OPENAI_UPSTREAM",
-                help="Where the gateway sends Codex's calls (OpenAI Responses).",
-            ),
-        ] = OPENAI.default_upstream,
-        min_freed_tokens: Annotated[
-            int,
-            typer.Option(
-                "--min-freed-tokens",
-                envvar="SESSIONFOLD_MIN_FREED_TOKENS",
-                min=0,
-                help="Tokens a change of the gateway's rewrite must free before it gives up "
-                "the provider's cached prefix.",
-            ),
-        ] = MIN_FREED_TOKENS,
-        cache_ttl_s: Annotated[
-            float,
-            typer.Option(
-                "--cache-ttl",
-                envvar="SESSIONFOLD_CACHE_TTL",
-                min=0.0,
-                help="The provider's cache life, seconds: after that long without a call the "
-                "gateway takes the newest rewrite whatever it frees.",
-            ),
-        ] = CACHE_TTL_S,
+        anthropic_upstream: AnthropicUpstream = ANTHROPIC_UPSTREAM,
+        openai_upstream: OpenaiUpstream = OPENAI_UPSTREAM,
+        min_freed_tokens: MinFreedTokens = MIN_FREED_TOKENS,
+        cache_ttl_s: CacheTtl = CACHE_TTL_S,
         live_within_s: Annotated[
             float,
             typer.Option(
@@ -296,11 +269,7 @@ def register(app: typer.Typer) -> None:
         quiet_bad_requests()
         freeze_after_full_collections()  # the renders handed over: a few per session, kept
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        upstreams = {ANTHROPIC.name: anthropic_upstream, OPENAI.name: openai_upstream}
-        for name, url in upstreams.items():
-            if not url.startswith(("http://", "https://")):
-                err.print(f"[red]--{name}-upstream wants an http(s) URL[/]", highlight=False)
-                raise typer.Exit(2)
+        upstreams = upstreams_or_exit(err, anthropic_upstream, openai_upstream)
         policy = CachePolicy(min_freed_tokens, cache_ttl_s)
         code = asyncio.run(
             _serve(err, fold, token, bind, port, wait_s, read_timeout_s, upstreams, policy)

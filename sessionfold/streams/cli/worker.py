@@ -3,10 +3,13 @@
 It creates the topics if they are missing, checks that they are co-partitioned, builds the Faust
 app (`faust_app.make_app`) and runs it with Faust's worker (logging, signals, graceful leave).
 Each role scales by starting more workers with the same topic prefix and app id; give each its
-own `--web-port`. `--config`/`--set` are the pruning settings, as for `sessionfold fold`; every
-fold worker of one app must run with the same ones, and with the same API token (requests are
-proxied between them with the caller's token). The web server binds 127.0.0.1 unless
-`--web-bind` widens it; a wider bind without a token is warned about (docs/security.md).
+own `--web-port`. A fold worker's web port answers the gateway's model API routes too, with
+serve's options (`--anthropic-upstream`, `--openai-upstream`, `--min-freed-tokens`,
+`--cache-ttl`; docs/live.md, "Fleet"). `--config`/`--set` are the pruning settings, as for
+`sessionfold fold`; every fold worker of one app must run with the same ones, and with the
+same API token (requests are proxied between them with the caller's token). The web server
+binds 127.0.0.1 unless `--web-bind` widens it; a wider bind without a token is warned about
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -25,14 +28,20 @@ from sessionfold.ports.summarizer import ModelPort, OfflineSummarizer
 from sessionfold.projections.pruning.config import PruneConfig
 from sessionfold.streams.cli.ledger import diff_model_for
 from sessionfold.streams.cli.options import (
+    ANTHROPIC_UPSTREAM,
     DEFAULT_BOOTSTRAP,
     DEFAULT_PARTITIONS,
     DEFAULT_PREFIX,
+    OPENAI_UPSTREAM,
+    AnthropicUpstream,
     ApiToken,
     ApiTokenFile,
     Bootstrap,
+    CacheTtl,
     ConfigFile,
     Ledger,
+    MinFreedTokens,
+    OpenaiUpstream,
     Partitions,
     Settings,
     TopicPrefix,
@@ -41,12 +50,14 @@ from sessionfold.streams.cli.options import (
     config_or_exit,
     kafka_failure,
     kafka_security_options,
+    upstreams_or_exit,
 )
 from sessionfold.streams.kafka import clients
 from sessionfold.streams.kafka.security import PLAINTEXT, KafkaSecurity
 from sessionfold.streams.kafka.topics import Topics, ensure_topics
 from sessionfold.streams.logs import DEFAULT_REPEAT_INTERVAL_S, RepeatFilter
 from sessionfold.streams.web.auth import exposure_warning
+from sessionfold.streams.web.cache_policy import CACHE_TTL_S, MIN_FREED_TOKENS
 from sessionfold.streams.web.live_contract import DEFAULT_WAIT_S
 from sessionfold.streams.web.live_worker import DEFAULT_CACHED_SESSIONS
 from sessionfold.streams.worker import fault_injection
@@ -198,6 +209,10 @@ def register(app: typer.Typer) -> None:
                 "(a broker outage); the next says how many were held back. 0: every line.",
             ),
         ] = DEFAULT_REPEAT_INTERVAL_S,
+        anthropic_upstream: AnthropicUpstream = ANTHROPIC_UPSTREAM,
+        openai_upstream: OpenaiUpstream = OPENAI_UPSTREAM,
+        min_freed_tokens: MinFreedTokens = MIN_FREED_TOKENS,
+        cache_ttl_s: CacheTtl = CACHE_TTL_S,
         security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         """Run a Kafka worker: fold session events, answer flush requests, serve state."""
@@ -218,6 +233,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         config = config_or_exit(err, config_file, settings or [])
         token = api_token_or_exit(err, api_token, api_token_file)
+        upstreams = upstreams_or_exit(err, anthropic_upstream, openai_upstream)
         topics = Topics(topic_prefix)
         access_or_exit(err, bootstrap, security)
         try:
@@ -255,6 +271,9 @@ def register(app: typer.Typer) -> None:
                 live_sessions=live_sessions,
                 live_wait_s=live_wait_s,
                 answer_threads=answer_threads,
+                upstreams=upstreams,
+                min_freed_tokens=min_freed_tokens,
+                cache_ttl_s=cache_ttl_s,
             )
         except ValidationError as exc:
             fields = ", ".join(str(e["loc"][0]) for e in exc.errors())

@@ -489,6 +489,13 @@ async def _route_with_body(
         )
 
 
+def owns(app: Any, table_name: str, key: str) -> bool:
+    """Whether this worker owns `key`'s partition of table `table_name`, as Faust's router
+    decides it (`Router.route_req`); KeyError when nobody does yet."""
+    owner = app.router.key_store(table_name, key)
+    return _url_ident(owner) == _url_ident(app.conf.canonical_url)
+
+
 def _url_ident(url: Any) -> tuple[str, int]:
     """(host, port) of a worker URL, as Faust's `Router._urlident` compares them."""
     return ((url.host if url.scheme else url.path) or "", int(url.port or 80))
@@ -514,6 +521,7 @@ __all__ = [
     "fetch_only_asked_partitions",
     "forget_unacked",
     "missing_internals",
+    "owns",
     "partition_dbs",
     "persisted_offset_key",
     "read_changelog_again",

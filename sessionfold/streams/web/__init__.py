@@ -15,5 +15,6 @@ __all__ = [
     "live_worker",
     "model_api",
     "openai_api",
+    "plan_cache",
     "state_api",
 ]

@@ -92,6 +92,11 @@ def has_long_number(body: bytes) -> bool:
     return _LONG_NUMBER.search(body) is not None
 
 
+def default_upstreams() -> dict[str, str]:
+    """Each API's provider, by API name: where the gateway sends calls unless told."""
+    return {api.name: api.default_upstream for api in APIS}
+
+
 @dataclass(frozen=True)
 class GatewayMetrics:
     """The gateway's Prometheus counters (bounded labels: api, outcome, part)."""

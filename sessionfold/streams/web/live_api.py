@@ -47,7 +47,6 @@ from sessionfold.projections.ledger.config import DEFAULT_LEDGER, LedgerConfig
 from sessionfold.projections.pruning.digest import message_of
 from sessionfold.projections.views.chains import resolve_ref
 from sessionfold.projections.views.recall import recall_text
-from sessionfold.projections.views.rewrite import rewrite_plan
 from sessionfold.streams.publishing.session_file import read_session_file
 from sessionfold.streams.runtime.ledger_loop import fold_records
 from sessionfold.streams.runtime.live import LiveFolds, LiveSession, Rendered
@@ -89,6 +88,7 @@ __all__ = [
     "add_live_routes",
     "bounded_middleware",
     "json_response",
+    "plan_response",
     "timed_middleware",
 ]
 
@@ -314,13 +314,12 @@ class LiveApi:
         never waits for a leaf (the gateway passes results the fold has not seen yet)."""
         session_id = _id(request)
         if session_id not in self.live.sessions:
-            return json_response({"session": session_id, "known": False, "results": {}})
-        encoded = await asyncio.get_running_loop().run_in_executor(
-            self._renders, self._plan_now, session_id
-        )
-        if encoded is None:
-            return json_response({"session": session_id, "known": False, "results": {}})
-        return web.Response(body=encoded, content_type="application/json")
+            encoded: bytes | None = contract.unknown_plan(session_id)
+        else:
+            encoded = await asyncio.get_running_loop().run_in_executor(
+                self._renders, self._plan_now, session_id
+            )
+        return plan_response(request, encoded or contract.unknown_plan(session_id))
 
     def _plan_now(self, session_id: str) -> bytes | None:
         """The plan of the session's current render, encoded once per render."""
@@ -331,8 +330,7 @@ class LiveApi:
         kept = self._plans.get(session_id)
         if kept is not None and kept[0] is rendered:
             return kept[1]
-        plan = {"session": session_id, "known": True, "epoch": rendered.epoch}
-        encoded = orjson.dumps({**plan, "results": rewrite_plan(rendered.view)})
+        encoded = contract.plan_json(session_id, rendered.view, rendered.epoch)
         self._plans[session_id] = (rendered, encoded)
         return encoded
 
@@ -686,3 +684,12 @@ def json_response(
     if isinstance(body, dict) and "changed" in body:
         response.sessionfold_outcome = contract.outcome(body)  # type: ignore[attr-defined]
     return response
+
+
+def plan_response(request: web.Request, encoded: bytes) -> web.Response:
+    """The plan route's answer: the plan with its `ETag`, or a 304 without a body when the
+    request's `If-None-Match` names it (a gateway's cached plan is still the plan)."""
+    tag = {"ETag": contract.plan_tag(encoded)}
+    if contract.not_modified(request.headers.get("If-None-Match"), encoded):
+        return web.Response(status=304, headers=tag)
+    return web.Response(body=encoded, content_type="application/json", headers=tag)

@@ -8,10 +8,12 @@ worker's table).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from sessionfold.projections.pruning import session as pruning
@@ -22,6 +24,7 @@ from sessionfold.projections.views.context import (
     message_identities,
     patch_of,
 )
+from sessionfold.projections.views.rewrite import rewrite_plan
 from sessionfold.projections.views.status import footer
 from sessionfold.streams.runtime.ledger_loop import compaction_entries
 
@@ -365,3 +368,29 @@ def status_answer(
 def unknown_status(session_id: str) -> dict[str, Any]:
     """The status of a session the server has not seen."""
     return {"session_id": session_id, "known": False, "footer": "prune: ON"}
+
+
+def plan_json(session_id: str, view: ContextView, epoch: int) -> bytes:
+    """The plan route's answer for a rendered `view`, encoded (docs/live.md, "The gateway"):
+    the results the render took out, by tool call id (views/rewrite.py)."""
+    plan = {"session": session_id, "known": True, "epoch": epoch}
+    return orjson.dumps({**plan, "results": rewrite_plan(view)})
+
+
+def unknown_plan(session_id: str) -> bytes:
+    """The plan route's answer for a session the server holds nothing of."""
+    return orjson.dumps({"session": session_id, "known": False, "results": {}})
+
+
+def plan_tag(encoded: bytes) -> str:
+    """The entity tag of an encoded plan (its `ETag`, quoted): a digest of its bytes, so a
+    client computes it from the body it got, even through a proxy that drops headers."""
+    return '"' + hashlib.blake2b(encoded, digest_size=12).hexdigest() + '"'
+
+
+def not_modified(if_none_match: str | None, encoded: bytes) -> bool:
+    """Whether a plan request's `If-None-Match` names this plan (then: 304, no body)."""
+    if not if_none_match:
+        return False
+    tag = plan_tag(encoded)
+    return any(part.strip() in (tag, "W/" + tag) for part in if_none_match.split(","))

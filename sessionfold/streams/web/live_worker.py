@@ -9,7 +9,8 @@ that owns the session's partition (state_api.py routes them there):
 - `compact`: the ledger's compaction pass over the table's ledger state, as a compact request
   after the last folded event would run it (`sessionfold ledger compact FILE`'s pass);
 - `recall`: the recall tool's text, originals from the session's entries;
-- `status`: the pending batches, metrics and footer.
+- `status`: the pending batches, metrics and footer;
+- `plan`: the gateway's rewrite plan (views/rewrite.py) of the render `context` would give.
 
 The entries are not in the table (the log is the archive): `SessionLogs` keeps each session's
 `LogEntry` items and `/pruner compact` points in memory, an LRU over sessions, and fills one
@@ -257,6 +258,22 @@ class WorkerLive:
         entries, compacts = session_log.upto(seq)
         points = [compact_point(s, t, store, session_id) for s, t in compacts]
         return context_at(entries, store, session_id, self.config, points, session_log.memo)
+
+    async def plan(self, session_id: str) -> bytes:
+        """The plan route's answer, encoded (live_contract.py `plan_json`): the rewrite of the
+        session as folded now, never waiting for a leaf, as serve's (LogUnavailable when
+        session-events cannot be read)."""
+        store = read_view(self.state, session_id)
+        if not known(store, session_id):
+            return contract.unknown_plan(session_id)
+        for _ in range(CATCH_UP_READS):
+            seq = pruning.load_head(store, session_id)["seq"]
+            session_log = await self.logs.fill(session_id, store, seq)
+            store = read_view(self.state, session_id)  # the fold may have gone on meanwhile
+            if session_log.last_seq >= pruning.load_head(store, session_id)["seq"]:
+                break
+        view = self._view(session_log, store, session_id)
+        return contract.plan_json(session_id, view, contract.epoch_of(store, session_id))
 
     async def compact(self, session_id: str) -> dict[str, Any]:
         """The compact route's answer: the ledger's pass as a compact request now runs it."""

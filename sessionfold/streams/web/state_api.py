@@ -7,10 +7,13 @@
   number of events the flush barrier holds.
 - `GET /sessions/{id}/refs/{ref}`: the original tool output a summary's ref `tN` stands for,
   read back from session-events at the offset the fold recorded for that toolResult entry.
-- `POST /sessions/{id}/context`, `/compact`, `/recall`, `GET /sessions/{id}/status`: the live
-  routes `sessionfold serve` has, with the same JSON (live_worker.py, docs/live.md), when
+- `POST /sessions/{id}/context`, `/compact`, `/recall`, `GET /sessions/{id}/status`, `/plan`:
+  the live routes `sessionfold serve` has, with the same JSON (live_worker.py, docs/live.md), when
   `register` is given a `WorkerLive`. A POST is proxied to the owner with its body.
   `POST /sessions/{id}/client-events` (the extension's fail-opens) is counted where it arrives.
+  `/plan` carries an `ETag` (a digest of the plan's bytes: live_contract.py `plan_tag`) and is a
+  304 without a body when `If-None-Match` names it, so a gateway's cached plan costs a small
+  answer while the session does not change (web/plan_cache.py).
 
 Every view is routed by Faust's router on the session id (`faust_compat.route_request`), so any
 fold worker can be asked: the one that owns the session's partition answers (the request is
@@ -57,6 +60,7 @@ from sessionfold.streams.kafka.table_store import Backend, dead_letter_key, offs
 from sessionfold.streams.kafka.topics import Topics, partition_of
 from sessionfold.streams.runtime import step
 from sessionfold.streams.web import live_contract
+from sessionfold.streams.web.auth import GATEWAY_PREFIX
 from sessionfold.streams.web.live_contract import BadRequest
 from sessionfold.streams.web.live_worker import LogUnavailable, WorkerLive
 
@@ -231,12 +235,14 @@ def register(
     security: KafkaSecurity = PLAINTEXT,
     not_ready: NotReadyLog | None = None,
     live: WorkerLive | None = None,
-) -> None:
+) -> LocalPlans | None:
     """Add the state views to a fold worker's web server (`table` routes, `state` answers);
-    with `live`, the live routes too (live_worker.py)."""
+    with `live`, the live routes too (live_worker.py), and the plans this worker answers
+    without HTTP (its gateway's, `LocalPlans`)."""
     not_ready = not_ready or NOT_READY
     routed = _routed(app, table, not_ready)
-    unless_recovering = _unless_recovering(app, table, faust_compat.watch_recovery(app), not_ready)
+    progress = faust_compat.watch_recovery(app)
+    unless_recovering = _unless_recovering(app, table, progress, not_ready)
 
     @routed
     @unless_recovering
@@ -294,10 +300,13 @@ def register(
             return await original(self, request, session_id, ref)
 
     app.page("/sessions/{session_id}", name="session")(Session)
+    local = None
     if live is not None:
         _register_live(app, live, routed, unless_recovering, not_ready)
+        local = LocalPlans(app, table, live, progress)
     app.page("/sessions/{session_id}/flushes", name="session-flushes")(Flushes)
     app.page("/sessions/{session_id}/refs/{ref}", name="session-ref")(Ref)
+    return local
 
 
 def _register_live(
@@ -360,14 +369,63 @@ def _register_live(
     async def status(view: View, request: Request, session_id: str) -> Response:
         return _json(view, live.status(session_id))
 
+    plan = routed(unless_recovering(timed("plan")(_plan(live, not_ready))))
     app.page("/sessions/{session_id}/context", name="live-context")(_session_view(context, "post"))
     app.page("/sessions/{session_id}/compact", name="live-compact")(_session_view(compact, "post"))
     app.page("/sessions/{session_id}/recall", name="live-recall")(_session_view(recall, "post"))
     app.page("/sessions/{session_id}/status", name="live-status")(_session_view(status, "get"))
+    app.page("/sessions/{session_id}/plan", name="live-plan")(_session_view(plan, "get"))
 
     app.page("/sessions/{session_id}/client-events", name="live-client-events")(
         _client_events_view(live)
     )
+
+
+@dataclass
+class LocalPlans:
+    """The plan route's answer for the sessions this worker owns, without HTTP: its gateway
+    asks here first (web/plan_cache.py `local_first`) and takes the route only for the
+    sessions another worker owns."""
+
+    app: Any
+    table: Any
+    live: WorkerLive
+    progress: RecoveryProgress
+
+    async def __call__(self, session_id: str) -> tuple[int, bytes] | None:
+        """(status, plan) as the route answers when this worker owns the session (a 503
+        without a body while it recovers the session or cannot read its log); None when
+        another worker owns it, or nobody does yet (the route answers that)."""
+        try:
+            if too_long(session_id) or not faust_compat.owns(self.app, self.table.name, session_id):
+                return None
+        except Exception:  # no owner yet, routing not ready: the route's 503 says why
+            return None
+        tp = changelog_partition(self.app, self.table, session_id)
+        if recovering(self.app, session_id, self.progress, tp) is not None:
+            return 503, b""
+        try:
+            return 200, await self.live.plan(session_id)
+        except LogUnavailable:
+            return 503, b""
+
+
+def _plan(live: WorkerLive, not_ready: NotReadyLog) -> Handler:
+    """The plan route, run where the session is: the plan with its `ETag`, or a 304 without a
+    body when `If-None-Match` names it (web/plan_cache.py)."""
+
+    async def plan(view: View, request: Request, session_id: str) -> Response:
+        try:
+            encoded = await live.plan(session_id)
+        except LogUnavailable:
+            busy = {"error": "not ready", "reason": "log", "session_id": session_id}
+            return _unavailable(view, busy, "log", not_ready)
+        tag = {"ETag": live_contract.plan_tag(encoded)}
+        if live_contract.not_modified(request.headers.get("If-None-Match"), encoded):
+            return view.bytes(b"", status=304, headers=tag)
+        return view.bytes(encoded, content_type="application/json", headers=tag)
+
+    return plan
 
 
 def _session_view(handler: Handler, method: str) -> type[View]:
@@ -475,6 +533,9 @@ def not_ready_middleware(not_ready: NotReadyLog | None = None) -> Any:
 
     @web.middleware
     async def answer_503(request: web.Request, handler: Any) -> web.StreamResponse:
+        if str(getattr(request, "path", "")).startswith(GATEWAY_PREFIX):
+            passed: web.StreamResponse = await handler(request)
+            return passed  # the upstream's answer passes as it came
         try:
             response: web.StreamResponse = await handler(request)
         except Exception as exc:

@@ -75,8 +75,11 @@ from sessionfold.streams.private_dirs import make_private_dirs
 from sessionfold.streams.runtime.step import Answerer
 from sessionfold.streams.web import auth as web_auth
 from sessionfold.streams.web import live_worker, state_api
+from sessionfold.streams.web.cache_policy import CACHE_TTL_S, MIN_FREED_TOKENS, CachePolicy
+from sessionfold.streams.web.gateway import Gateway, default_upstreams
 from sessionfold.streams.web.live_contract import DEFAULT_WAIT_S, MAX_BODY_BYTES, LiveMetrics
 from sessionfold.streams.web.live_worker import WorkerLive
+from sessionfold.streams.web.plan_cache import PlanCache, PlanRoute, local_first
 from sessionfold.streams.worker import fault_injection
 from sessionfold.streams.worker.agents import (
     FoldRuntime,
@@ -159,6 +162,11 @@ class WorkerSettings(BaseModel):
     #: Flush requests the summarizer answers at once (one per session at most, answers.py);
     #: 0 or 1 answers one at a time, as before.
     answer_threads: int = Field(DEFAULT_ANSWER_THREADS, ge=0)
+    #: The gateway on a fold worker's web port (docs/live.md, "Fleet"): each API's upstream
+    #: base URL by API name, and its cache policy (web/cache_policy.py).
+    upstreams: dict[str, str] = Field(default_factory=default_upstreams)
+    min_freed_tokens: int = Field(MIN_FREED_TOKENS, ge=0)
+    cache_ttl_s: float = Field(CACHE_TTL_S, ge=0)
 
     @field_validator("store")
     @classmethod
@@ -1419,7 +1427,7 @@ def _add_fold(
         count_dead_letters
     )
     table.on_recover(on_recovered)
-    state_api.register(
+    local_plans = state_api.register(
         app,
         table,
         backend,
@@ -1430,6 +1438,7 @@ def _add_fold(
         settings.security,
         live=_live(settings, topics, backend, diff_model or OfflineModel(), metrics),
     )
+    _add_gateway(app, settings, metrics.registry, local_plans)
     return tracker
 
 
@@ -1497,6 +1506,33 @@ def _record(message: Any) -> SourceRecord:
     return SourceRecord(
         message.topic, message.partition, message.offset, message.key, message.value
     )
+
+
+def _add_gateway(
+    app: faust.App,
+    settings: WorkerSettings,
+    registry: CollectorRegistry,
+    local: state_api.LocalPlans | None,
+) -> None:
+    """The gateway's routes on a fold worker's web port (web/gateway.py): each session's plan
+    comes from its owner, in process when that is this worker (`local`), else through the
+    state API's plan route (asked on this worker's own web server, which proxies it to the
+    owner), and is cached between changes (web/plan_cache.py)."""
+    route = PlanRoute(str(app.conf.canonical_url), settings.token)
+    gateway = Gateway(
+        dict(settings.upstreams),
+        settings.token,
+        registry,
+        plans=PlanCache(route if local is None else local_first(local, route), registry),
+        policy=CachePolicy(settings.min_freed_tokens, settings.cache_ttl_s),
+    )
+
+    def add_routes(web: Any) -> None:
+        # Faust calls this as its web server starts, before the aiohttp app is frozen.
+        gateway.add_routes(web.web_app)
+        web.web_app.on_cleanup.append(route.close)
+
+    app.on_webserver_init = add_routes  # type: ignore[method-assign]
 
 
 def _add_metrics_page(app: faust.App, metrics: Metrics) -> None:
