@@ -59,6 +59,13 @@ Which file holds a session is known before its fold, from its name (`_NAMED_ID`)
 written within `live_within_s` or a client asked for it; an old one's flushes are answered
 offline (`_offline`), journaled alike. A file a client names (`adopt`) is tailed when it
 lies under an allowed root.
+
+Memory (`evict`): a session read through, not live, never asked for and with nothing of it
+with the model keeps only its file's path (`evicted`); a call for it waits for its file's fold
+again from the start (`holder`, `want`), as does a line written to it. Its journal answers its
+flushes again, so its state is the one it had, byte for byte. `follow` reads at most
+`FIRST_READS` files not read through at once, so a start's fold holds a few sessions half
+folded, not every one.
 """
 
 from __future__ import annotations
