@@ -232,26 +232,27 @@ def _answers(live: LiveFolds, session_id: str, leaf: str) -> dict[str, bytes]:
             with _following(live):
                 bodies = {}
                 calls = {
+                    "compact": ("POST", f"{base}/compact", {}),  # from the file alone
                     "status": ("GET", f"{base}/status", None),
                     "context": ("POST", f"{base}/context", {"leaf": leaf, "shape": []}),
                     "document": ("GET", base, None),
                     "plan": ("GET", f"{base}/plan", None),
                     "recall": ("POST", f"{base}/recall", {"ids": ["t1", "t2"]}),
+                    "ref": ("GET", f"{base}/refs/t1", None),
                     "health": ("GET", "/health", None),
                 }
                 for name, (method, url, body) in calls.items():
                     answer = await client.request(method, url, json=body)
-                    assert answer.status == 200, (name, answer.status)
-                    bodies[name] = await answer.read()
+                    bodies[name] = b"%d " % answer.status + await answer.read()
                 return bodies
 
     return asyncio.run(run())
 
 
 def test_every_route_answers_an_evicted_session_as_if_it_were_kept(tmp_path: Path) -> None:
-    """The status, context, document, plan and recall routes of a day-old session (the first
-    call made while it is evicted) answer the same bytes as a LiveFolds that keeps every
-    session; the session is kept afterwards (a client asked for it)."""
+    """The compact, status, context, document, plan, recall and ref routes of a day-old
+    session (the first two calls made while it is evicted) answer the same status and bytes as
+    a LiveFolds that keeps every session; the session is kept afterwards (asked for)."""
     kept_dir, evicted_dir = tmp_path / "kept", tmp_path / "evicted"
     files = _sessions(kept_dir, 4)
     shutil.copytree(kept_dir, evicted_dir)
@@ -264,7 +265,8 @@ def test_every_route_answers_an_evicted_session_as_if_it_were_kept(tmp_path: Pat
         folds.poll()
     assert session_id in live.evicted
     expected = _answers(kept, session_id, leaf)
-    assert orjson.loads(expected["status"])["known"] is not False
+    assert all(body.startswith(b"200 ") for body in expected.values()), expected
+    assert b'"t1"' in expected["ref"] and b'"known":false' not in expected["status"]
     assert _answers(live, session_id, leaf) == expected
     assert session_id in live.sessions and session_id not in live.evicted
 
