@@ -209,6 +209,40 @@ def test_a_session_grown_old_is_evicted_at_its_next_stat(tmp_path: Path) -> None
     assert session_id in live.evicted and session_id not in live.sessions
 
 
+def test_an_evicted_sessions_copy_is_set_aside_and_a_move_is_followed(tmp_path: Path) -> None:
+    """As for a session held: a copy of an evicted session's file (the same id) is set aside,
+    and the session is folded again from its own file when asked for; moved (renamed), it is
+    served from its new path; its file removed, it is no longer counted."""
+    [(path, session_id)] = _sessions(tmp_path / "live", 1)
+    live = LiveFolds([tmp_path / "live"], live_within_s=600, evict=True)
+    live.discover()
+    live.poll()
+    assert session_id in live.evicted
+    copy = path.with_name("copy.jsonl")
+    copy.write_bytes(path.read_bytes())
+    live.discover()
+    live.poll()
+    assert live.files_set_aside() == 1 and live.evicted == {session_id: path}
+    moved = path.with_name("moved.jsonl")
+    copy.unlink()
+    path.rename(moved)
+    live.discover()
+    live.poll()
+    assert live.evicted == {session_id: moved}  # read from its new path, evicted again
+    live.asked(session_id)
+    live.want(session_id)
+    live.poll()
+    assert live.sessions[session_id].path == moved and not live.evicted
+    [(other_path, other_id)] = _sessions(tmp_path / "other", 1)
+    other = LiveFolds([tmp_path / "other"], live_within_s=600, evict=True)
+    other.discover()
+    other.poll()
+    assert other.session_count() == 1
+    other_path.unlink()
+    other.poll()
+    assert other.session_count() == 0 and other.holder(other_id) is None
+
+
 @contextmanager
 def _following(live: LiveFolds) -> Iterator[None]:
     stop = threading.Event()
