@@ -246,6 +246,37 @@ def test_pi_names_its_file_when_serve_watches_another_folder(tmp_path: Path) -> 
         check_the_live_loop(tmp_path, process.url, run_pi(tmp_path, process.url, "named"))
 
 
+def test_pi_continues_a_session_serve_evicted_at_its_restart(tmp_path: Path) -> None:
+    """issue #39 item 8: serve started again over a day-old session keeps only its path
+    (evicted); pi continuing it (`--session FILE`: its first line written, its first call made)
+    has it folded again from the start, and every array pi sends is still `sessionfold
+    context` of the file as it stood."""
+    with serving(tmp_path / "sessions", TOKEN) as first:
+        run_pi(tmp_path, first.url, "first")
+    (session_file,) = (tmp_path / "sessions").glob("*.jsonl")
+    stamp = time.time() - 86_400
+    os.utime(session_file, (stamp, stamp))
+    with serving(tmp_path / "sessions", TOKEN) as second:
+        extra = ("--pi-arg", "--session", "--pi-arg", str(session_file))
+        run = run_pi(tmp_path, second.url, "continued", extra=extra)
+        err = second.stop().decode()
+    assert run["session_files"] == [str(session_file)]
+    # Served, evicted once read through, then folded again for pi's first call.
+    lines = err.splitlines()
+    served = [n for n, line in enumerate(lines) if "live: a session is served" in line]
+    evicted = [n for n, line in enumerate(lines) if "live: a settled session is evicted" in line]
+    assert len(served) == 2 and len(evicted) == 1, err[-3000:]
+    assert served[0] < evicted[0] < served[1], err[-3000:]
+    starts = [p for p in run["probe"] if p["hook"] == "context-start"]
+    ends = [p for p in run["probe"] if p["hook"] == "context"]
+    calls = [{**end, **start} for start, end in zip(starts, ends, strict=True)]
+    assert len(calls) >= 8
+    for call in calls:
+        expected = context_of(call["fileEntries"], session_file, tmp_path / "cut.jsonl")
+        assert call["messages"] == expected["messages"], f"call at leaf {call['leaf']}"
+    assert any(STUB in json.dumps(call["messages"]) for call in calls)
+
+
 def test_pi_finishes_on_its_own_context_without_sessionfold(tmp_path: Path, serve: Serve) -> None:
     serve.kill()
     run = run_pi(tmp_path, serve.url, "alone")

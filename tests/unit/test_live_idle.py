@@ -25,6 +25,7 @@ from serve_process import serving
 
 from sessionfold.ports.model_http import HttpModelClient, Timeouts, resolve_endpoint
 from sessionfold.ports.summarizer_http import HttpSummarizer
+from sessionfold.streams.logs import SESSIONS_LOGGER
 from sessionfold.streams.runtime import live as live_module
 from sessionfold.streams.runtime.agent_dirs import (
     agent_session_dirs,
@@ -195,7 +196,7 @@ def test_a_call_during_a_starts_fold_waits_for_its_file_folded_first(
                 await asyncio.sleep(0.1)
             return answer
 
-    with caplog.at_level(logging.INFO, logger="sessionfold.streams.runtime.live"):
+    with caplog.at_level(logging.INFO, logger=SESSIONS_LOGGER):  # shown on serve's stderr
         answer = asyncio.run(run())
     assert answer["reason"] == "mismatch" and answer["stale"] is False  # folded: pi's [] differs
     assert done.index(path) == 0, done.index(path)

@@ -215,6 +215,15 @@ def register(app: typer.Typer) -> None:
                 "that backs off for files that do not change).",
             ),
         ] = True,
+        evict: Annotated[
+            bool,
+            typer.Option(
+                "--evict/--no-evict",
+                envvar="SESSIONFOLD_SERVE_EVICT",
+                help="Keep only the path of a session no client asked for, not live and "
+                "settled; fold its file again when it is asked for or grows.",
+            ),
+        ] = True,
         api_token: ApiToken = None,
         api_token_file: ApiTokenFile = None,
         config_file: ConfigFile = None,
@@ -265,6 +274,7 @@ def register(app: typer.Typer) -> None:
             live_within_s,
             roots,
             notify,
+            evict,
         )
         quiet_bad_requests()
         freeze_after_full_collections()  # the renders handed over: a few per session, kept
@@ -320,6 +330,7 @@ class _FoldSide:
     live_within_s: float | None = None
     allowed_roots: list[Path] | None = None
     notify: bool = False
+    evict: bool = False
 
 
 async def _serve(
@@ -479,6 +490,7 @@ def _fold_process(fold: _FoldSide, socket_path: str, frames: Connection, alive: 
         live_within_s=fold.live_within_s,
         allowed_roots=fold.allowed_roots or (),
         notify=fold.notify,
+        evict=fold.evict,  # a settled session keeps only its path until asked (docs/live.md)
     )
     handover = Handover(live, frames.fileno())
     api = LiveApi(
@@ -535,7 +547,7 @@ async def _fold_serve(
     # (aiohttp's 128 refused the 200 bench sessions' live calls when they came together).
     site = web.UnixSite(runner, socket_path, backlog=FOLD_BACKLOG)
     await site.start()
-    handover.ready(len(live.sessions))
+    handover.ready(live.session_count())
     done = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, done.set)
     try:

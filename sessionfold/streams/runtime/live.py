@@ -59,6 +59,13 @@ Which file holds a session is known before its fold, from its name (`_NAMED_ID`)
 written within `live_within_s` or a client asked for it; an old one's flushes are answered
 offline (`_offline`), journaled alike. A file a client names (`adopt`) is tailed when it
 lies under an allowed root.
+
+Memory (`evict`): a session read through, not live, never asked for and with nothing of it
+with the model keeps only its file's path (`evicted`); a call for it waits for its file's fold
+again from the start (`holder`, `want`), as does a line written to it. Its journal answers its
+flushes again, so its state is the one it had, byte for byte. `follow` reads at most
+`FIRST_READS` files not read through at once, so a start's fold holds a few sessions half
+folded, not every one.
 """
 
 from __future__ import annotations
@@ -138,6 +145,11 @@ DISCOVER_EVERY_S = 0.5
 #: file that grows without end, or whose lines fold slowly, delays the others by this much per
 #: poll, never for good (the rest is read at the next poll, which then comes at once).
 FILE_SLICE_S = 0.05
+#: How many files not read through yet `follow` reads at once at most (in turns of
+#: FILE_SLICE_S): others not read yet wait for one of them to be read through. Taking every file
+#: of a start's fold a slice at a time held every session's state half built at once (the peak
+#: of keeping them all), where a few at a time hold a few, evicted once read through.
+FIRST_READS = 4
 #: How many of a file's first bytes are kept to tell a file rewritten at the same path (another
 #: session's header, or the file truncated and written again past where it was read).
 HEAD_BYTES = 1024
@@ -193,6 +205,9 @@ class LiveSession:
     memo: RenderMemo = field(default_factory=RenderMemo)  # its last render, kept
     asking: bool = False  # a request of the session is with the model (answered on the pool)
     asked: bool = False  # a client asked for it: live, whenever its file was written
+    #: It raised a ledger pass while the ledger's model is not the offline one: no journal
+    #: keeps passes, so a fold again could answer one otherwise (it is never evicted).
+    pinned: bool = False
     #: What the fold raised and is not routed yet: behind the request with the model.
     outputs: deque[Envelope] = field(default_factory=deque)
     #: Records read while `asking`, folded once its answer is (in file order).
@@ -263,6 +278,10 @@ class _Tail:
     idle_s: float = 0.0
     #: Its mtime (ns) at the last stat: how recently its session was written.
     mtime_ns: int = 0
+    #: Its session was evicted (`LiveFolds.evict`): the reader stands at the file's start, and
+    #: the file is read again once it changes or a call wants its session (`revive`).
+    evicted: bool = False
+    revive: bool = False
 
 
 class LiveFolds:
@@ -280,6 +299,7 @@ class LiveFolds:
         live_within_s: float | None = None,
         allowed_roots: Iterable[Path] = (),
         notify: bool = False,
+        evict: bool = False,
     ) -> None:
         """`answer_threads`: model calls out at once on a pool; 0 answers inline, on the
         thread that folds (the tailer), as `sessionfold context FILE` does.
@@ -289,7 +309,10 @@ class LiveFolds:
         and `diff_model`, an old one's are answered offline (journaled alike). None: every
         session is live. `allowed_roots`: where a file a client names (`adopt`) may lie,
         besides `paths`. `notify`: `follow` takes file-system notifications (watchfiles) to
-        know which files changed, and stats the others rarely."""
+        know which files changed, and stats the others rarely. `evict` (with `live_within_s`
+        and `journals`): a session read through, settled, not live and never asked for keeps
+        only its file's path (`evicted`); it is folded again from its file's start when a
+        call wants it or the file changes (see `_evict_if_settled`)."""
         if answer_threads < 0:
             raise ValueError("answer_threads must be 0 or more")
         self.paths = list(paths)
@@ -305,6 +328,9 @@ class LiveFolds:
         self._dirty_lock = threading.Lock()
         self._urgent: deque[Path] = deque()
         self._urgent_paths: set[Path] = set()
+        #: Files whose read was cut short by its slice (`poll_due`): at most FIRST_READS of
+        #: them before a file never read starts.
+        self._reading: set[Path] = set()
         #: (due, n, path): when each tail's next stat is due (`poll_due`).
         self._heap: list[tuple[float, int, Path]] = []
         self._pushed = 0
@@ -332,6 +358,13 @@ class LiveFolds:
         #: (pi writes the leaf entry before it asks, so the poll finds it).
         self.wanted = threading.Event()
         self._journals = journals
+        #: Whether settled sessions are evicted: only where a fold again answers every flush as
+        #: the first fold did (journals, and the offline answers of old sessions).
+        self.evict = evict and journals and live_within_s is not None
+        #: Session id -> its file, for each session evicted (its entries and state dropped).
+        self.evicted: dict[str, Path] = {}
+        #: Whether the ledger's passes are the offline model's (deterministic) wherever asked.
+        self._offline_passes = isinstance(self.runtime.diff_model, OfflineModel)
         self._offline: Answerer | None = None
         if live_within_s is not None:
             offline = Answerer(OfflineSummarizer(), OfflineModel(), ledger or DEFAULT_LEDGER)
@@ -504,8 +537,21 @@ class LiveFolds:
     def _poll_scheduled(self, tail: _Tail, slice_s: float | None, poll_s: float) -> int:
         """One file's poll, and its next stat scheduled: soon when it changed (or its read was
         cut short: again first while a call waits for it), later each time it did not."""
+        if (
+            tail.identity is None
+            and tail.seen is None
+            and len(self._reading) >= FIRST_READS
+            and tail.path not in self._reading
+            and tail.path not in self._urgent_paths
+        ):
+            self._schedule(tail, poll_s)  # a file never read: after the ones being read
+            return 0
         seen = tail.seen
         lines = self._poll_tail(tail, slice_s)
+        if tail.seen is None and not tail.aside and self.tails.get(tail.path) is tail:
+            self._reading.add(tail.path)
+        else:
+            self._reading.discard(tail.path)
         if self.tails.get(tail.path) is not tail:
             self._urgent_paths.discard(tail.path)
             return lines
@@ -540,9 +586,11 @@ class LiveFolds:
         # pi only appends: a file whose size, inode and mtime did not move holds no new
         # line, and a stat costs far less than opening and reading it again.
         seen = (stat.st_size, stat.st_ino, stat.st_mtime_ns)
-        if seen == tail.seen:
+        if seen == tail.seen and not tail.revive:
+            self._evict_if_settled(tail)  # its session may have grown old since
             return 0
         tail.mtime_ns = stat.st_mtime_ns
+        self._unevict(tail)  # changed, or a call wants it: an evicted file is read again
         try:
             if not S_ISREG(stat.st_mode):  # never opened: a device, a FIFO swapped in
                 raise FileKindError(tail.path, file_kind(stat.st_mode))
@@ -572,6 +620,7 @@ class LiveFolds:
             tail.seen = seen  # taken before the read: a line written since moves it again
             if tail.expected is not None and self._expected.get(tail.expected) == tail.path:
                 del self._expected[tail.expected]  # read through: its session answers now
+            self._evict_if_settled(tail)  # an old file of a start's fold: kept small
         else:
             tail.seen = None  # the rest at the next poll, without the interval's wait
             self.wanted.set()
@@ -593,6 +642,10 @@ class LiveFolds:
         """A call waits for the session: its file is polled first, now."""
         session = self.sessions.get(session_id)
         path = session.path if session is not None else self._expected.get(session_id)
+        if path is not None and session is None:
+            tail = self.tails.get(path)
+            if tail is not None and tail.evicted:
+                tail.revive = True  # read again though it did not change
         if path is not None and path not in self._urgent_paths:
             self._urgent_paths.add(path)
             self._urgent.append(path)
@@ -614,12 +667,16 @@ class LiveFolds:
     def asked(self, session_id: str) -> None:
         """A client asked for the session: it is live (its flushes go to the model)."""
         session = self.sessions.get(session_id)
-        if session is not None:
+        if session is not None and not self.evict:
             session.asked = True
             return
+        # With eviction the id is kept too, first: a session evicted by the tailer while this
+        # runs (no lock here) is folded again as asked, not evicted again.
         if len(self._asked_ids) >= MAX_ASKED_IDS:
             self._asked_ids.clear()
         self._asked_ids.add(session_id)
+        if session is not None:
+            session.asked = True
 
     def adopt(self, path_text: str, session_id: str) -> str | None:
         """Tail a session file a client named, when it lies under an allowed root: None, or
@@ -744,6 +801,7 @@ class LiveFolds:
         half a fold; the session answers unknown-session until the file folds afresh)."""
         with self.lock:
             self._drop_of(tail)
+        self._unevict(tail)
         tail.aside = True
         tail.seen = seen
         self.set_aside_total += 1
@@ -763,8 +821,13 @@ class LiveFolds:
         return sum(1 for tail in list(self.tails.values()) if tail.aside)
 
     def _stop_tailing(self, tail: _Tail) -> None:
-        # Gone or replaced by something that is not a file: what was folded stays.
+        # Gone or replaced by something that is not a file: what was folded stays (an evicted
+        # session's was dropped already: it answers unknown-session from now on).
         log.warning("live: stopped tailing a file", extra={"file": str(tail.path)})
+        if tail.evicted:
+            self._unevict(tail)
+            if tail.expected is not None and self._expected.get(tail.expected) == tail.path:
+                del self._expected[tail.expected]
         if self.tails.get(tail.path) is tail:
             del self.tails[tail.path]
 
@@ -779,14 +842,84 @@ class LiveFolds:
         (`on_dropped`). A scan of the store's keys: only at a fault or a replaced file.
         Caller holds `lock`."""
         session_id = session.session_id
+        self._forget(session)
+        if self.on_dropped is not None:
+            self.on_dropped(session_id)
+
+    def _forget(self, session: LiveSession) -> None:
+        """Remove a session and its rows in the store (a scan of the store's keys: only at a
+        fault, a replaced file or an eviction). Caller holds `lock`."""
+        session_id = session.session_id
         del self.sessions[session_id]
         self._generations[session_id] = session.folds + 1
         store = self.runtime.store
         prefix = f"{session_id}/"
         for key in [k for k in store if k == session_id or k.startswith(prefix)]:
             del store[key]
-        if self.on_dropped is not None:
-            self.on_dropped(session_id)
+
+    def _evict_if_settled(self, tail: _Tail) -> None:
+        """Evict the tail's session when nothing of it is needed until a call asks for it: its
+        file is read through and not live (`live_within_s`), no client asked for it, nothing
+        of it is with the model or waits, and every answer its fold took is in its journal
+        (or is the offline port's). It then keeps only its file's path (`evicted`), and is
+        folded again from the file's start (its journal answering its flushes) when a call
+        wants it (`holder` names its file, so the call waits for that fold) or the file
+        changes: the same records, the same answers, so the same state, byte for byte.
+        Why: a start folds every file, and kept whole, the fold process' memory grew with the
+        history (970 MB at 200 sessions), not with the sessions in use."""
+        if not self.evict or tail.aside or tail.seen is None or tail.session_id is None:
+            return
+        session = self.sessions.get(tail.session_id)
+        if (
+            session is None
+            or session.path is not tail.path
+            or session.asked
+            or session.pinned
+            or session.asking
+            or session.outputs
+            or session.backlog
+            or session.journal is None
+            or not session.journal.writable
+            or self._is_live(session)
+        ):
+            return
+        with self.lock:
+            if (
+                session.asked
+                or session.session_id in self._asked_ids
+                or session.asking
+                or self.sessions.get(session.session_id) is not session
+            ):
+                return  # a call came meanwhile
+            self._forget(session)
+            # Nothing was handed over of it (only a session a client asked for is rendered):
+            # no `on_dropped`.
+            self.evicted[session.session_id] = tail.path
+            tail.reader = SessionFileReader(tail.path)
+            tail.session_id = None
+            tail.identity = None
+            tail.head = b""
+            tail.evicted = True
+            tail.expected = session.session_id
+            self._expected[session.session_id] = tail.path  # a call waits for its fold again
+        sessions_log.info(
+            "live: a settled session is evicted until asked",
+            extra={"session": session.session_id, "sessions": len(self.sessions)},
+        )
+
+    def _unevict(self, tail: _Tail) -> None:
+        """The tail's file is read again (changed, wanted, faulted or gone): no longer an
+        evicted session's record."""
+        if not tail.evicted:
+            return
+        tail.evicted = tail.revive = False
+        if tail.expected is not None and self.evicted.get(tail.expected) == tail.path:
+            del self.evicted[tail.expected]
+
+    def session_count(self) -> int:
+        """How many sessions are served: those held and those evicted (folded again when
+        asked for)."""
+        return len(self.sessions) + len(self.evicted)
 
     def _moved(self, session: LiveSession) -> bool:
         """Whether the file a session was folded from no longer holds it (gone, or another
@@ -822,7 +955,7 @@ class LiveFolds:
                     self.rescan.clear()
                     new = self.discover()
                     if starting and new:
-                        log.info("live: folding the files found", extra={"files": new})
+                        sessions_log.info("live: folding the files found", extra={"files": new})
                     found = rescanned = now
                 self.poll_due(FILE_SLICE_S, poll_s)
                 if starting:
@@ -849,19 +982,25 @@ class LiveFolds:
         tails = list(self.tails.values())
         done = sum(1 for tail in tails if tail.seen is not None or tail.aside)
         if done == len(tails):
-            log.info(
+            sessions_log.info(
                 "live: the files found are folded",
                 extra={
                     "files": len(tails),
-                    "sessions": len(self.sessions),
+                    "sessions": self.session_count(),
+                    "held": len(self.sessions),
                     "seconds": round(now - started, 2),
                 },
             )
             return False, now
         if now - last_said >= PROGRESS_EVERY_S:
-            log.info(
+            sessions_log.info(
                 "live: folding the files found",
-                extra={"files_done": done, "files": len(tails), "sessions": len(self.sessions)},
+                extra={
+                    "files_done": done,
+                    "files": len(tails),
+                    "sessions": self.session_count(),
+                    "held": len(self.sessions),
+                },
             )
             return True, now
         return True, last_said
@@ -938,6 +1077,8 @@ class LiveFolds:
                 raise DuplicateSession
             self._drop(session)
             session = None
+        if session is None and self.evicted:
+            self._evicted_elsewhere(tail, record.session_id)
         tail.session_id = record.session_id
         if session is None:
             session = LiveSession(
@@ -949,13 +1090,32 @@ class LiveFolds:
             self.sessions[record.session_id] = session
             sessions_log.info(
                 "live: a session is served",
-                extra={"session": record.session_id, "sessions": len(self.sessions)},
+                extra={"session": record.session_id, "sessions": self.session_count()},
             )
         if session.asking:
             session.backlog.append(record)  # the answer with the model comes first
             return
         self._fold(session, record)
         self._route(session)
+
+    def _evicted_elsewhere(self, tail: _Tail, session_id: str) -> None:
+        """A new session of `tail`'s file that another file held when it was evicted: a copy
+        of it while that file stays (DuplicateSession, as when it is held), else where it moved
+        (that file's record is dropped)."""
+        path = self.evicted.get(session_id)
+        if path is None or path == tail.path:
+            return
+        owner = self.tails.get(path)
+        if owner is not None and owner.evicted:
+            try:
+                stat = os.stat(path)
+            except OSError:
+                stat = None
+            if stat is not None and owner.seen is not None and owner.seen[1] == stat.st_ino:
+                raise DuplicateSession
+            self._unevict(owner)
+        else:
+            del self.evicted[session_id]
 
     def _fold(self, session: LiveSession, record: Envelope) -> None:
         """Fold one record of the session (what `EmbeddedRuntime.publish` folds); its outputs
@@ -983,6 +1143,10 @@ class LiveFolds:
                 self.runtime.log[topic_of(envelope, EMBEDDED_TOPICS)].append(envelope)
                 if not isinstance(envelope, FlushRequestEnvelope):
                     continue
+                if isinstance(envelope, LedgerRequestEnvelope) and not self._offline_passes:
+                    # No journal keeps a pass: a fold again, once asked for (live), would ask
+                    # the ledger's model where this one may have answered offline.
+                    session.pinned = True
                 answerer = self.runtime.answerer
                 if self._offline is not None and not self._is_live(session):
                     answerer = self._offline  # an old session: its state, no paid model

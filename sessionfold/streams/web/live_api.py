@@ -259,6 +259,19 @@ class LiveApi:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), min(left, step))
 
+    async def _present(self, session_id: str) -> bool:
+        """Whether the session is held, once a file its name or header says holds it (an
+        evicted session's, a start's fold) is folded, within `wait_s`: a call that needs the
+        session's state waits for that fold as a context call does. The caller marked the
+        session asked first, so it is not evicted again before it answers."""
+        if session_id in self.live.sessions:
+            return True
+        if self.live.holder(session_id) is None:
+            return False
+        started = time.monotonic()
+        await self._wait_for(session_id, None, started + self.wait_s, started)
+        return session_id in self.live.sessions
+
     def _wake(self, session_id: str) -> None:
         """Wake the calls waiting for `session_id` (on the loop); later ones wait on a fresh
         event."""
@@ -311,9 +324,11 @@ class LiveApi:
 
     async def plan(self, request: web.Request) -> web.Response:
         """The gateway's rewrite plan for the session as it is folded now (views/rewrite.py):
-        never waits for a leaf (the gateway passes results the fold has not seen yet)."""
+        never waits for a leaf (the gateway passes results the fold has not seen yet), only for
+        an evicted session's file to be folded again."""
         session_id = _id(request)
-        if session_id not in self.live.sessions:
+        self.live.asked(session_id)  # live, and kept (never evicted)
+        if not await self._present(session_id):
             encoded: bytes | None = contract.unknown_plan(session_id)
         else:
             encoded = await asyncio.get_running_loop().run_in_executor(
@@ -341,7 +356,8 @@ class LiveApi:
         self.live.asked(session_id)
         with self.live.lock:
             session = self.live.sessions.get(session_id)
-            path = None if session is None else session.path
+            # An evicted session's file is all this needs: no fold of it again.
+            path = self.live.evicted.get(session_id) if session is None else session.path
         if path is None:
             return json_response(contract.fallback("unknown-session"))
         try:
@@ -371,6 +387,7 @@ class LiveApi:
         except BadRequest as exc:
             raise _bad(str(exc)) from None
         self.live.asked(session_id)
+        await self._present(session_id)
         with self.live.lock:
             session = self.live.sessions.get(session_id)
             if session is None:
@@ -385,6 +402,8 @@ class LiveApi:
         ref = request.match_info["ref"]
         if not _is_id(ref):
             raise _bad("ref too long")
+        self.live.asked(session_id)
+        await self._present(session_id)
         with self.live.lock:
             session = self.live.sessions.get(session_id)
             if session is None:
@@ -413,6 +432,8 @@ class LiveApi:
         one before its last lines were read (issue #40)."""
         session_id = _id(request)
         leaf = request.query.get("leaf")
+        # Asked first: a session folded again for this call is not evicted before it answers.
+        self.live.asked(session_id)
         if leaf:
             try:
                 asked = float(request.query.get("wait_ms", "0"))
@@ -426,7 +447,8 @@ class LiveApi:
             await self._wait_for(
                 session_id, leaf[:MAX_ID_CHARS], until, min(until, started + UNKNOWN_GRACE_S)
             )
-        self.live.asked(session_id)
+        else:
+            await self._present(session_id)
         with self.live.lock:
             if session_id not in self.live.sessions:
                 return json_response(contract.unknown_status(session_id))
@@ -439,6 +461,8 @@ class LiveApi:
     async def document(self, request: web.Request) -> web.Response:
         """The session document (`sessionfold fold --json`'s)."""
         session_id = _id(request)
+        self.live.asked(session_id)
+        await self._present(session_id)
         with self.live.lock:
             if session_id not in self.live.sessions:
                 return json_response({"error": "unknown session"}, 404)
@@ -457,7 +481,7 @@ class LiveApi:
         return json_response(
             {
                 "status": "ok",
-                "sessions": len(self.live.sessions),
+                "sessions": self.live.session_count(),
                 "files_set_aside": self.live.files_set_aside(),
                 "files_set_aside_total": self.live.set_aside_total,
             }
