@@ -73,6 +73,26 @@ def _stubbed_ref(transcript: Path, settings: list[str] = SETTINGS) -> tuple[str,
     raise AssertionError("the fold summarized no result")
 
 
+def _rounds(agent: str, rounds: int) -> list[Turn]:
+    """The model's script for `rounds` prompts: each a shell call printing `seq n 3000` (call
+    ids `toolu_0{n}big` for Claude Code, `call_{n}big` for Codex), then a short answer."""
+    script = []
+    for n in range(1, rounds + 1):
+        if agent == "claude-code":
+            call = Call(f"toolu_0{n}big", "Bash", {"command": f"seq {n} 3000"})
+        else:
+            call = Call(f"call_{n}big", "exec_command", {"cmd": f"seq {n} 3000"})
+        script += [Turn(calls=(call,), usage=Usage(100, 5)), Turn(text="read", usage=Usage(9, 2))]
+    return script
+
+
+def _codex_recall(ref: str) -> Call:
+    """The model's call of the recall tool, as Codex names MCP tools (a namespace)."""
+    return Call(
+        "call_recall", "context_tree_query", {"toolCallIds": [ref]}, namespace="mcp__sessionfold"
+    )
+
+
 def _server_args(agent: str) -> list[str]:
     return ["-m", "sessionfold.streams.cli", "mcp", agent, *SETTINGS]
 
@@ -120,10 +140,7 @@ def test_claude_code_recalls_a_summarized_output_over_mcp(tmp_path: Path) -> Non
     config = tmp_path / "mcp.json"
     server = {"command": sys.executable, "args": _server_args("claude-code"), "env": SERVER_ENV}
     config.write_text(json.dumps({"mcpServers": {"sessionfold": server}}))
-    script = []
-    for n in range(1, ROUNDS + 1):
-        call = Call(f"toolu_0{n}big", "Bash", {"command": f"seq {n} 3000"})
-        script += [Turn(calls=(call,), usage=Usage(100, 5)), Turn(text="read", usage=Usage(9, 2))]
+    script = _rounds("claude-code", ROUNDS)
     with AnthropicModel(script) as model:
         env = claude_env(home, model.url)
         session = _run_claude(work, env, config, "read the first")
@@ -166,10 +183,7 @@ def test_codex_recalls_a_summarized_output_over_mcp(tmp_path: Path) -> None:
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
-    script = []
-    for n in range(1, ROUNDS + 1):
-        call = Call(f"call_{n}big", "exec_command", {"cmd": f"seq {n} 3000"})
-        script += [Turn(calls=(call,), usage=Usage(100, 5)), Turn(text="read", usage=Usage(9, 2))]
+    script = _rounds("codex", ROUNDS)
     with ResponsesModel(script) as model:
         codex_config(home / ".codex", f"{model.url}/v1")
         config = home / ".codex" / "config.toml"
@@ -187,12 +201,7 @@ def test_codex_recalls_a_summarized_output_over_mcp(tmp_path: Path) -> None:
         for n in range(2, ROUNDS + 1):
             run_codex(work, env, "resume", "--last", f"read number {n}")
         ref, call_id = _stubbed_ref(codex_rollout(home))
-        recall = Call(
-            "call_recall",
-            "context_tree_query",
-            {"toolCallIds": [ref]},
-            namespace="mcp__sessionfold",
-        )
+        recall = _codex_recall(ref)
         model.add(Turn(calls=(recall,)), Turn(text="recalled"))
         run_codex(work, env, "resume", "--last", "recall it")
         assert model.unscripted == [] and model.pending()["turn"] == 0
@@ -216,10 +225,7 @@ def test_claude_code_recalls_the_stub_the_gateway_sent_from_serve(tmp_path: Path
     projects = home / ".claude" / "projects"
     projects.mkdir(parents=True)
     work.mkdir()
-    script = []
-    for n in range(1, ROUNDS + 1):
-        call = Call(f"toolu_0{n}big", "Bash", {"command": f"seq {n} 3000"})
-        script += [Turn(calls=(call,), usage=Usage(100, 5)), Turn(text="read", usage=Usage(9, 2))]
+    script = _rounds("claude-code", ROUNDS)
     stubbed: dict[str, str] = {}  # the ref the model recalls -> the call its stub stands for
 
     def recall_a_stub(request: Any) -> dict[str, Any]:
@@ -275,10 +281,7 @@ def test_codex_recalls_the_stub_the_gateway_sent_from_serve(tmp_path: Path) -> N
     sessions = home / ".codex" / "sessions"
     sessions.mkdir(parents=True)
     work.mkdir()
-    script = []
-    for n in range(1, ROUNDS + 1):
-        call = Call(f"call_{n}big", "exec_command", {"cmd": f"seq {n} 3000"})
-        script += [Turn(calls=(call,), usage=Usage(100, 5)), Turn(text="read", usage=Usage(9, 2))]
+    script = _rounds("codex", ROUNDS)
     stubbed: dict[str, str] = {}
 
     def recall_a_stub(request: Any) -> dict[str, Any]:
@@ -336,10 +339,7 @@ def test_codex_installed_by_sessionfold_install_recalls_over_mcp(tmp_path: Path)
     home.mkdir()
     work.mkdir()
     rounds = 6  # the default grace turns: the first rounds are summarized by the sixth
-    script = []
-    for n in range(1, rounds + 1):
-        call = Call(f"call_{n}big", "exec_command", {"cmd": f"seq {n} 3000"})
-        script += [Turn(calls=(call,), usage=Usage(100, 5)), Turn(text="read", usage=Usage(9, 2))]
+    script = _rounds("codex", rounds)
     with ResponsesModel(script) as model:
         codex_config(home / ".codex", f"{model.url}/v1")
         env = {**codex_env(home), "SESSIONFOLD_SERVE_URL": SERVER_ENV["SESSIONFOLD_SERVE_URL"]}
@@ -355,12 +355,7 @@ def test_codex_installed_by_sessionfold_install_recalls_over_mcp(tmp_path: Path)
         for n in range(2, rounds + 1):
             run_codex(work, env, "resume", "--last", f"read number {n}")
         ref, call_id = _stubbed_ref(codex_rollout(home), [])
-        recall = Call(
-            "call_recall",
-            "context_tree_query",
-            {"toolCallIds": [ref]},
-            namespace="mcp__sessionfold",
-        )
+        recall = _codex_recall(ref)
         model.add(Turn(calls=(recall,)), Turn(text="recalled"))
         run_codex(work, env, "resume", "--last", "recall it")
         assert model.unscripted == [] and model.pending()["turn"] == 0
@@ -379,10 +374,7 @@ def test_claude_code_installed_by_sessionfold_install_recalls_over_mcp(tmp_path:
     (home / ".claude").mkdir(parents=True)
     work.mkdir()
     rounds = 6
-    script = []
-    for n in range(1, rounds + 1):
-        call = Call(f"toolu_0{n}big", "Bash", {"command": f"seq {n} 3000"})
-        script += [Turn(calls=(call,), usage=Usage(100, 5)), Turn(text="read", usage=Usage(9, 2))]
+    script = _rounds("claude-code", rounds)
     with AnthropicModel(script) as model:
         env = {**claude_env(home, model.url), **SERVER_ENV}
         installed = subprocess.run(
