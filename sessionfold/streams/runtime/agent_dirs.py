@@ -5,7 +5,7 @@
 - Claude Code: `$CLAUDE_CONFIG_DIR/projects`, else `~/.claude/projects`;
 - Codex: `$CODEX_HOME/sessions`, else `~/.codex/sessions`.
 
-`sessionfold serve` watches pi's by default and allows all three as roots of a file a client
+`sessionfold serve` watches all three by default, and allows them as roots of a file a client
 names (`--allow-root`).
 """
 
