@@ -4,6 +4,8 @@ upstream that is not an http(s) URL, before anything starts."""
 
 from __future__ import annotations
 
+import gc
+import logging
 from typing import Any
 
 import pytest
@@ -31,6 +33,11 @@ def test_serve_and_worker_share_the_gateways_options() -> None:
 @pytest.mark.parametrize("command", ["serve", "worker"])
 @pytest.mark.parametrize("flag", ["--anthropic-upstream", "--openai-upstream"])
 def test_an_upstream_that_is_no_http_url_is_refused(command: str, flag: str) -> None:
+    callbacks, filters = list(gc.callbacks), list(logging.getLogger("aiohttp.server").filters)
     result = CliRunner().invoke(app, [command, flag, "ftp://example.com"])
     assert result.exit_code == 2
     assert "upstream wants an http(s) URL" in result.output
+    # Refused before anything changed in the process: serve's gc policy and log filter made
+    # later tests in the same process fail (test_heap, test_web_auth).
+    assert gc.callbacks == callbacks
+    assert logging.getLogger("aiohttp.server").filters == filters

@@ -276,10 +276,11 @@ def register(app: typer.Typer) -> None:
             notify,
             evict,
         )
+        # Every refusal before anything is changed in this process (tests invoke it in theirs).
+        upstreams = upstreams_or_exit(err, anthropic_upstream, openai_upstream)
         quiet_bad_requests()
         freeze_after_full_collections()  # the renders handed over: a few per session, kept
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        upstreams = upstreams_or_exit(err, anthropic_upstream, openai_upstream)
         policy = CachePolicy(min_freed_tokens, cache_ttl_s)
         code = asyncio.run(
             _serve(err, fold, token, bind, port, wait_s, read_timeout_s, upstreams, policy)
