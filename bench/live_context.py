@@ -223,10 +223,14 @@ def serving(watched: Path, poll_ms: int, tree: Path | None) -> Iterator[tuple[st
     if tree is not None:
         env["PYTHONPATH"] = str(tree.resolve())  # ahead of the installed tree (the cwd is not it)
     command = [*CLI, "serve", str(watched), "--port", str(port), "--poll-ms", str(poll_ms)]
-    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, cwd=watched)
+    # serve's log goes to a file: a pipe read only at the end filled (64 KB: a line per flush
+    # answered, 96 KB in a minute at 200 sessions) and blocked serve's logging, and its fold.
+    log = watched.parent / "serve.log"
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(command, env=env, stderr=stderr, cwd=watched)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(url, process, 60)
+        wait_ready(url, process, 60, log)
         yield url, process.pid
     finally:
         process.terminate()
@@ -275,7 +279,7 @@ def worker_serving(
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(url, fold, 240)
+        wait_ready(url, fold, 240, watched.parent / f"{prefix}-worker.log")
         # The state API answers 503 until the worker holds its partitions.
         deadline = time.monotonic() + 240
         while httpx.get(f"{url}/sessions/nobody/status", timeout=10).status_code == 503:
@@ -294,8 +298,8 @@ def worker_serving(
         logs.close()
 
 
-def wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """Return once `url`/health answers; exit if the process dies (with its stderr when piped)
+def wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float, log: Path) -> None:
+    """Return once `url`/health answers; exit if the process dies (with the end of its `log`)
     or the time runs out."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -305,8 +309,7 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float) -> 
         except httpx.TransportError:
             exited = process.poll() is not None
             if exited or time.monotonic() > deadline:
-                # a live process's pipe never ends: read it only once the process has exited
-                err = process.stderr.read().decode() if exited and process.stderr else ""
+                err = log.read_bytes().decode(errors="replace") if log.exists() else ""
                 raise SystemExit(f"the server at {url} did not start: {err[-2000:]}") from None
             time.sleep(0.05)
 

@@ -4,6 +4,7 @@ file's), and the tables come out."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 # bench/ holds scripts, not a package: its helpers are imported the way the scripts import them.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from live_context import body, main, template
+from live_context import body, main, serving, template
 
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.streams.cli.context import view_from_replay
@@ -68,3 +69,14 @@ def test_files_written_before_serve_starts_are_caught_up_on_first(
     header = next(n for n, line in enumerate(lines) if line.split()[:2] == ["N", "calls"])
     row = lines[header + 2].split()
     assert row[0] == "2" and int(row[1]) > 0 and row[-1] == "0"
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc")
+def test_serves_log_goes_to_a_file_no_pipe_left_unread(tmp_path: Path) -> None:
+    """serve logs a line per flush answered: into a pipe read only at the end, 64 KB of them
+    blocked serve's logging and its fold (a context call hung past 900 s at 200 sessions)."""
+    watched = tmp_path / "sessions"
+    watched.mkdir()
+    with serving(watched, 20, None) as (_url, pid):
+        stderr = os.readlink(f"/proc/{pid}/fd/2")
+    assert stderr == str(tmp_path / "serve.log")
