@@ -14,12 +14,14 @@ from typing import Any
 
 import pytest
 from claude_sessions import lines_of, source_counts, write_transcript
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from sessionfold.events.envelope import EntryEnvelope
 from sessionfold.projections.views.validity import problems
 from sessionfold.streams.cli import app
-from sessionfold.streams.publishing.session_file import read_session_file
+from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
 from sessionfold.streams.tools.synthetic_claude import VERSION
 from sessionfold.streams.tools.synthetic_codex import (
     GENERATIONS,
@@ -107,6 +109,20 @@ def test_claude_transcript_has_the_current_clis_lines(
     prompts = [line for line in lines if line["type"] == "last-prompt" and "leafUuid" in line]
     uuids = {line["uuid"] for line in lines if "uuid" in line}
     assert prompts and all(line["leafUuid"] in uuids for line in prompts)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32), turns=st.integers(1, 10))
+@example(seed=186, turns=8)
+def test_claude_transcript_uuids_are_unique_and_read_clean(
+    tmp_path_factory: pytest.TempPathFactory, seed: int, turns: int
+) -> None:
+    """No two lines share a uuid (the story reuses call ids across turns: `bash_1` twice), so
+    the reader takes every line with no dead letter. Seed 186 repeated an interrupted result's."""
+    main = write_transcript(tmp_path_factory.mktemp("claude"), seed, turns)[0]
+    uuids = [line["uuid"] for line in lines_of(main) if "uuid" in line]
+    assert len(uuids) == len(set(uuids))
+    assert not [r for r in read_session_file(main) if isinstance(r, DeadLetter)]
 
 
 def test_claude_compaction_keeps_the_last_answer_after_its_summary(tmp_path: Path) -> None:

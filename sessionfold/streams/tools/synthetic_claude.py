@@ -427,7 +427,8 @@ def _interrupted(
     writer: _Writer, stamp: str, results: list[Entry], call_lines: dict[str, str]
 ) -> None:
     """A result for each call the story has none of (an interrupted turn): the CLI answers
-    every tool_use it wrote, so its next request pairs each call (ids hashed: no draws)."""
+    every tool_use it wrote, so its next request pairs each call (ids hashed: no draws; the
+    call's line is in the hash because the story reuses call ids across turns)."""
     done = {r["message"].get("toolCallId") for r in results}
     for call, line in call_lines.items():
         if call in done:
@@ -438,7 +439,7 @@ def _interrupted(
         writer.chain(
             "user",
             stamp,
-            uuid=writer.derived_uuid("interrupted", call),
+            uuid=writer.derived_uuid("interrupted", line, call),
             message={"role": "user", "content": [{**block, "is_error": True}]},
             toolUseResult="Error: " + _INTERRUPTED,
         )
