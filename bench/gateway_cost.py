@@ -19,7 +19,9 @@ Policies, each priced as a ratio of `unpruned`:
 - `unpruned`: the agent's own messages;
 - `every`: every result the fold's plan (views/rewrite.py, of the render after the previous
   assistant message: what serve's plan route gives at the call) rewrites is sent rewritten,
-  re-planned at every call (a plan change breaks the prefix at once);
+  and every compressed chain it names is dropped whole (its calls, results and assistant
+  messages; its text after its prompt, as the gateway does it), re-planned at every call (a
+  plan change breaks the prefix at once);
 - `aware X`: the gateway's CachePolicy with `min_freed_tokens` X (the default marked `*`).
 
 `breaks` counts the calls within the TTL whose prefix is shorter than the previous call. The
@@ -48,18 +50,24 @@ from context_oracles import views_at_turns
 
 from sessionfold.projections.pruning.config import DEFAULT_CONFIG
 from sessionfold.projections.views.context import message_tokens
-from sessionfold.projections.views.rewrite import rewrite_plan
+from sessionfold.projections.views.rewrite import chain_plan, rewrite_plan
 from sessionfold.streams.tools.synthetic_claude import write_claude_fleet
 from sessionfold.streams.tools.synthetic_codex import write_codex_fleet
-from sessionfold.streams.web.cache_policy import CACHE_TTL_S, MIN_FREED_TOKENS, CachePolicy
+from sessionfold.streams.web.cache_policy import (
+    CACHE_TTL_S,
+    MIN_FREED_TOKENS,
+    CachePolicy,
+    Chain,
+    Chosen,
+)
 
 #: The cache-aware goal on sessions over `LONG_TURNS` turns, as a ratio of unpruned.
 GOAL_RATIO = 0.35
 LONG_TURNS = 200
 
 Message = dict[str, Any]
-#: A policy: given a call, the texts to put in its results (tool call id -> text).
-Policy = Callable[["Call"], dict[str, str]]
+#: A policy: given a call, the texts to put in its results and the chains to drop.
+Policy = Callable[["Call"], Chosen]
 
 
 @dataclass(frozen=True)
@@ -75,12 +83,16 @@ class Prices:
 @dataclass
 class Call:
     """One model call: when, the agent's messages, the plan serve had, and its results'
-    sizes (tool call id -> chars of the result's content, as the gateway measures them)."""
+    sizes (tool call id -> chars of the result's content, as the gateway measures them);
+    the plan's chains and where those the messages hold whole lie (chain id -> (first index,
+    last index, chars besides the results))."""
 
     at: float
     messages: list[Message]
     plan: dict[str, str]
     present: dict[str, int]
+    chains: dict[str, Chain] = field(default_factory=dict)
+    spans: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -118,6 +130,7 @@ def replay(path: Path, name: str | None = None) -> Session:
     the plan of the render after the assistant message before."""
     session = Session(name or path.name, 0)
     plan: dict[str, str] = {}
+    chains: dict[str, Chain] = {}
     at = 0.0
     for point in views_at_turns(path, DEFAULT_CONFIG):
         if point.turn < 0:
@@ -135,38 +148,92 @@ def replay(path: Path, name: str | None = None) -> Session:
                 for m in sent
                 if m.get("role") == "toolResult" and isinstance(m.get("toolCallId"), str)
             }
-            session.calls.append(Call(at, sent, plan, present))
+            spans = _spans(sent, chains)
+            session.calls.append(Call(at, sent, plan, present, chains, spans))
         plan = rewrite_plan(point.view)
+        chains = {c["id"]: Chain(tuple(c["calls"]), c["text"]) for c in chain_plan(point.view)}
     return session
 
 
-def unpruned(_call: Call) -> dict[str, str]:
+def _calls_of(message: Message) -> list[Any]:
+    if message.get("role") == "toolResult":
+        return [message.get("toolCallId")]
+    content = message.get("content") if message.get("role") == "assistant" else None
+    return [
+        b.get("id")
+        for b in (content if isinstance(content, list) else [])
+        if isinstance(b, dict) and b.get("type") == "toolCall"
+    ]
+
+
+def _spans(messages: list[Message], chains: dict[str, Chain]) -> dict[str, tuple[int, int, int]]:
+    """Where each chain lies in pi's messages, by the rules the gateway's APIs follow
+    (web/anthropic_api.py `_chain_span`): its prompt, a range of its calls and results only,
+    then an answer with no call; chains the messages do not hold so are left out."""
+    at: dict[Any, list[int]] = {}
+    for n, message in enumerate(messages):
+        for call in _calls_of(message):
+            at.setdefault(call, []).append(n)
+    found = {}
+    for key, chain in chains.items():
+        named = sorted({n for call in chain.calls for n in at.get(call, [])})
+        if not named or named[-1] + 1 >= len(messages):
+            continue
+        first, end = named[0], named[-1]
+        start = first - 1  # the prompt, past messages of other roles (attachments)
+        while start >= 0 and messages[start].get("role") not in ("user", "assistant"):
+            start -= 1
+        after = messages[end + 1]
+        if start < 0 or messages[start].get("role") != "user" or after.get("role") != "assistant":
+            continue
+        inside = [c for m in messages[first : end + 1] for c in _calls_of(m)]
+        if _calls_of(after) or sorted(map(str, inside)) != sorted(2 * list(chain.calls)):
+            continue
+        other = sum(
+            len(orjson.dumps(m)) for m in messages[first : end + 1] if m.get("role") == "assistant"
+        )
+        found[key] = (first, end, other)
+    return found
+
+
+def unpruned(_call: Call) -> Chosen:
     """The agent's own messages: nothing rewritten."""
-    return {}
+    return Chosen()
 
 
-def every_flush(call: Call) -> dict[str, str]:
+def every_flush(call: Call) -> Chosen:
     """The plan as it is at each call."""
-    return {c: t for c, t in call.plan.items() if c in call.present}
+    texts = {c: t for c, t in call.plan.items() if c in call.present}
+    return Chosen(texts, {k: c for k, c in call.chains.items() if k in call.spans})
 
 
 def cache_aware(min_freed: int, ttl_s: float) -> Policy:
     """The gateway's CachePolicy, one session's state."""
     policy = CachePolicy(min_freed_tokens=min_freed, cache_ttl_s=ttl_s)
-    return lambda call: policy.choose("s", call.plan, call.present, call.at)
+    return lambda call: policy.choose(
+        "s",
+        call.plan,
+        call.present,
+        call.at,
+        chains=call.chains,
+        spans={k: span[2] for k, span in call.spans.items()},
+    )
 
 
 class _Rewrites:
-    """Rewritten messages, one object per (message, text): equal calls share them."""
+    """Rewritten messages, one object per (message, text) and per chain: equal calls share
+    them."""
 
     def __init__(self) -> None:
         self.made: dict[tuple[int, str], Message] = {}
+        self.chains: dict[str, Message] = {}
 
-    def apply(self, messages: list[Message], texts: dict[str, str]) -> list[Message]:
-        if not texts:
-            return messages
+    def apply(self, call: Call, chosen: Chosen) -> list[Message]:
+        if not chosen:
+            return call.messages
+        texts = chosen.texts
         out = []
-        for m in messages:
+        for m in call.messages:
             text = texts.get(m.get("toolCallId")) if m.get("role") == "toolResult" else None
             if text is None:
                 out.append(m)
@@ -177,6 +244,12 @@ class _Rewrites:
                 made.pop("isError", None)
                 self.made[key] = made
             out.append(self.made[key])
+        for key in sorted(chosen.chains, key=lambda k: call.spans[k][0], reverse=True):
+            first, end, _other = call.spans[key]
+            if key not in self.chains:
+                text = chosen.chains[key].text
+                self.chains[key] = {"role": "user", "content": [{"type": "text", "text": text}]}
+            out[first : end + 1] = [self.chains[key]]
         return out
 
 
@@ -187,7 +260,7 @@ def price(calls: Sequence[Call], policy: Policy, prices: Prices) -> Priced:
     before: list[Message] = []
     before_at: float | None = None
     for call in calls:
-        sent = rewrites.apply(call.messages, policy(call))
+        sent = rewrites.apply(call, policy(call))
         sizes = [message_tokens(m) for m in sent]
         total = sum(sizes)
         cached = 0

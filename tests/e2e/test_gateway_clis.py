@@ -31,7 +31,7 @@ from scripted_models import AnthropicModel, Call, ResponsesModel, Turn, Usage
 from serve_process import serving
 
 from sessionfold.projections.pruning.config import build_config
-from sessionfold.projections.views.rewrite import rewrite_plan
+from sessionfold.projections.views.rewrite import chain_plan, rewrite_plan
 
 pytestmark = [
     pytest.mark.skipif(
@@ -116,8 +116,13 @@ def test_codex_through_the_gateway(tmp_path: Path) -> None:
 
 def _results_sent(request: Any) -> dict[str, str]:
     """tool_use id -> the text of its tool_result, as one request carried it."""
+    return _results_in(request.body.get("messages", []))
+
+
+def _results_in(messages: list[Any]) -> dict[str, str]:
+    """tool_use id -> the text of its tool_result, in these messages."""
     found: dict[str, str] = {}
-    for message in request.body.get("messages", []):
+    for message in messages:
         content = message.get("content")
         for block in content if isinstance(content, list) else []:
             if isinstance(block, dict) and block.get("type") == "tool_result":
@@ -224,3 +229,121 @@ def test_codex_gets_the_folds_stubs_through_the_gateway(tmp_path: Path) -> None:
             first = turns[2 * calls.index(_call(calls, call)) + 1]
             assert text == _outputs_sent(first)[call]
     assert b"Bearer scripted" not in err
+
+
+# --- compressed chains: dropped whole ---------------------------------------------------------
+
+#: Chains compress once a turn is older than the newest one (rollingWindow 1).
+CHAIN_SETTINGS = [
+    "--set",
+    "recoveryGraceTurns=0",
+    "--set",
+    "chainCompression.rollingWindow=1",
+    "--min-freed-tokens",
+    "0",
+]
+
+
+def _chains_script(calls: list[Call]) -> list[Turn]:
+    script = []
+    for call in calls:
+        script += [Turn(calls=(call,), usage=Usage(100, 5)), Turn(text="read", usage=Usage(9, 2))]
+    return script
+
+
+def _texts(value: Any) -> list[str]:
+    """Every string inside a JSON value (the texts a request carries, wherever they sit)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [t for v in value for t in _texts(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _texts(v)]
+    return []
+
+
+def test_claude_code_gets_compressed_chains_dropped_through_the_gateway(tmp_path: Path) -> None:
+    """Five prompts, each one round reading a large output: once the fold has compressed the
+    older turns, the model's last request holds none of their calls or results, each chain's
+    text (as `sessionfold context` renders it) follows its prompt, and every tool_use still has
+    its tool_result in the next message; every prompt finished."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    projects = home / ".claude" / "projects"
+    projects.mkdir(parents=True)
+    calls = [Call(f"toolu_0{n}chain", "Bash", {"command": f"seq {n} 3000"}) for n in range(1, 6)]
+    with AnthropicModel(_chains_script(calls)) as model:
+        args = ["--anthropic-upstream", model.url, *CHAIN_SETTINGS]
+        with serving(projects, TOKEN, args=args) as serve:
+            env = claude_env(home, serve.url)
+            env["ANTHROPIC_CUSTOM_HEADERS"] = f"X-Sessionfold-Token: {TOKEN}"
+            session = run_claude(work, env, "read 1")["session_id"]
+            for n in range(2, 6):
+                time.sleep(0.5)  # the tailer folds the turn
+                run_claude(work, env, f"read {n}", "--resume", session)
+            serve.stop()
+        assert model.unscripted == [] and model.pending()["turn"] == 0
+        last = model.of_kind("turn")[-1].body
+    transcript = next(projects.glob(f"*/{session}.jsonl"))
+    config = build_config({"recoveryGraceTurns": 0, "chainCompression": {"rollingWindow": 1}})
+    points = list(views_at_turns(transcript, config, lambda _turn: False))
+    # at the end the fold has compressed turns 1-4; the last request, before turn 5's answer,
+    # had the plan of turns 1-3 (turn 4 was the one window turn then)
+    chains = chain_plan(points[-1].view)[:-1]
+    assert len(chains) == 3, "the fold compressed no chain"
+    dropped = {call for chain in chains for call in chain["calls"]}
+    uses = [
+        b["id"]
+        for m in last["messages"]
+        for b in (m["content"] if isinstance(m["content"], list) else [])
+        if b.get("type") == "tool_use"
+    ]
+    assert uses and not dropped & set(uses)
+    assert not dropped & set(_results_in(last["messages"]))
+    texts = _texts(last["messages"])
+    assert all(chain["text"] in texts for chain in chains)
+    for n, message in enumerate(last["messages"]):  # the API's pairing
+        if message["role"] == "assistant" and isinstance(message["content"], list):
+            ids = {b["id"] for b in message["content"] if b.get("type") == "tool_use"}
+            answered = set(_results_in(last["messages"][n + 1 : n + 2]))
+            assert ids == answered or (not ids and not answered)
+
+
+def test_codex_gets_compressed_chains_dropped_through_the_gateway(tmp_path: Path) -> None:
+    """As for Claude Code, with `codex exec resume --last`: the last request holds no call or
+    output of a compressed chain, the chain's text is a user message after its prompt, and each
+    call left has its output."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    sessions = home / ".codex" / "sessions"
+    sessions.mkdir(parents=True)
+    calls = [Call(f"call_{n}chain", "exec_command", {"cmd": f"seq {n} 3000"}) for n in range(1, 6)]
+    with ResponsesModel(_chains_script(calls)) as model:
+        args = ["--openai-upstream", model.url, *CHAIN_SETTINGS]
+        with serving(sessions, TOKEN, args=args) as serve:
+            _codex_through(home, serve.url)
+            env = codex_env(home)
+            run_codex(work, env, "read 1")
+            for n in range(2, 6):
+                time.sleep(0.5)
+                run_codex(work, env, "resume", "--last", f"read {n}")
+            serve.stop()
+        assert model.unscripted == [] and model.pending()["turn"] == 0
+        last = model.of_kind("turn")[-1].body
+    (rollout,) = sessions.glob("*/*/*/rollout-*.jsonl")
+    config = build_config({"recoveryGraceTurns": 0, "chainCompression": {"rollingWindow": 1}})
+    # turns 1-4 compressed at the end, 1-3 when the last request went (as for Claude Code)
+    chains = chain_plan(list(views_at_turns(rollout, config, lambda _t: False))[-1].view)[:-1]
+    assert len(chains) == 3, "the fold compressed no chain"
+    dropped = {call for chain in chains for call in chain["calls"]}
+    items = last["input"]
+    named = {i.get("call_id") for i in items if isinstance(i, dict)}
+    assert not dropped & named
+    for chain in chains:
+        (at,) = [n for n, i in enumerate(items) if chain["text"] in _texts(i)]
+        assert items[at]["role"] == "user" and items[at - 1]["role"] == "user"
+    made = [i["call_id"] for i in items if i.get("type") == "function_call"]
+    answered = [i["call_id"] for i in items if i.get("type") == "function_call_output"]
+    assert made and sorted(made) == sorted(answered)

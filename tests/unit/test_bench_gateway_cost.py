@@ -15,6 +15,7 @@ from gateway_cost import Call, Prices, cache_aware, every_flush, main, measure, 
 
 from sessionfold.projections.views.context import message_tokens
 from sessionfold.streams.tools.synthetic_claude import write_claude_fleet
+from sessionfold.streams.web.cache_policy import Chosen
 
 
 def _message(n: int, text: str = "x" * 396) -> dict[str, object]:
@@ -33,12 +34,12 @@ def test_a_call_reads_the_prefix_it_shares_with_the_last_one_within_the_ttl() ->
     assert size == message_tokens(two) > 100
     prices = Prices(input=1e6, read=0.1, write=1.25, ttl_s=300)
     calls = [Call(0, [one], {}, {"c1": 1}), Call(10, [one, two], {}, {"c1": 1, "c2": 1})]
-    bill = price(calls, lambda _call: {}, prices)
+    bill = price(calls, lambda _call: Chosen(), prices)
     assert bill.cost == pytest.approx(size * 1.25 + size * 0.1 + size * 1.25)
     assert bill.breaks == 0
     late = [calls[0], Call(400, [one, two], {}, {})]
-    assert price(late, lambda _call: {}, prices).cost == pytest.approx(3 * size * 1.25)
-    rewritten = price(calls, lambda call: {"c1": "stub"} if call.at else {}, prices)
+    assert price(late, lambda _call: Chosen(), prices).cost == pytest.approx(3 * size * 1.25)
+    rewritten = price(calls, lambda call: Chosen({"c1": "stub"} if call.at else {}), prices)
     assert rewritten.breaks == 1 and rewritten.cost > size * 1.25 * 2
 
 
@@ -54,6 +55,7 @@ def test_ratios_on_a_generated_session(tmp_path: Path, capsys: pytest.CaptureFix
     assert got["unpruned"][0] == 1.0 and got["unpruned"][1].breaks <= 1  # its own compaction
     assert all(0 < ratio < 2 for ratio, _bill in got.values())
     assert any(call.plan for call in session.calls)  # the fold rewrites something
+    assert any(call.spans for call in session.calls)  # and drops a compressed chain whole
     never = price(session.calls, cache_aware(10**12, float("inf")), Prices())
     assert never.cost == pytest.approx(got["unpruned"][1].cost)
     assert price(session.calls, every_flush, Prices()).cost == pytest.approx(got["every"][1].cost)

@@ -13,34 +13,38 @@ from sessionfold.streams.web.cache_policy import CachePolicy
 def test_the_first_call_takes_the_plan_and_small_changes_wait() -> None:
     policy = CachePolicy(min_freed_tokens=1000, cache_ttl_s=300)
     present = {"a": 8000, "b": 400, "c": 9000}
-    first = policy.choose("s", {"a": "stub a"}, present, now=0.0)
+    first = policy.choose("s", {"a": "stub a"}, present, now=0.0).texts
     assert first == {"a": "stub a"}
     # b frees (400 - 6) / 4 < 1000 tokens: the prefix stays as it was
-    assert policy.choose("s", {"a": "stub a", "b": "stub b"}, present, now=10.0) == first
+    assert policy.choose("s", {"a": "stub a", "b": "stub b"}, present, now=10.0).texts == first
     # c frees ~2250 tokens: the change pays for the cache write
     wanted = {"a": "stub a", "b": "stub b", "c": "stub c"}
-    assert policy.choose("s", wanted, present, now=20.0) == wanted
+    assert policy.choose("s", wanted, present, now=20.0).texts == wanted
 
 
 def test_after_the_cache_life_the_newest_plan_is_taken() -> None:
     policy = CachePolicy(min_freed_tokens=10**9, cache_ttl_s=300)
     present = {"a": 100, "b": 100}
     policy.choose("s", {"a": "x"}, present, now=0.0)
-    assert policy.choose("s", {"a": "x", "b": "y"}, present, now=299.0) == {"a": "x"}
-    assert policy.choose("s", {"a": "x", "b": "y"}, present, now=600.0) == {"a": "x", "b": "y"}
+    assert policy.choose("s", {"a": "x", "b": "y"}, present, now=299.0).texts == {"a": "x"}
+    assert policy.choose("s", {"a": "x", "b": "y"}, present, now=600.0).texts == {
+        "a": "x",
+        "b": "y",
+    }
 
 
 def test_a_token_count_reads_the_policy_and_changes_nothing() -> None:
     policy = CachePolicy(min_freed_tokens=10**9)
     present = {"a": 100, "b": 100}
     policy.choose("s", {"a": "x"}, present, now=0.0)
-    assert policy.choose("s", {"a": "x", "b": "y"}, present, 1.0, count_only=True) == {"a": "x"}
+    counted = policy.choose("s", {"a": "x", "b": "y"}, present, 1.0, count_only=True)
+    assert counted.texts == {"a": "x"}
     assert policy.sessions["s"].last_call == 0.0
 
 
 def test_results_the_call_does_not_carry_are_not_sent() -> None:
     policy = CachePolicy()
-    assert policy.choose("s", {"gone": "x", "a": "y"}, {"a": 50}, now=0.0) == {"a": "y"}
+    assert policy.choose("s", {"gone": "x", "a": "y"}, {"a": 50}, now=0.0).texts == {"a": "y"}
 
 
 @settings(max_examples=200, deadline=None)
@@ -65,7 +69,7 @@ def test_texts_change_only_when_the_change_pays_or_the_cache_expired(
     for k, gap in steps:
         now += gap
         plan = {f"r{n}": "stub" for n in range(k)}
-        got = policy.choose("s", plan, sizes, now)
+        got = policy.choose("s", plan, sizes, now).texts
         if sent is not None and got != sent:
             freed = sum(sizes[c] - 4 for c in got if c not in sent) - sum(
                 sizes[c] - 4 for c in sent if c not in got

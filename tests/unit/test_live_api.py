@@ -260,6 +260,7 @@ def test_the_plan_route_answers_a_304_while_the_plan_named_is_the_plan(tmp_path:
             "session": "nobody",
             "known": False,
             "results": {},
+            "chains": [],
         }
 
     _served(live, test)

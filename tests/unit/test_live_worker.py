@@ -281,6 +281,7 @@ def test_the_plan_at_each_user_message_is_the_rewrite_of_the_context_commands_re
         "session": "nobody",
         "known": False,
         "results": {},
+        "chains": [],
     }
     broken = WorkerLive(
         state, SessionLogs(Failing(), 1, 4), DEFAULT_CONFIG, DEFAULT_LEDGER, OfflineModel()

@@ -1,14 +1,17 @@
 """The gateway's rewrite plan: what the rendered context changes of the agent's own tool
-results, by tool call id, in a form every model API can carry.
+results and compressed chains, by tool call id, in a form every model API can carry.
 
 A provider's request holds the agent's messages, not pi's: the gateway cannot drop or insert
-messages without breaking the pairs of calls and results the APIs require, nor without moving
-the cached prefix. So the plan only rewrites tool results, each one the render took out:
-- a result the render stubbed (reference §7.2) becomes the stub's text;
-- a result of a compressed chain (§7.5) becomes the stub of its ref;
-- the summary that covers them (a per-batch summary, a compressed chain's text) rides in the
-  first of its results the plan rewrites, where the model reads it in the API's own form.
-Calls, assistant text and every other block pass as the agent sent them.
+messages freely without breaking the pairs of calls and results the APIs require. So the plan
+says two things:
+- each tool result the render took out, by call id: a stubbed result (reference §7.2) becomes
+  the stub's text, a result of a compressed chain (§7.5) the stub of its ref, and the summary
+  that covers them (a per-batch summary, a chain's text) rides in the first of its results;
+- each compressed chain the render shows: its calls and its synthetic message's text. The
+  gateway drops the chain's range whole (every call with its result, and the assistant
+  messages that made them) and puts the text after the chain's prompt, as the render does;
+  where the request's range does not hold exactly those calls, it stubs their results instead.
+Everything else passes as the agent sent it.
 
 Pure: a function of the rendered view (context.py), no I/O.
 """
@@ -24,6 +27,7 @@ from sessionfold.projections.views.context import ContextView
 #: customType of the per-batch summary messages the render puts in pi's context.
 SUMMARY_TYPE = "context-prune-summary"
 _CHAIN_TOOLS = re.compile(r'\A<compressed-chain id="[^"]*" tools="([^"]*)">')
+_CHAIN_ID = re.compile(r'\A<compressed-chain id="([^"]*)"')
 
 
 def stub_text(ref: str) -> str:
@@ -67,6 +71,29 @@ def rewrite_plan(view: ContextView) -> dict[str, str]:
         if first is not None:
             plan[first] += "\n\n" + _text(message.get("content"))
     return plan
+
+
+def chain_plan(view: ContextView) -> list[dict[str, Any]]:
+    """Each compressed chain the render shows: its id, the calls its range holds (first seen
+    first) and the text of the message that stands in for it."""
+    texts: dict[str, str] = {}
+    for message in view.messages:
+        if message.get("role") == "user":
+            text = _text(message.get("content"))
+            found = _CHAIN_ID.match(text)
+            if found is not None:
+                texts.setdefault(found.group(1), text)
+    return [
+        {
+            "id": entry.block_id,
+            "calls": list(
+                dict.fromkeys(split_occurrence(c)[0] for c in entry.dropped_tool_call_ids)
+            ),
+            "text": texts[entry.block_id],
+        }
+        for entry in view.chains
+        if entry.block_id in texts and entry.dropped_tool_call_ids
+    ]
 
 
 def _covered(message: dict[str, Any], by_ref: dict[str, str]) -> list[str]:

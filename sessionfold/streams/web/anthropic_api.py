@@ -3,12 +3,12 @@ and `POST /v1/messages/count_tokens`): the gateway's reading of it (model_api.py
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
-from sessionfold.streams.web.model_api import ModelApi, count, json_object, nonempty
+from sessionfold.streams.web.model_api import ChainSpan, ModelApi, count, json_object, nonempty
 
 
 def _claude_session(headers: Mapping[str, str], body: bytes) -> str | None:
@@ -73,6 +73,113 @@ def _replace(block: dict[str, Any], text: str) -> None:
     block.pop("is_error", None)
 
 
+def _blocks(message: Any) -> list[Any]:
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, list) else []
+
+
+def _role(message: Any) -> Any:
+    return message.get("role") if isinstance(message, dict) else None
+
+
+def _ids(message: Any, kind: str, key: str) -> list[Any]:
+    """The ids of a message's blocks of `kind` (tool_use: `id`, tool_result: `tool_use_id`)."""
+    return [b.get(key) for b in _blocks(message) if isinstance(b, dict) and b.get("type") == kind]
+
+
+def _chain_span(body: Any, calls: Sequence[str]) -> ChainSpan | None:
+    """The chain's range: from the first message naming one of its calls (after its prompt) to
+    the last, each message in it an assistant message of its calls only or a
+    user message of its results (and other blocks, which stay); then an answer with no call."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    wanted = set(calls)
+    if not isinstance(messages, list) or not wanted:
+        return None
+    named = [
+        n
+        for n, m in enumerate(messages)
+        if wanted.intersection(_ids(m, "tool_use", "id") + _ids(m, "tool_result", "tool_use_id"))
+    ]
+    if not named:
+        return None
+    first, end = named[0], named[-1]
+    # the prompt: the user message before the range, past messages of other roles (Claude
+    # Code sends its environment as a `system` message after the first prompt)
+    start = first - 1
+    while start >= 0 and _role(messages[start]) not in ("user", "assistant"):
+        start -= 1
+    if start < 0 or _role(messages[start]) != "user":
+        return None
+    if _ids(messages[start], "tool_result", "tool_use_id"):
+        return None
+    after = messages[end + 1] if end + 1 < len(messages) else None
+    if _role(after) != "assistant" or _ids(after, "tool_use", "id"):
+        return None  # no answer closes it in this request (it holds more rounds than the plan)
+    uses: list[Any] = []
+    results: list[Any] = []
+    other = 0
+    for message in messages[first : end + 1]:
+        if _role(message) == "assistant":
+            found = _ids(message, "tool_use", "id")
+            if not found:
+                return None
+            uses += found
+            other += len(orjson.dumps(message))
+        elif _role(message) == "user":
+            found = _ids(message, "tool_result", "tool_use_id")
+            if not found:
+                return None
+            results += found
+        else:
+            return None
+    if len(uses) != len(wanted) or set(uses) != wanted or sorted(results) != sorted(uses):
+        return None
+    return ChainSpan(start, first, end, other)
+
+
+def _drop_chain(body: Any, span: ChainSpan, text: str) -> None:
+    """The range goes; the prompt gets the chain's text as one more text block, then the other
+    blocks the range's user messages held. A cache marker of a dropped block moves to the
+    chain's block (the request keeps at most the breakpoints it had)."""
+    messages = body["messages"]
+    prompt = messages[span.start]
+    content = prompt["content"]
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    chain: dict[str, Any] = {"type": "text", "text": text}
+    kept: list[Any] = []
+    for message in messages[span.first : span.end + 1]:
+        user = _role(message) == "user"
+        for block in _blocks(message):
+            if user and not (isinstance(block, dict) and block.get("type") == "tool_result"):
+                kept.append(block)
+            elif isinstance(block, dict) and "cache_control" in block:
+                chain["cache_control"] = block["cache_control"]
+    prompt["content"] = [*blocks, chain, *kept]
+    del messages[span.first : span.end + 1]
+
+
+def _problem(body: Any) -> str | None:
+    """Each tool_use answered by a tool_result in the next message, each tool_result answering
+    a tool_use of the message before, no tool_use id twice."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list):
+        return None
+    seen: set[Any] = set()
+    open_calls: list[Any] = []
+    for message in messages:
+        uses = _ids(message, "tool_use", "id") if _role(message) == "assistant" else []
+        results = _ids(message, "tool_result", "tool_use_id") if _role(message) == "user" else []
+        if not set(results) <= set(open_calls):
+            return "result-without-call"
+        if open_calls and not set(open_calls) <= set(results):
+            return "call-without-result"
+        if seen.intersection(uses) or len(set(uses)) != len(uses):
+            return "call-twice"
+        seen.update(uses)
+        open_calls = uses
+    return None
+
+
 ANTHROPIC = ModelApi(
     name="anthropic",
     routes=(("POST", "/v1/messages"), ("POST", "/v1/messages/count_tokens")),
@@ -83,4 +190,7 @@ ANTHROPIC = ModelApi(
     error_body=_anthropic_error,
     results=_tool_results,
     replace=_replace,
+    chain_span=_chain_span,
+    drop_chain=_drop_chain,
+    problem=_problem,
 )

@@ -2,11 +2,12 @@
 
 A provider bills a cached prefix at about a tenth and writes a changed one again at a premium
 (Anthropic: reads 0.1x, writes 1.25x for five minutes), so a rewrite that moves at every flush
-can cost more than it saves. Per session the gateway keeps the texts it applies and keeps
-applying exactly those, call after call (the prefix stays byte for byte the same), until the
-fold's newer plan frees at least `min_freed_tokens` over them, or the session's last call is
-older than the cache's life (`cache_ttl_s`: the prefix is gone anyway). A session's first call
-takes the plan as it is (no prefix of ours is cached yet).
+can cost more than it saves. Per session the gateway keeps the texts it applies (and the
+compressed chains it drops) and keeps applying exactly those, call after call (the prefix
+stays byte for byte the same), until the fold's newer plan frees at least `min_freed_tokens`
+over them, or the session's last call is older than the cache's life (`cache_ttl_s`: the
+prefix is gone anyway). A session's first call takes the plan as it is (no prefix of ours is
+cached yet).
 """
 
 from __future__ import annotations
@@ -23,17 +24,37 @@ CACHE_TTL_S = 300.0
 MAX_SESSIONS = 10_000
 
 
+@dataclass(frozen=True)
+class Chain:
+    """A compressed chain the gateway drops whole: its calls (each call and its result go) and
+    the text that stands in for them."""
+
+    calls: tuple[str, ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """What one call is sent: result texts by tool call id, and the chains dropped by id."""
+
+    texts: dict[str, str] = field(default_factory=dict)
+    chains: dict[str, Chain] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.texts or self.chains)
+
+
 @dataclass
 class Applied:
-    """What one session's calls have been sent: result texts by tool call id, and when."""
+    """What one session's calls have been sent, and when its last call was."""
 
-    texts: dict[str, str]
+    chosen: Chosen
     last_call: float
 
 
 @dataclass
 class CachePolicy:
-    """The applied texts per session, and the rule that changes them."""
+    """The applied texts and chains per session, and the rule that changes them."""
 
     min_freed_tokens: int = MIN_FREED_TOKENS
     cache_ttl_s: float = CACHE_TTL_S
@@ -46,39 +67,49 @@ class CachePolicy:
         present: dict[str, int],
         now: float,
         count_only: bool = False,
-    ) -> dict[str, str]:
-        """The texts to put in this call's results: `plan` (tool call id -> text) restricted
-        to the results the call carries (`present`: id -> its content's size in chars), or the
-        texts applied before while the plan's change would not pay. `count_only` (a token
-        count) reads the policy and changes nothing."""
-        wanted = {call: text for call, text in plan.items() if call in present}
+        chains: dict[str, Chain] | None = None,
+        spans: dict[str, int] | None = None,
+    ) -> Chosen:
+        """What to send in this call: `plan` (tool call id -> text) restricted to the results
+        the call carries (`present`: id -> its content's size in chars) and `chains` to those
+        it can drop (`spans`: chain id -> chars its range holds besides its results), or what
+        was applied before while the plan's change would not pay. `count_only` (a token count)
+        reads the policy and changes nothing."""
+        spans = spans or {}
+        wanted = _within(Chosen(plan, chains or {}), present, spans)
         kept = self.sessions.get(session)
         if count_only:
-            return wanted if kept is None else _within(kept.texts, present)
+            return wanted if kept is None else _within(kept.chosen, present, spans)
         if kept is None:
             kept = Applied(wanted, now)
-        elif wanted != _within(kept.texts, present):
+        elif wanted != _within(kept.chosen, present, spans):
             expired = now - kept.last_call >= self.cache_ttl_s
-            if expired or _freed(wanted, kept.texts, present) >= self.min_freed_tokens:
-                kept.texts = wanted
+            freed = _size(kept.chosen, present, spans) - _size(wanted, present, spans)
+            if expired or freed // 4 >= self.min_freed_tokens:
+                kept.chosen = wanted
         kept.last_call = now
         self.sessions.pop(session, None)
         self.sessions[session] = kept
         while len(self.sessions) > MAX_SESSIONS:
             self.sessions.popitem(last=False)
-        return _within(kept.texts, present)
+        return _within(kept.chosen, present, spans)
 
 
-def _within(texts: dict[str, str], present: dict[str, int]) -> dict[str, str]:
-    return {call: text for call, text in texts.items() if call in present}
+def _within(chosen: Chosen, present: dict[str, int], spans: dict[str, int]) -> Chosen:
+    """`chosen` restricted to the results this call carries and the chains it can drop."""
+    return Chosen(
+        {call: text for call, text in chosen.texts.items() if call in present},
+        {key: chain for key, chain in chosen.chains.items() if key in spans},
+    )
 
 
-def _freed(wanted: dict[str, str], applied: dict[str, str], present: dict[str, int]) -> int:
-    """Tokens (chars / 4) the wanted texts free against the applied ones, over this call."""
-
-    def size(texts: dict[str, str], call: str) -> int:
-        text = texts.get(call)
-        return present[call] if text is None else len(text)
-
-    calls = set(wanted) | set(_within(applied, present))
-    return sum(size(applied, c) - size(wanted, c) for c in calls) // 4
+def _size(chosen: Chosen, present: dict[str, int], spans: dict[str, int]) -> int:
+    """The chars this call's results and chain ranges take when `chosen` is applied."""
+    covered = {call for chain in chosen.chains.values() for call in chain.calls}
+    total = sum(len(chain.text) for chain in chosen.chains.values())
+    total += sum(other for key, other in spans.items() if key not in chosen.chains)
+    for call, size in present.items():
+        if call not in covered:
+            text = chosen.texts.get(call)
+            total += size if text is None else len(text)
+    return total

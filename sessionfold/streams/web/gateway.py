@@ -33,7 +33,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
 from sessionfold.streams.web.anthropic_api import ANTHROPIC
-from sessionfold.streams.web.cache_policy import CachePolicy
+from sessionfold.streams.web.cache_policy import CachePolicy, Chain
 from sessionfold.streams.web.live_contract import MAX_CONTEXT_BODY_BYTES
 from sessionfold.streams.web.model_api import USAGE_PARTS, ModelApi
 from sessionfold.streams.web.openai_api import OPENAI
@@ -79,7 +79,8 @@ _LONG_NUMBER = re.compile(rb"[:,\[]\s*-?\d{19}")
 #: Every digit as "0": a body with no run of 19 zeros then has no long number at all.
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _NINETEEN_DIGITS = b"0" * 19
-#: Fetches the fold's rewrite plan of a session ({"known", "results": {call id: text}}).
+#: Fetches the fold's rewrite plan of a session ({"known", "results": {call id: text},
+#: "chains": [{"id", "calls", "text"}]}: views/rewrite.py).
 PlanSource = Callable[[str], Awaitable[dict[str, Any] | None]]
 
 
@@ -314,8 +315,10 @@ class Gateway:
             return self._open_fail("plan-timeout", body)
         except Exception:  # the fold process down or answering wrong: fail open
             return self._open_fail("plan-unavailable", body)
-        results = plan.get("results") if isinstance(plan, dict) and plan.get("known") else None
-        if not isinstance(results, dict) or not results:
+        known = isinstance(plan, dict) and plan.get("known")
+        results = plan.get("results") if known else None
+        chains = _chains(plan.get("chains")) if known else {}
+        if not isinstance(results, dict) or not (results or chains):
             return body  # a session the fold does not hold, or nothing summarized yet
         if has_long_number(body):
             # orjson reads an integer past 64 bits as a float: sending it again would change it
@@ -324,16 +327,33 @@ class Gateway:
             parsed = orjson.loads(body)
             found = api.results(parsed)
             present = {call: len(orjson.dumps(block)) for call, block in found}
-            texts = self.policy.choose(
-                session, results, present, time.monotonic(), path.endswith("/count_tokens")
+            spans = {
+                key: span
+                for key, chain in chains.items()
+                if (span := api.chain_span(parsed, chain.calls)) is not None
+            }
+            chosen = self.policy.choose(
+                session,
+                results,
+                present,
+                time.monotonic(),
+                path.endswith("/count_tokens"),
+                chains,
+                {key: span.other for key, span in spans.items()},
             )
-            if not texts:
+            if not chosen:
                 return body
-            before = [call for call, _block in found]
+            covered = {call for chain in chosen.chains.values() for call in chain.calls}
             for call, block in found:
-                if call in texts:
-                    api.replace(block, texts[call])
-            if [call for call, _block in api.results(parsed)] != before:
+                if call in chosen.texts and call not in covered:
+                    api.replace(block, chosen.texts[call])
+            # from the last range back, so that the earlier ranges' indices hold
+            for key in sorted(chosen.chains, key=lambda k: spans[k].start, reverse=True):
+                api.drop_chain(parsed, spans[key], chosen.chains[key].text)
+            expected = [call for call, _block in found if call not in covered]
+            if [call for call, _block in api.results(parsed)] != expected:
+                return self._open_fail("rewrite-invalid", body)
+            if chosen.chains and api.problem(parsed) not in (None, api.problem(orjson.loads(body))):
                 return self._open_fail("rewrite-invalid", body)
             return orjson.dumps(parsed)
         except Exception:  # a body the rewrite cannot read: sent as it came
@@ -376,6 +396,24 @@ class Gateway:
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
+
+
+def _chains(found: Any) -> dict[str, Chain]:
+    """The plan's compressed chains by id (a chain of the wrong shape is left out)."""
+    chains: dict[str, Chain] = {}
+    for item in found if isinstance(found, list) else []:
+        if not isinstance(item, dict):
+            continue
+        key, calls, text = item.get("id"), item.get("calls"), item.get("text")
+        if (
+            isinstance(key, str)
+            and isinstance(text, str)
+            and isinstance(calls, list)
+            and calls
+            and all(isinstance(call, str) for call in calls)
+        ):
+            chains[key] = Chain(tuple(calls), text)
+    return chains
 
 
 def _upstream_headers(request: web.Request) -> list[tuple[str, str]]:

@@ -24,7 +24,7 @@ from sessionfold.projections.views.context import (
     message_identities,
     patch_of,
 )
-from sessionfold.projections.views.rewrite import rewrite_plan
+from sessionfold.projections.views.rewrite import chain_plan, rewrite_plan
 from sessionfold.projections.views.status import footer
 from sessionfold.streams.runtime.ledger_loop import compaction_entries
 
@@ -372,14 +372,15 @@ def unknown_status(session_id: str) -> dict[str, Any]:
 
 def plan_json(session_id: str, view: ContextView, epoch: int) -> bytes:
     """The plan route's answer for a rendered `view`, encoded (docs/live.md, "The gateway"):
-    the results the render took out, by tool call id (views/rewrite.py)."""
+    the results the render took out, by tool call id, and its compressed chains
+    (views/rewrite.py)."""
     plan = {"session": session_id, "known": True, "epoch": epoch}
-    return orjson.dumps({**plan, "results": rewrite_plan(view)})
+    return orjson.dumps({**plan, "results": rewrite_plan(view), "chains": chain_plan(view)})
 
 
 def unknown_plan(session_id: str) -> bytes:
     """The plan route's answer for a session the server holds nothing of."""
-    return orjson.dumps({"session": session_id, "known": False, "results": {}})
+    return orjson.dumps({"session": session_id, "known": False, "results": {}, "chains": []})
 
 
 def plan_tag(encoded: bytes) -> str:

@@ -8,7 +8,7 @@ Read only from headers and the request body the agent sent: never logged, never 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,20 @@ import orjson
 #: Usage as the gateway counts it: tokens read fresh, read from the cache, written to the
 #: cache, and output (the four parts every provider bills apart).
 USAGE_PARTS = ("input", "cache_read", "cache_write", "output")
+
+
+@dataclass(frozen=True)
+class ChainSpan:
+    """Where a compressed chain lies in a request: the index of the prompt that starts it, of
+    the first and the last message or item of its range (what lies between the prompt and the
+    range, such as Claude Code's environment message, stays); `other`: the chars the range
+    holds besides its results (calls, assistant text and thinking, reasoning), which dropping
+    it frees too."""
+
+    start: int
+    first: int
+    end: int
+    other: int
 
 
 @dataclass(frozen=True)
@@ -41,6 +55,14 @@ class ModelApi:
     #: Put a text in place of a result's content (its other fields, cache markers among them,
     #: stay).
     replace: Callable[[dict[str, Any], str], None]
+    #: Where a chain whose calls are these ids lies in a parsed request, or None when the
+    #: request's range does not hold exactly those calls and their results (then the chain's
+    #: results are stubbed one by one instead).
+    chain_span: Callable[[Any, Sequence[str]], ChainSpan | None]
+    #: Drop a chain's range from a parsed request and put its text after the prompt.
+    drop_chain: Callable[[Any, ChainSpan, str], None]
+    #: The first way a parsed request breaks the API's pairing of calls and results, or None.
+    problem: Callable[[Any], str | None]
 
 
 def json_object(text: Any) -> dict[str, Any]:
