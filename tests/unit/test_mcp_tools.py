@@ -320,3 +320,24 @@ def test_a_call_is_answered_only_for_the_pinned_session(
     expected = "not this agent's session" if named not in (None, pinned) else "no transcript"
     with pytest.raises(ToolFailure, match=expected):
         source.resolve(named)
+
+
+def test_install_allows_exactly_the_tools_the_server_registers(tmp_path: Path) -> None:
+    """Claude Code's settings that `sessionfold install` writes allow each tool of the server
+    by its registered name: a tool renamed on one side only would be refused by `claude -p`."""
+    import asyncio
+
+    from sessionfold.streams.cli.mcp import build_server
+    from sessionfold.streams.tools.install.changes import AddItem
+    from sessionfold.streams.tools.install.plans import NAME, plan
+
+    server = build_server(SessionSource("claude-code"))
+    registered = {tool.name for tool in asyncio.run(server.list_tools())}
+    made = plan("claude-code", "user", ["/bin/sessionfold"], {"HOME": str(tmp_path)}, tmp_path)
+    allowed = {
+        edit.item
+        for file in made.files
+        for edit in file.edits
+        if isinstance(edit, AddItem) and edit.path == ("permissions", "allow")
+    }
+    assert allowed == {f"mcp__{NAME}__{name}" for name in registered}

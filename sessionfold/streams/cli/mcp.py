@@ -22,6 +22,7 @@ import typer
 
 from sessionfold.streams.cli import mcp_tools
 from sessionfold.streams.cli.mcp_tools import DEFAULT_LIMIT, SessionSource, ToolFailure
+from sessionfold.streams.tools.mcp_names import LEDGER_TOOL, RECALL_TOOL
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context, MCPServer
@@ -78,7 +79,7 @@ def build_server(source: SessionSource) -> "MCPServer[Any]":
     read_only = ToolAnnotations(readOnlyHint=True, destructiveHint=False, openWorldHint=False)
 
     @server.tool(
-        name="context_tree_query",
+        name=RECALL_TOOL,
         description=RECALL_DESCRIPTION,
         annotations=read_only,
         structured_output=False,
@@ -100,7 +101,7 @@ def build_server(source: SessionSource) -> "MCPServer[Any]":
         return await _answer(work)
 
     @server.tool(
-        name="ledger",
+        name=LEDGER_TOOL,
         description=LEDGER_DESCRIPTION,
         annotations=read_only,
         structured_output=False,

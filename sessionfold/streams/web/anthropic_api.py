@@ -87,54 +87,58 @@ def _ids(message: Any, kind: str, key: str) -> list[Any]:
     return [b.get(key) for b in _blocks(message) if isinstance(b, dict) and b.get("type") == kind]
 
 
-def _chain_span(body: Any, calls: Sequence[str]) -> ChainSpan | None:
-    """The chain's range: from the first message naming one of its calls (after its prompt) to
-    the last, each message in it an assistant message of its calls only or a
-    user message of its results (and other blocks, which stay); then an answer with no call."""
+def _chain_spans(body: Any, chains: Mapping[str, Sequence[str]]) -> dict[str, ChainSpan]:
+    """Where each chain lies (chain id -> its calls), for the chains the request holds whole:
+    from the first message naming one of its calls (after its prompt) to the last, each one an
+    assistant message of its calls only or a user message of its results (its other blocks
+    stay); then an answer with no call. The messages are read once for all chains."""
     messages = body.get("messages") if isinstance(body, dict) else None
-    wanted = set(calls)
-    if not isinstance(messages, list) or not wanted:
-        return None
-    named = [
-        n
-        for n, m in enumerate(messages)
-        if wanted.intersection(_ids(m, "tool_use", "id") + _ids(m, "tool_result", "tool_use_id"))
-    ]
-    if not named:
-        return None
-    first, end = named[0], named[-1]
-    # the prompt: the user message before the range, past messages of other roles (Claude
-    # Code sends its environment as a `system` message after the first prompt)
-    start = first - 1
-    while start >= 0 and _role(messages[start]) not in ("user", "assistant"):
-        start -= 1
-    if start < 0 or _role(messages[start]) != "user":
-        return None
-    if _ids(messages[start], "tool_result", "tool_use_id"):
-        return None
-    after = messages[end + 1] if end + 1 < len(messages) else None
-    if _role(after) != "assistant" or _ids(after, "tool_use", "id"):
-        return None  # no answer closes it in this request (it holds more rounds than the plan)
-    uses: list[Any] = []
-    results: list[Any] = []
-    other = 0
-    for message in messages[first : end + 1]:
-        if _role(message) == "assistant":
-            found = _ids(message, "tool_use", "id")
-            if not found:
-                return None
-            uses += found
-            other += len(orjson.dumps(message))
-        elif _role(message) == "user":
-            found = _ids(message, "tool_result", "tool_use_id")
-            if not found:
-                return None
-            results += found
-        else:
-            return None
-    if len(uses) != len(wanted) or set(uses) != wanted or sorted(results) != sorted(uses):
-        return None
-    return ChainSpan(start, first, end, other)
+    if not isinstance(messages, list) or not chains:
+        return {}
+    roles = [_role(m) for m in messages]
+    uses: list[list[Any]] = []
+    results: list[list[Any]] = []
+    for message, role in zip(messages, roles, strict=True):
+        made: list[Any] = []
+        answered: list[Any] = []
+        for block in _blocks(message):  # one pass over the blocks for both kinds
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "tool_use" and role == "assistant":
+                made.append(block.get("id"))
+            elif kind == "tool_result" and role == "user":
+                answered.append(block.get("tool_use_id"))
+        uses.append(made)
+        results.append(answered)
+    at: dict[Any, list[int]] = {}
+    for n in range(len(messages)):
+        for call in uses[n] + results[n]:
+            at.setdefault(call, []).append(n)
+    spans: dict[str, ChainSpan] = {}
+    for key, calls in chains.items():
+        wanted = set(calls)
+        named = sorted({n for call in wanted for n in at.get(call, ())})
+        if not named:
+            continue
+        first, end = named[0], named[-1]
+        # the prompt: the user message before the range, past messages of other roles (Claude
+        # Code sends its environment as a `system` message after the first prompt)
+        start = first - 1
+        while start >= 0 and roles[start] not in ("user", "assistant"):
+            start -= 1
+        if start < 0 or roles[start] != "user" or results[start]:
+            continue
+        if end + 1 >= len(messages) or roles[end + 1] != "assistant" or uses[end + 1]:
+            continue  # no answer closes it in this request (it holds more rounds than the plan)
+        inside = range(first, end + 1)
+        if any(not (uses[n] or results[n]) for n in inside):
+            continue  # a message of another role, or neither calls nor results
+        made = [call for n in inside for call in uses[n]]
+        answered = [call for n in inside for call in results[n]]
+        if len(made) != len(wanted) or set(made) != wanted or sorted(answered) != sorted(made):
+            continue
+        other = sum(len(orjson.dumps(messages[n])) for n in inside if roles[n] == "assistant")
+        spans[key] = ChainSpan(start, first, end, other)
+    return spans
 
 
 def _drop_chain(body: Any, span: ChainSpan, text: str) -> None:
@@ -190,7 +194,7 @@ ANTHROPIC = ModelApi(
     error_body=_anthropic_error,
     results=_tool_results,
     replace=_replace,
-    chain_span=_chain_span,
+    chain_spans=_chain_spans,
     drop_chain=_drop_chain,
     problem=_problem,
 )

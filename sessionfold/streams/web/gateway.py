@@ -315,11 +315,11 @@ class Gateway:
             return self._open_fail("plan-timeout", body)
         except Exception:  # the fold process down or answering wrong: fail open
             return self._open_fail("plan-unavailable", body)
-        known = isinstance(plan, dict) and plan.get("known")
-        results = plan.get("results") if known else None
-        chains = _chains(plan.get("chains")) if known else {}
+        if not isinstance(plan, dict) or not plan.get("known"):
+            return body  # a session the fold does not hold
+        results, chains = plan.get("results"), _chains(plan.get("chains"))
         if not isinstance(results, dict) or not (results or chains):
-            return body  # a session the fold does not hold, or nothing summarized yet
+            return body  # nothing summarized yet
         if has_long_number(body):
             # orjson reads an integer past 64 bits as a float: sending it again would change it
             return self._open_fail("rewrite-numbers", body)
@@ -327,11 +327,7 @@ class Gateway:
             parsed = orjson.loads(body)
             found = api.results(parsed)
             present = {call: len(orjson.dumps(block)) for call, block in found}
-            spans = {
-                key: span
-                for key, chain in chains.items()
-                if (span := api.chain_span(parsed, chain.calls)) is not None
-            }
+            spans = api.chain_spans(parsed, {key: chain.calls for key, chain in chains.items()})
             chosen = self.policy.choose(
                 session,
                 results,

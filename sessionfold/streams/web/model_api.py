@@ -55,10 +55,10 @@ class ModelApi:
     #: Put a text in place of a result's content (its other fields, cache markers among them,
     #: stay).
     replace: Callable[[dict[str, Any], str], None]
-    #: Where a chain whose calls are these ids lies in a parsed request, or None when the
-    #: request's range does not hold exactly those calls and their results (then the chain's
-    #: results are stubbed one by one instead).
-    chain_span: Callable[[Any, Sequence[str]], ChainSpan | None]
+    #: Where each chain (chain id -> its calls) lies in a parsed request, for the chains whose
+    #: range holds exactly those calls and their results (the others' results are stubbed one
+    #: by one instead).
+    chain_spans: Callable[[Any, Mapping[str, Sequence[str]]], dict[str, ChainSpan]]
     #: Drop a chain's range from a parsed request and put its text after the prompt.
     drop_chain: Callable[[Any, ChainSpan, str], None]
     #: The first way a parsed request breaks the API's pairing of calls and results, or None.

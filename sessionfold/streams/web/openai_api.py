@@ -45,6 +45,8 @@ def _openai_error(kind: str, message: str) -> bytes:
 
 _OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 _CALLS = frozenset({"function_call", "custom_tool_call"})
+_PROMPT = ("message", "user")
+_ANSWER = ("message", "assistant")
 
 
 def _tool_outputs(body: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -74,48 +76,64 @@ def _call_of(item: Any) -> Any:
     return item.get("call_id") if isinstance(item, dict) else None
 
 
-def _chain_span(body: Any, calls: Sequence[str]) -> ChainSpan | None:
-    """The chain's range: from its first call's response (the reasoning and text before the
-    call; after the chain's prompt, the last user message before it) to the last item naming
-    one of its calls, each one reasoning, an assistant message, or a call or output of the
-    chain; then an answer with no call."""
+def _chain_spans(body: Any, chains: Mapping[str, Sequence[str]]) -> dict[str, ChainSpan]:
+    """Where each chain lies (chain id -> its calls), for the chains the request holds whole:
+    from its first call's response (the reasoning and text before the call; after the chain's
+    prompt, the last user message before it) to the last item naming one of its calls, each
+    one reasoning, an assistant message, or a call or output of the chain; then an answer with
+    no call. The items are read once for all chains."""
     items = body.get("input") if isinstance(body, dict) else None
-    wanted = set(calls)
-    if not isinstance(items, list) or not wanted:
-        return None
-    named = [n for n, item in enumerate(items) if _call_of(item) in wanted]
-    if not named:
-        return None
-    first, end = named[0], named[-1]
-    # the first call's response: the reasoning and text before it go with it
-    while first > 0 and (
-        _kind(items[first - 1])[0] == "reasoning"
-        or _kind(items[first - 1]) == ("message", "assistant")
-    ):
-        first -= 1
-    prompts = [n for n in range(first) if _kind(items[n]) == ("message", "user")]
-    if not prompts or any(_kind(i)[1] == "assistant" for i in items[prompts[-1] : first]):
-        return None
-    start = prompts[-1]
-    uses: list[Any] = []
-    results: list[Any] = []
-    other = 0
-    for item in items[first : end + 1]:
-        kind, role = _kind(item)
-        if kind in _OUTPUTS and item.get("call_id") in wanted:
-            results.append(item["call_id"])
+    if not isinstance(items, list) or not chains:
+        return {}
+    kinds = [_kind(item) for item in items]
+    at: dict[Any, list[int]] = {}
+    for n, item in enumerate(items):
+        call = _call_of(item)
+        if call is not None:
+            at.setdefault(call, []).append(n)
+    spans: dict[str, ChainSpan] = {}
+    for key, calls in chains.items():
+        wanted = set(calls)
+        named = sorted({n for call in wanted for n in at.get(call, ())})
+        if not named:
             continue
-        if kind in _CALLS and item.get("call_id") in wanted:
-            uses.append(item["call_id"])
-        elif kind != "reasoning" and (kind, role) != ("message", "assistant"):
+        first, end = named[0], named[-1]
+        # the first call's response: the reasoning and text before it go with it
+        while first > 0 and (kinds[first - 1][0] == "reasoning" or kinds[first - 1] == _ANSWER):
+            first -= 1
+        start = first - 1  # the prompt: the last user message before, no answer between
+        while start >= 0 and kinds[start] != _PROMPT and kinds[start][1] != "assistant":
+            start -= 1
+        if start < 0 or kinds[start] != _PROMPT:
+            continue
+        answer = next((k for k in kinds[end + 1 :] if k[0] != "reasoning"), None)
+        if answer != _ANSWER:
+            continue  # no answer closes it in this request (it holds more rounds than the plan)
+        other = _range_other(items[first : end + 1], wanted)
+        if other is not None:
+            spans[key] = ChainSpan(start, first, end, other)
+    return spans
+
+
+def _range_other(items: list[Any], wanted: set[str]) -> int | None:
+    """The chars a chain's range holds besides its outputs, or None unless it holds exactly
+    the chain's calls and their outputs, with reasoning and assistant text only besides."""
+    made: list[Any] = []
+    answered: list[Any] = []
+    other = 0
+    for item in items:
+        kind, call = _kind(item), _call_of(item)
+        if kind[0] in _OUTPUTS and call in wanted:
+            answered.append(call)
+            continue
+        if kind[0] in _CALLS and call in wanted:
+            made.append(call)
+        elif kind[0] != "reasoning" and kind != _ANSWER:
             return None
         other += len(orjson.dumps(item))
-    if len(uses) != len(wanted) or set(uses) != wanted or sorted(results) != sorted(uses):
+    if len(made) != len(wanted) or set(made) != wanted or sorted(answered) != sorted(made):
         return None
-    answer = next((_kind(i) for i in items[end + 1 :] if _kind(i)[0] != "reasoning"), None)
-    if answer != ("message", "assistant"):
-        return None  # no answer closes it in this request (it holds more rounds than the plan)
-    return ChainSpan(start, first, end, other)
+    return other
 
 
 def _drop_chain(body: Any, span: ChainSpan, text: str) -> None:
@@ -158,7 +176,7 @@ OPENAI = ModelApi(
     error_body=_openai_error,
     results=_tool_outputs,
     replace=_replace,
-    chain_span=_chain_span,
+    chain_spans=_chain_spans,
     drop_chain=_drop_chain,
     problem=_problem,
 )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sessionfold.streams.tools.install.changes import AddItem, Edit, SetKey
+from sessionfold.streams.tools.mcp_names import MCP_TOOLS
 
 AGENTS = ("claude-code", "codex")
 SCOPES = ("user", "project")
@@ -58,8 +59,6 @@ class Plan:
     trusted_hook: tuple[Path, str, Path] | None = None
 
 
-#: The tools of `sessionfold mcp`, all read-only.
-MCP_TOOLS = ("context_tree_query", "ledger")
 #: The environment Codex does not pass its MCP servers that `sessionfold mcp` reads.
 CODEX_MCP_ENV = ("CODEX_HOME", "SESSIONFOLD_SERVE_URL", "SESSIONFOLD_API_TOKEN_FILE")
 
