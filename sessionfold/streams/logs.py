@@ -16,12 +16,14 @@ adds `suppressed=N` to it for the ones held back since, and logs one line when t
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import re
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -111,7 +113,7 @@ def configure_cli_logging(level: int = logging.WARNING) -> None:
     repeat it.
     """
     root = logging.getLogger()
-    if any(isinstance(handler, _StderrHandler) for handler in root.handlers):
+    if any(isinstance(handler, _STDERR_HANDLERS) for handler in root.handlers):
         return
     handler = _StderrHandler()
     handler.setFormatter(FactsFormatter(CLI_FORMAT))
@@ -128,13 +130,110 @@ SESSIONS_LOGGER = "sessionfold.sessions"
 def show_session_lines() -> None:
     """Send `SESSIONS_LOGGER`'s lines, INFO and up, to stderr with their facts; once."""
     logger = logging.getLogger(SESSIONS_LOGGER)
-    if any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
+    if any(isinstance(handler, _STDERR_HANDLERS) for handler in logger.handlers):
         return
     handler = _StderrHandler()
     handler.setFormatter(FactsFormatter(CLI_FORMAT))
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False  # its warnings too go out once, through this handler
+
+
+#: Log lines held for a stderr that does not take them (a pipe nobody reads); past this, lines
+#: are dropped and counted, and the count is written once stderr takes lines again.
+MAX_HELD_LINES = 10_000
+#: How long a process' exit waits for its held lines to be written.
+EXIT_FLUSH_S = 1.0
+
+
+class _StderrWriter:
+    """Writes log lines to stderr from a thread of its own, so that a stderr that blocks (a
+    pipe nobody reads fills at 64 KB) holds up that thread only, never one that logs: serve's
+    fold logs under its lock, and a blocked write there stalled every session."""
+
+    def __init__(self) -> None:
+        self._lines: deque[str] = deque()
+        self._ready = threading.Condition()
+        self._pending = 0  # lines taken and not yet written
+        self.dropped = 0
+        threading.Thread(target=self._run, name="stderr-writer", daemon=True).start()
+        atexit.register(self.flush, EXIT_FLUSH_S)
+
+    def put(self, line: str) -> None:
+        """Hold `line` for the writer; drop it (counted) when too many are held already."""
+        with self._ready:
+            if len(self._lines) >= MAX_HELD_LINES:
+                self.dropped += 1
+                return
+            self._lines.append(line)
+            self._pending += 1
+            self._ready.notify_all()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for every line held to be written; whether they were."""
+        with self._ready:
+            return self._ready.wait_for(lambda: self._pending == 0, timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                self._ready.wait_for(lambda: bool(self._lines))
+                lines = list(self._lines)
+                self._lines.clear()
+                dropped, self.dropped = self.dropped, 0
+            text = "".join(lines)
+            if dropped:
+                text += f"WARNING: log lines dropped: stderr was not read dropped={dropped}\n"
+            try:
+                sys.stderr.write(text)
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass  # a closed stderr: nothing to tell it
+            with self._ready:
+                self._pending -= len(lines)
+                self._ready.notify_all()
+
+
+class _BackgroundStderrHandler(logging.Handler):
+    """A `_StderrHandler` whose lines are written by `_StderrWriter`'s thread."""
+
+    def __init__(self, writer: _StderrWriter) -> None:
+        super().__init__()
+        self.writer = writer
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Format the record now (its facts as they are) and hand the line to the writer."""
+        try:
+            line = self.format(record) + "\n"
+        except Exception:
+            self.handleError(record)
+            return
+        self.writer.put(line)
+
+
+_writer: _StderrWriter | None = None
+#: The handlers that write to stderr, in the caller's thread or the writer's.
+_STDERR_HANDLERS = (_StderrHandler, _BackgroundStderrHandler)
+
+
+def write_stderr_in_background() -> None:
+    """From now on, this process' log lines to stderr (`configure_cli_logging`,
+    `show_session_lines`) are written by a thread of their own: a long-running process (serve)
+    never blocks on a stderr nobody reads. Once per process."""
+    global _writer
+    if _writer is None:
+        _writer = _StderrWriter()
+    for logger in (logging.getLogger(), logging.getLogger(SESSIONS_LOGGER)):
+        for handler in list(logger.handlers):
+            if not isinstance(handler, _StderrHandler):
+                continue
+            background = _BackgroundStderrHandler(_writer)
+            background.setFormatter(handler.formatter)
+            background.setLevel(handler.level)
+            for found in handler.filters:
+                background.addFilter(found)
+            logger.removeHandler(handler)
+            logger.addHandler(background)
 
 
 def worker_logging_config() -> dict[str, Any]:

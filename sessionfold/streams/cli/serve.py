@@ -63,7 +63,11 @@ from sessionfold.streams.cli.options import (
 )
 from sessionfold.streams.cli.self_loop import calls_itself
 from sessionfold.streams.cli.worker import model_port_for
-from sessionfold.streams.logs import configure_cli_logging, show_session_lines
+from sessionfold.streams.logs import (
+    configure_cli_logging,
+    show_session_lines,
+    write_stderr_in_background,
+)
 from sessionfold.streams.runtime.agent_dirs import agent_session_dirs
 from sessionfold.streams.runtime.heap import freeze_after_full_collections
 from sessionfold.streams.runtime.live import DEFAULT_ANSWER_THREADS, LiveFolds
@@ -279,6 +283,7 @@ def register(app: typer.Typer) -> None:
         # Every refusal before anything is changed in this process (tests invoke it in theirs).
         upstreams = upstreams_or_exit(err, anthropic_upstream, openai_upstream)
         quiet_bad_requests()
+        write_stderr_in_background()  # a stderr nobody reads never blocks serve
         freeze_after_full_collections()  # the renders handed over: a few per session, kept
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         policy = CachePolicy(min_freed_tokens, cache_ttl_s)
@@ -477,6 +482,7 @@ def _fold_process(fold: _FoldSide, socket_path: str, frames: Connection, alive: 
     ).start()
     configure_cli_logging()
     show_session_lines()
+    write_stderr_in_background()  # the fold logs under its lock: a full pipe must not stall it
     if not _PER_THREAD_NICE:
         os.nice(fold.nice)  # the whole process, loop too: every thread is made from this one
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the API process stops this one
