@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +44,13 @@ def claude_env(home: Path, base_url: str) -> dict[str, str]:
     return env
 
 
-def run_claude(work: Path, env: dict[str, str], prompt: str, *extra: str) -> dict[str, Any]:
-    """`claude -p PROMPT --allowedTools Bash --output-format json` in `work`; its JSON result."""
-    args = [str(CLAUDE), "-p", prompt, *extra, "--allowedTools", "Bash", "--output-format", "json"]
+def run_claude(
+    work: Path, env: dict[str, str], prompt: str, *extra: str, tools: Sequence[str] = ("Bash",)
+) -> dict[str, Any]:
+    """`claude -p PROMPT --allowedTools TOOLS --output-format json` in `work`; its JSON
+    result."""
+    allowed = ["--allowedTools", *tools]
+    args = [str(CLAUDE), "-p", prompt, *extra, *allowed, "--output-format", "json"]
     done = subprocess.run(
         args,
         cwd=work,

@@ -27,17 +27,19 @@ from agent_clis import (
     CLAUDE,
     CODEX,
     REPO,
-    RUN_TIMEOUT_S,
     claude_env,
     claude_transcript,
     codex_config,
     codex_env,
     codex_rollout,
+    run_claude,
     run_codex,
     sessionfold,
 )
 from scripted_models import AnthropicModel, Call, ResponsesModel, Turn, Usage
 from serve_process import serving
+
+from sessionfold.streams.tools.mcp_names import MCP_TOOLS
 
 pytestmark = [
     pytest.mark.skipif(
@@ -102,23 +104,11 @@ def _run_claude(
 ) -> str:
     """`claude -p PROMPT`: with `config`, the server from it and its tools allowed; without,
     what the settings say (as `sessionfold install` wrote them)."""
-    tools = ["mcp__sessionfold__context_tree_query", "mcp__sessionfold__ledger"]
     if config is None:
-        args = [str(CLAUDE), "-p", prompt, *extra, "--allowedTools", "Bash"]
-    else:
-        allowed = ["--allowedTools", "Bash", *tools]
-        args = [str(CLAUDE), "-p", prompt, "--mcp-config", str(config), *extra, *allowed]
-    done = subprocess.run(
-        [*args, "--output-format", "json"],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
-    assert done.returncode == 0, f"claude exited {done.returncode} ({len(done.stderr)} B stderr)"
-    return str(json.loads(done.stdout)["session_id"])
+        return str(run_claude(work, env, prompt, *extra)["session_id"])
+    tools = ["Bash", *(f"mcp__sessionfold__{name}" for name in MCP_TOOLS)]
+    answer = run_claude(work, env, prompt, "--mcp-config", str(config), *extra, tools=tools)
+    return str(answer["session_id"])
 
 
 def _tool_result(request: Any, call_id: str) -> str:
