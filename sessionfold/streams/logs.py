@@ -151,11 +151,12 @@ class _StderrWriter:
     pipe nobody reads fills at 64 KB) holds up that thread only, never one that logs: serve's
     fold logs under its lock, and a blocked write there stalled every session."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_start: Callable[[], None] | None = None) -> None:
         self._lines: deque[str] = deque()
         self._ready = threading.Condition()
         self._pending = 0  # lines taken and not yet written
         self.dropped = 0
+        self._on_start = on_start
         threading.Thread(target=self._run, name="stderr-writer", daemon=True).start()
         atexit.register(self.flush, EXIT_FLUSH_S)
 
@@ -175,6 +176,8 @@ class _StderrWriter:
             return self._ready.wait_for(lambda: self._pending == 0, timeout_s)
 
     def _run(self) -> None:
+        if self._on_start is not None:
+            self._on_start()
         while True:
             with self._ready:
                 self._ready.wait_for(lambda: bool(self._lines))
@@ -216,13 +219,14 @@ _writer: _StderrWriter | None = None
 _STDERR_HANDLERS = (_StderrHandler, _BackgroundStderrHandler)
 
 
-def write_stderr_in_background() -> None:
+def write_stderr_in_background(on_start: Callable[[], None] | None = None) -> None:
     """From now on, this process' log lines to stderr (`configure_cli_logging`,
     `show_session_lines`) are written by a thread of their own: a long-running process (serve)
-    never blocks on a stderr nobody reads. Once per process."""
+    never blocks on a stderr nobody reads. Once per process; `on_start` runs first in that
+    thread (serve's fold process lowers its priority)."""
     global _writer
     if _writer is None:
-        _writer = _StderrWriter()
+        _writer = _StderrWriter(on_start)
     for logger in (logging.getLogger(), logging.getLogger(SESSIONS_LOGGER)):
         for handler in list(logger.handlers):
             if not isinstance(handler, _StderrHandler):

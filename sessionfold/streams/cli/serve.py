@@ -482,7 +482,8 @@ def _fold_process(fold: _FoldSide, socket_path: str, frames: Connection, alive: 
     ).start()
     configure_cli_logging()
     show_session_lines()
-    write_stderr_in_background()  # the fold logs under its lock: a full pipe must not stall it
+    # the fold logs under its lock: a full pipe must not stall it
+    write_stderr_in_background(_lowered(fold.nice))
     if not _PER_THREAD_NICE:
         os.nice(fold.nice)  # the whole process, loop too: every thread is made from this one
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the API process stops this one
