@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import time
 from typing import Any
 
 import orjson
@@ -124,3 +125,38 @@ def test_codex_outputs_get_the_plans_texts() -> None:
     }
     sent = orjson.loads(_rewrite(OPENAI, orjson.dumps(request)))
     assert [item.get("output") for item in sent["input"]] == [None, "[Summarized a]", "kept"]
+
+
+def test_the_plan_is_asked_while_the_body_is_still_coming() -> None:
+    """A call whose headers name its session has its plan asked at once: the round trip to
+    the fold overlaps the body's read (a body sent in two halves 0.3 s apart here), where it
+    used to wait for the whole body."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+    from scripted_models import AnthropicModel, Turn, Usage
+
+    times: dict[str, float] = {}
+
+    async def source(_session: str) -> Any:
+        times.setdefault("asked", time.monotonic())
+        return {"known": True, "results": {}, "chains": []}
+
+    async def halves() -> Any:
+        yield b'{"model": "m", "messages": ['
+        await asyncio.sleep(0.3)
+        times["sent"] = time.monotonic()
+        yield b'{"role": "user", "content": "hi"}]}'
+
+    async def call(upstream: str) -> int:
+        gateway = Gateway({"anthropic": upstream, "openai": upstream}, plans=source)
+        app = web.Application()
+        gateway.add_routes(app)
+        async with TestClient(TestServer(app)) as client:
+            headers = {"X-Claude-Code-Session-Id": "s", "Content-Type": "application/json"}
+            answer = await client.post("/v1/messages", data=halves(), headers=headers)
+            await answer.read()
+            return answer.status
+
+    with AnthropicModel([Turn(text="ok", usage=Usage(1, 1))]) as model:
+        assert asyncio.run(call(model.url)) == 200
+    assert times["asked"] < times["sent"] - 0.2

@@ -238,11 +238,23 @@ class Gateway:
         if self.token is not None and not _token_ok(request, self.token):
             return _error(api, 401, "authentication_error", "sessionfold: X-Sessionfold-Token")
         assert self._client is not None
-        body = await request.read()
-        session = api.session_of({k.lower(): v for k, v in request.headers.items()}, body)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        # The plan is asked as soon as the headers name the session (both agents' do): its
+        # round trip to the fold overlaps the body's read.
+        session = api.session_of(headers, b"")
+        plan = self._ask_plan(session)
+        try:
+            body = await request.read()
+        except BaseException:
+            if plan is not None:
+                plan.cancel()
+            raise
+        if session is None:  # named in the body only
+            session = api.session_of(headers, body)
+            plan = self._ask_plan(session)
         asked = len(body)
-        if session is not None and self.plans is not None:
-            body = await self._rewritten(api, session, body, request.path)
+        if session is not None and plan is not None:
+            body = await self._rewritten(api, session, body, request.path, plan)
         self.metrics.chars.labels(api.name, "asked").inc(asked)
         self.metrics.chars.labels(api.name, "sent").inc(len(body))
         sent = _upstream_headers(request)
@@ -305,12 +317,26 @@ class Gateway:
         self._count(api, session, tap.usage if tap is not None else {})
         return response
 
-    async def _rewritten(self, api: ModelApi, session: str, body: bytes, path: str) -> bytes:
+    def _ask_plan(self, session: str | None) -> asyncio.Future[dict[str, Any] | None] | None:
+        """The session's plan, asked now (None: no session, or no plans to ask)."""
+        if session is None or self.plans is None:
+            return None
+        return asyncio.ensure_future(self.plans(session))
+
+    async def _rewritten(
+        self,
+        api: ModelApi,
+        session: str,
+        body: bytes,
+        path: str,
+        asked: asyncio.Future[dict[str, Any] | None] | None = None,
+    ) -> bytes:
         """`body` with the session's rewrite applied, or `body` itself when there is nothing
-        to apply or anything fails (fail open: one warning per kind)."""
+        to apply or anything fails (fail open: one warning per kind). `asked`: the plan,
+        asked already."""
         assert self.plans is not None
         try:
-            plan = await asyncio.wait_for(self.plans(session), PLAN_TIMEOUT_S)
+            plan = await asyncio.wait_for(asked or self.plans(session), PLAN_TIMEOUT_S)
         except TimeoutError:
             return self._open_fail("plan-timeout", body)
         except Exception:  # the fold process down or answering wrong: fail open
