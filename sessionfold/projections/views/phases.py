@@ -35,7 +35,8 @@ from sessionfold.projections.views.chains import (
     log_ref,
 )
 
-_SYNTHETIC_ID = re.compile(r'^<compressed-chain id="([^"]+)"')
+#: The id of a `<compressed-chain>` synthetic message (its first text).
+SYNTHETIC_ID = re.compile(r'^<compressed-chain id="([^"]+)"')
 _BLOCK_PLACEHOLDER = re.compile(r"\{(b\d+)\}")
 
 
@@ -494,7 +495,7 @@ def _chain_phase(
     existing = {
         found.group(1)
         for m in messages
-        if m.get("role") == "user" and (found := _SYNTHETIC_ID.match(_first_text(m)))
+        if m.get("role") == "user" and (found := SYNTHETIC_ID.match(_first_text(m)))
     }
     resolved = []
     positions = _Positions(messages)
@@ -679,7 +680,7 @@ def _reaches_chains(messages: Sequence[Mapping[str, Any]], stamps: frozenset[Any
         if role in ("user", "assistant"):
             if _stamp_key(message.get("timestamp")) in stamps:
                 return True
-            if role == "user" and _SYNTHETIC_ID.match(_first_text(message)):
+            if role == "user" and SYNTHETIC_ID.match(_first_text(message)):
                 return True
         elif is_summary_message(message):
             return True

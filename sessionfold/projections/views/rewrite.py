@@ -23,11 +23,11 @@ from typing import Any
 
 from sessionfold.projections.views.base import split_occurrence
 from sessionfold.projections.views.context import ContextView
+from sessionfold.projections.views.phases import SYNTHETIC_ID
 
 #: customType of the per-batch summary messages the render puts in pi's context.
 SUMMARY_TYPE = "context-prune-summary"
 _CHAIN_TOOLS = re.compile(r'\A<compressed-chain id="[^"]*" tools="([^"]*)">')
-_CHAIN_ID = re.compile(r'\A<compressed-chain id="([^"]*)"')
 
 
 def stub_text(ref: str) -> str:
@@ -80,7 +80,7 @@ def chain_plan(view: ContextView) -> list[dict[str, Any]]:
     for message in view.messages:
         if message.get("role") == "user":
             text = _text(message.get("content"))
-            found = _CHAIN_ID.match(text)
+            found = SYNTHETIC_ID.match(text)
             if found is not None:
                 texts.setdefault(found.group(1), text)
     return [

@@ -8,7 +8,16 @@ from typing import Any
 
 import orjson
 
-from sessionfold.streams.web.model_api import ChainSpan, ModelApi, count, json_object, nonempty
+from sessionfold.streams.web.model_api import (
+    ChainSpan,
+    ModelApi,
+    call_positions,
+    count,
+    json_object,
+    named_range,
+    nonempty,
+    pairs_exactly,
+)
 
 
 def _claude_session(headers: Mapping[str, str], body: bytes) -> str | None:
@@ -82,9 +91,18 @@ def _role(message: Any) -> Any:
     return message.get("role") if isinstance(message, dict) else None
 
 
-def _ids(message: Any, kind: str, key: str) -> list[Any]:
-    """The ids of a message's blocks of `kind` (tool_use: `id`, tool_result: `tool_use_id`)."""
-    return [b.get(key) for b in _blocks(message) if isinstance(b, dict) and b.get("type") == kind]
+def _calls(message: Any) -> tuple[list[Any], list[Any]]:
+    """The tool_use ids of an assistant message and the tool_result ids of a user message."""
+    role = _role(message)
+    made: list[Any] = []
+    answered: list[Any] = []
+    for block in _blocks(message):  # one pass over the blocks for both kinds
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "tool_use" and role == "assistant":
+            made.append(block.get("id"))
+        elif kind == "tool_result" and role == "user":
+            answered.append(block.get("tool_use_id"))
+    return made, answered
 
 
 def _chain_spans(body: Any, chains: Mapping[str, Sequence[str]]) -> dict[str, ChainSpan]:
@@ -96,30 +114,15 @@ def _chain_spans(body: Any, chains: Mapping[str, Sequence[str]]) -> dict[str, Ch
     if not isinstance(messages, list) or not chains:
         return {}
     roles = [_role(m) for m in messages]
-    uses: list[list[Any]] = []
-    results: list[list[Any]] = []
-    for message, role in zip(messages, roles, strict=True):
-        made: list[Any] = []
-        answered: list[Any] = []
-        for block in _blocks(message):  # one pass over the blocks for both kinds
-            kind = block.get("type") if isinstance(block, dict) else None
-            if kind == "tool_use" and role == "assistant":
-                made.append(block.get("id"))
-            elif kind == "tool_result" and role == "user":
-                answered.append(block.get("tool_use_id"))
-        uses.append(made)
-        results.append(answered)
-    at: dict[Any, list[int]] = {}
-    for n in range(len(messages)):
-        for call in uses[n] + results[n]:
-            at.setdefault(call, []).append(n)
+    pairs = [_calls(m) for m in messages]
+    uses = [made for made, _answered in pairs]
+    results = [answered for _made, answered in pairs]
+    positions = call_positions([made + answered for made, answered in pairs])
     spans: dict[str, ChainSpan] = {}
     for key, calls in chains.items():
-        wanted = set(calls)
-        named = sorted({n for call in wanted for n in at.get(call, ())})
-        if not named:
+        first, end = named_range(positions, calls)
+        if first < 0:
             continue
-        first, end = named[0], named[-1]
         # the prompt: the user message before the range, past messages of other roles (Claude
         # Code sends its environment as a `system` message after the first prompt)
         start = first - 1
@@ -134,7 +137,7 @@ def _chain_spans(body: Any, chains: Mapping[str, Sequence[str]]) -> dict[str, Ch
             continue  # a message of another role, or neither calls nor results
         made = [call for n in inside for call in uses[n]]
         answered = [call for n in inside for call in results[n]]
-        if len(made) != len(wanted) or set(made) != wanted or sorted(answered) != sorted(made):
+        if not pairs_exactly(made, answered, calls):
             continue
         other = sum(len(orjson.dumps(messages[n])) for n in inside if roles[n] == "assistant")
         spans[key] = ChainSpan(start, first, end, other)
@@ -171,8 +174,7 @@ def _problem(body: Any) -> str | None:
     seen: set[Any] = set()
     open_calls: list[Any] = []
     for message in messages:
-        uses = _ids(message, "tool_use", "id") if _role(message) == "assistant" else []
-        results = _ids(message, "tool_result", "tool_use_id") if _role(message) == "user" else []
+        uses, results = _calls(message)
         if not set(results) <= set(open_calls):
             return "result-without-call"
         if open_calls and not set(open_calls) <= set(results):

@@ -375,7 +375,7 @@ class Gateway:
             expected = [call for call, _block in found if call not in covered]
             if [call for call, _block in api.results(parsed)] != expected:
                 return self._open_fail("rewrite-invalid", body)
-            if chosen.chains and api.problem(parsed) not in (None, api.problem(orjson.loads(body))):
+            if chosen.chains and _breaks_pairing(api, parsed, body):
                 return self._open_fail("rewrite-invalid", body)
             return orjson.dumps(parsed)
         except Exception:  # a body the rewrite cannot read: sent as it came
@@ -418,6 +418,13 @@ class Gateway:
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
+
+
+def _breaks_pairing(api: ModelApi, rewritten: Any, body: bytes) -> bool:
+    """Whether the rewrite broke the API's pairing of calls and results: the agent's own body
+    is parsed again only when the rewritten one has a problem (it may have had it already)."""
+    problem = api.problem(rewritten)
+    return problem is not None and problem != api.problem(orjson.loads(body))
 
 
 def _chains(found: Any) -> dict[str, Chain]:

@@ -65,6 +65,28 @@ class ModelApi:
     problem: Callable[[Any], str | None]
 
 
+def call_positions(calls_at: Sequence[Sequence[Any]]) -> dict[Any, list[int]]:
+    """Each call id -> the indices of the messages or items naming it (`calls_at[n]`: the ids
+    the n-th one names): a request read once for all its chains."""
+    positions: dict[Any, list[int]] = {}
+    for n, calls in enumerate(calls_at):
+        for call in calls:
+            positions.setdefault(call, []).append(n)
+    return positions
+
+
+def named_range(positions: Mapping[Any, list[int]], calls: Sequence[str]) -> tuple[int, int]:
+    """The first and last index naming one of `calls`, or (-1, -1) when none does."""
+    named = [n for call in set(calls) for n in positions.get(call, ())]
+    return (min(named), max(named)) if named else (-1, -1)
+
+
+def pairs_exactly(made: Sequence[Any], answered: Sequence[Any], calls: Sequence[str]) -> bool:
+    """Whether a chain's range made exactly its `calls`, each once, and answered each."""
+    wanted = set(calls)
+    return len(made) == len(wanted) and set(made) == wanted and sorted(answered) == sorted(made)
+
+
 def json_object(text: Any) -> dict[str, Any]:
     """`text` (str or bytes) parsed as a JSON object, or {} (a header or field the agent may
     leave out, a body that is no JSON object)."""

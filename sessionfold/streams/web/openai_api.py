@@ -8,7 +8,16 @@ from typing import Any
 
 import orjson
 
-from sessionfold.streams.web.model_api import ChainSpan, ModelApi, count, json_object, nonempty
+from sessionfold.streams.web.model_api import (
+    ChainSpan,
+    ModelApi,
+    call_positions,
+    count,
+    json_object,
+    named_range,
+    nonempty,
+    pairs_exactly,
+)
 
 
 def _codex_session(headers: Mapping[str, str], body: bytes) -> str | None:
@@ -86,18 +95,12 @@ def _chain_spans(body: Any, chains: Mapping[str, Sequence[str]]) -> dict[str, Ch
     if not isinstance(items, list) or not chains:
         return {}
     kinds = [_kind(item) for item in items]
-    at: dict[Any, list[int]] = {}
-    for n, item in enumerate(items):
-        call = _call_of(item)
-        if call is not None:
-            at.setdefault(call, []).append(n)
+    positions = call_positions([[call] if (call := _call_of(i)) is not None else [] for i in items])
     spans: dict[str, ChainSpan] = {}
     for key, calls in chains.items():
-        wanted = set(calls)
-        named = sorted({n for call in wanted for n in at.get(call, ())})
-        if not named:
+        first, end = named_range(positions, calls)
+        if first < 0:
             continue
-        first, end = named[0], named[-1]
         # the first call's response: the reasoning and text before it go with it
         while first > 0 and (kinds[first - 1][0] == "reasoning" or kinds[first - 1] == _ANSWER):
             first -= 1
@@ -109,15 +112,16 @@ def _chain_spans(body: Any, chains: Mapping[str, Sequence[str]]) -> dict[str, Ch
         answer = next((k for k in kinds[end + 1 :] if k[0] != "reasoning"), None)
         if answer != _ANSWER:
             continue  # no answer closes it in this request (it holds more rounds than the plan)
-        other = _range_other(items[first : end + 1], wanted)
+        other = _range_other(items[first : end + 1], calls)
         if other is not None:
             spans[key] = ChainSpan(start, first, end, other)
     return spans
 
 
-def _range_other(items: list[Any], wanted: set[str]) -> int | None:
+def _range_other(items: list[Any], calls: Sequence[str]) -> int | None:
     """The chars a chain's range holds besides its outputs, or None unless it holds exactly
     the chain's calls and their outputs, with reasoning and assistant text only besides."""
+    wanted = set(calls)
     made: list[Any] = []
     answered: list[Any] = []
     other = 0
@@ -131,9 +135,7 @@ def _range_other(items: list[Any], wanted: set[str]) -> int | None:
         elif kind[0] != "reasoning" and kind != _ANSWER:
             return None
         other += len(orjson.dumps(item))
-    if len(made) != len(wanted) or set(made) != wanted or sorted(answered) != sorted(made):
-        return None
-    return other
+    return other if pairs_exactly(made, answered, calls) else None
 
 
 def _drop_chain(body: Any, span: ChainSpan, text: str) -> None:
