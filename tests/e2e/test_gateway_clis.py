@@ -251,6 +251,16 @@ def _chains_script(calls: list[Call]) -> list[Turn]:
     return script
 
 
+def _chains_of_the_last_request(path: Path) -> list[dict[str, Any]]:
+    """The compressed chains of the fold's plan when the script's last request went: at the
+    end the fold has compressed turns 1-4; the last request, before turn 5's answer, had the
+    plan of turns 1-3 (turn 4 was the one window turn then)."""
+    config = build_config({"recoveryGraceTurns": 0, "chainCompression": {"rollingWindow": 1}})
+    chains = chain_plan(list(views_at_turns(path, config, lambda _turn: False))[-1].view)[:-1]
+    assert len(chains) == 3, "the fold compressed no chain"
+    return chains
+
+
 def _texts(value: Any) -> list[str]:
     """Every string inside a JSON value (the texts a request carries, wherever they sit)."""
     if isinstance(value, str):
@@ -285,13 +295,7 @@ def test_claude_code_gets_compressed_chains_dropped_through_the_gateway(tmp_path
             serve.stop()
         assert model.unscripted == [] and model.pending()["turn"] == 0
         last = model.of_kind("turn")[-1].body
-    transcript = next(projects.glob(f"*/{session}.jsonl"))
-    config = build_config({"recoveryGraceTurns": 0, "chainCompression": {"rollingWindow": 1}})
-    points = list(views_at_turns(transcript, config, lambda _turn: False))
-    # at the end the fold has compressed turns 1-4; the last request, before turn 5's answer,
-    # had the plan of turns 1-3 (turn 4 was the one window turn then)
-    chains = chain_plan(points[-1].view)[:-1]
-    assert len(chains) == 3, "the fold compressed no chain"
+    chains = _chains_of_the_last_request(next(projects.glob(f"*/{session}.jsonl")))
     dropped = {call for chain in chains for call in chain["calls"]}
     uses = [
         b["id"]
@@ -333,10 +337,7 @@ def test_codex_gets_compressed_chains_dropped_through_the_gateway(tmp_path: Path
         assert model.unscripted == [] and model.pending()["turn"] == 0
         last = model.of_kind("turn")[-1].body
     (rollout,) = sessions.glob("*/*/*/rollout-*.jsonl")
-    config = build_config({"recoveryGraceTurns": 0, "chainCompression": {"rollingWindow": 1}})
-    # turns 1-4 compressed at the end, 1-3 when the last request went (as for Claude Code)
-    chains = chain_plan(list(views_at_turns(rollout, config, lambda _t: False))[-1].view)[:-1]
-    assert len(chains) == 3, "the fold compressed no chain"
+    chains = _chains_of_the_last_request(rollout)
     dropped = {call for chain in chains for call in chain["calls"]}
     items = last["input"]
     named = {i.get("call_id") for i in items if isinstance(i, dict)}

@@ -179,11 +179,16 @@ def _paired_anthropic(messages: list[dict[str, Any]]) -> bool:
     return True
 
 
-@settings(max_examples=150, deadline=None)
-@given(drawn=TURNS, last_open=st.booleans(), data=st.data())
-def test_a_chain_leaves_the_anthropic_request_whole(
-    drawn: Drawn, last_open: bool, data: st.DataObject
-) -> None:
+def _sent_and_expected(
+    api: ModelApi,
+    build: Any,
+    drawn: Drawn,
+    last_open: bool,
+    data: st.DataObject,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The request the gateway sends for drawn turns, some chained (some of those with a call
+    the plan lacks), and the one expected: the chained turns compressed, the short ones
+    stubbed result by result."""
     turns = _turns(drawn, last_open)
     closed = [t.number for t in turns if t.closed and t.rounds]
     chained = set(data.draw(st.lists(st.sampled_from(closed), unique=True))) if closed else set()
@@ -193,12 +198,19 @@ def test_a_chain_leaves_the_anthropic_request_whole(
         else set()
     )
     plan = _plan(turns, chained, short)
-    sent = _rewrite(ANTHROPIC, _anthropic(turns, set()), plan)
-    expected = _anthropic(turns, chained - short)
-    stubs = {
-        c: t for c, t in plan["results"].items() if c.split("r")[0][1:] in {str(n) for n in short}
-    }
-    assert sent == _stubbed(expected, stubs, ANTHROPIC)
+    sent = _rewrite(api, build(turns, set()), plan)
+    shorts = {str(n) for n in short}
+    stubs = {c: t for c, t in plan["results"].items() if c.split("r")[0][1:] in shorts}
+    return sent, _stubbed(build(turns, chained - short), stubs, api)
+
+
+@settings(max_examples=150, deadline=None)
+@given(drawn=TURNS, last_open=st.booleans(), data=st.data())
+def test_a_chain_leaves_the_anthropic_request_whole(
+    drawn: Drawn, last_open: bool, data: st.DataObject
+) -> None:
+    sent, expected = _sent_and_expected(ANTHROPIC, _anthropic, drawn, last_open, data)
+    assert sent == expected
     assert _paired_anthropic(sent["messages"])
     assert ANTHROPIC.problem(sent) is None
 
@@ -208,21 +220,8 @@ def test_a_chain_leaves_the_anthropic_request_whole(
 def test_a_chain_leaves_the_responses_request_whole(
     drawn: Drawn, last_open: bool, data: st.DataObject
 ) -> None:
-    turns = _turns(drawn, last_open)
-    closed = [t.number for t in turns if t.closed and t.rounds]
-    chained = set(data.draw(st.lists(st.sampled_from(closed), unique=True))) if closed else set()
-    short = (
-        set(data.draw(st.lists(st.sampled_from(sorted(chained)), unique=True)))
-        if chained
-        else set()
-    )
-    plan = _plan(turns, chained, short)
-    sent = _rewrite(OPENAI, _responses(turns, set()), plan)
-    expected = _responses(turns, chained - short)
-    stubs = {
-        c: t for c, t in plan["results"].items() if c.split("r")[0][1:] in {str(n) for n in short}
-    }
-    assert sent == _stubbed(expected, stubs, OPENAI)
+    sent, expected = _sent_and_expected(OPENAI, _responses, drawn, last_open, data)
+    assert sent == expected
     calls = [i["call_id"] for i in sent["input"] if i["type"] == "function_call"]
     outputs = [i["call_id"] for i in sent["input"] if i["type"] == "function_call_output"]
     assert sorted(calls) == sorted(outputs) and len(set(calls)) == len(calls)
