@@ -60,6 +60,7 @@ from sessionfold.streams.web.cache_policy import (
     Chain,
     Chosen,
 )
+from sessionfold.streams.web.model_api import call_positions, named_range, pairs_exactly
 
 #: The cache-aware goal on sessions over `LONG_TURNS` turns, as a ratio of unpruned.
 GOAL_RATIO = 0.35
@@ -168,30 +169,26 @@ def _calls_of(message: Message) -> list[Any]:
 
 def _spans(messages: list[Message], chains: dict[str, Chain]) -> dict[str, tuple[int, int, int]]:
     """Where each chain lies in pi's messages, by the rules the gateway's APIs follow
-    (web/anthropic_api.py `_chain_span`): its prompt, a range of its calls and results only,
+    (web/anthropic_api.py `_chain_spans`): its prompt, a range of its calls and results only,
     then an answer with no call; chains the messages do not hold so are left out."""
-    at: dict[Any, list[int]] = {}
-    for n, message in enumerate(messages):
-        for call in _calls_of(message):
-            at.setdefault(call, []).append(n)
+    positions = call_positions([_calls_of(m) for m in messages])
     found = {}
     for key, chain in chains.items():
-        named = sorted({n for call in chain.calls for n in at.get(call, [])})
-        if not named or named[-1] + 1 >= len(messages):
+        first, end = named_range(positions, chain.calls)
+        if first < 0 or end + 1 >= len(messages):
             continue
-        first, end = named[0], named[-1]
         start = first - 1  # the prompt, past messages of other roles (attachments)
         while start >= 0 and messages[start].get("role") not in ("user", "assistant"):
             start -= 1
         after = messages[end + 1]
         if start < 0 or messages[start].get("role") != "user" or after.get("role") != "assistant":
             continue
-        inside = [c for m in messages[first : end + 1] for c in _calls_of(m)]
-        if _calls_of(after) or sorted(map(str, inside)) != sorted(2 * list(chain.calls)):
+        inside = messages[first : end + 1]
+        made = [c for m in inside if m.get("role") == "assistant" for c in _calls_of(m)]
+        answered = [c for m in inside if m.get("role") == "toolResult" for c in _calls_of(m)]
+        if _calls_of(after) or not pairs_exactly(made, answered, chain.calls):
             continue
-        other = sum(
-            len(orjson.dumps(m)) for m in messages[first : end + 1] if m.get("role") == "assistant"
-        )
+        other = sum(len(orjson.dumps(m)) for m in inside if m.get("role") == "assistant")
         found[key] = (first, end, other)
     return found
 
