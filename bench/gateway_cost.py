@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/gateway_cost.py [FILES...] [--claude-code 2] [--codex 2]
         [--turns 250] [--min-freed 0,5000,10000,20000,40000] [--price 3] [--read 0.1]
-        [--write 1.25] [--ttl 300]
+        [--write 1.25] [--ttl 300] [--set chainCompression.rollingWindow=1 ...]
 
 Each session file (pi, Claude Code or Codex; `--claude-code N` and `--codex N` add generated
 ones of about `--turns` turns) is replayed with its timestamps. Before each assistant message the
@@ -22,11 +22,16 @@ Policies, each priced as a ratio of `unpruned`:
   and every compressed chain it names is dropped whole (its calls, results and assistant
   messages; its text after its prompt, as the gateway does it), re-planned at every call (a
   plan change breaks the prefix at once);
-- `aware X`: the gateway's CachePolicy with `min_freed_tokens` X (the default marked `*`).
+- `aware X`: the gateway's CachePolicy with `min_freed_tokens` X (the default marked `*`);
+- `no-break` (priced, not a policy the gateway has): `every` as if a moved prefix cost
+  nothing: each call within the TTL reads as many tokens as the call before sent (or all it
+  sends, if fewer) and writes only the rest. No cache policy that applies the fold's plan gets
+  far below it: it is what the plan itself leaves unpruned.
 
 `breaks` counts the calls within the TTL whose prefix is shorter than the previous call. The
 goals of issue #41: cache-aware (default) at most 0.35x of unpruned on sessions over 200 turns,
-and never dearer than `every`.
+and never dearer than `every`. `--set KEY=VALUE` replays with a pruning setting changed (as
+`sessionfold serve --set` folds), e.g. a rolling window of one turn.
 """
 
 from __future__ import annotations
@@ -48,7 +53,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from context_oracles import views_at_turns
 
-from sessionfold.projections.pruning.config import DEFAULT_CONFIG
+from sessionfold.projections.pruning.config import (
+    DEFAULT_CONFIG,
+    PruneConfig,
+    build_config,
+    parse_override,
+)
 from sessionfold.projections.views.context import message_tokens
 from sessionfold.projections.views.rewrite import chain_plan, rewrite_plan
 from sessionfold.streams.tools.synthetic_claude import write_claude_fleet
@@ -65,6 +75,8 @@ from sessionfold.streams.web.model_api import call_positions, named_range, pairs
 #: The cache-aware goal on sessions over `LONG_TURNS` turns, as a ratio of unpruned.
 GOAL_RATIO = 0.35
 LONG_TURNS = 200
+#: `every` priced as if its breaks cost nothing: what the fold's plan leaves unpruned.
+NO_BREAK = "no-break"
 
 Message = dict[str, Any]
 #: A policy: given a call, the texts to put in its results and the chains to drop.
@@ -126,14 +138,14 @@ def _seconds(message: Message, fallback: float) -> float:
     return fallback
 
 
-def replay(path: Path, name: str | None = None) -> Session:
+def replay(path: Path, name: str | None = None, config: PruneConfig = DEFAULT_CONFIG) -> Session:
     """The calls of one session file: before each assistant message, the messages up to it and
-    the plan of the render after the assistant message before."""
+    the plan of the render (folded with `config`) after the assistant message before."""
     session = Session(name or path.name, 0)
     plan: dict[str, str] = {}
     chains: dict[str, Chain] = {}
     at = 0.0
-    for point in views_at_turns(path, DEFAULT_CONFIG):
+    for point in views_at_turns(path, config):
         if point.turn < 0:
             break
         session.turns += 1
@@ -250,11 +262,15 @@ class _Rewrites:
         return out
 
 
-def price(calls: Sequence[Call], policy: Policy, prices: Prices) -> Priced:
-    """One policy's input bill over the calls."""
+def price(
+    calls: Sequence[Call], policy: Policy, prices: Prices, free_breaks: bool = False
+) -> Priced:
+    """One policy's input bill over the calls (`free_breaks`: a call within the TTL reads as
+    many tokens as the call before sent, whatever moved)."""
     bill = Priced()
     rewrites = _Rewrites()
     before: list[Message] = []
+    before_total = 0
     before_at: float | None = None
     for call in calls:
         sent = rewrites.apply(call, policy(call))
@@ -270,9 +286,11 @@ def price(calls: Sequence[Call], policy: Policy, prices: Prices) -> Priced:
             cached = sum(sizes[:common])
             if common < len(before):
                 bill.breaks += 1
+            if free_breaks:
+                cached = min(total, before_total)
         bill.tokens += total
         bill.cost += (cached * prices.read + (total - cached) * prices.write) * prices.input / 1e6
-        before, before_at = sent, call.at
+        before, before_total, before_at = sent, total, call.at
     return bill
 
 
@@ -295,6 +313,7 @@ def measure(
         name: price(session.calls, make(), prices)
         for name, make in policies(min_freed, prices.ttl_s).items()
     }
+    bills[NO_BREAK] = price(session.calls, every_flush, prices, free_breaks=True)
     base = bills["unpruned"].cost or 1.0
     return {name: (bill.cost / base, bill) for name, bill in bills.items()}
 
@@ -324,13 +343,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--read", type=float, default=0.1, help="cache read, x the input price")
     parser.add_argument("--write", type=float, default=1.25, help="cache write, x the input")
     parser.add_argument("--ttl", type=float, default=CACHE_TTL_S, help="cache life, seconds")
+    parser.add_argument(
+        "--set", action="append", default=[], help="a pruning setting, KEY=VALUE (repeatable)"
+    )
     args = parser.parse_args(argv)
     prices = Prices(args.price, args.read, args.write, args.ttl)
+    config = build_config(*(parse_override(text) for text in args.set))
     min_freed = sorted({int(x) for x in args.min_freed.split(",") if x} | {MIN_FREED_TOKENS})
     with tempfile.TemporaryDirectory() as scratch:
         named = [(p.name[:24], p) for p in args.files]
         named += list(generated(Path(scratch), args.claude_code, args.codex, args.turns))
-        sessions = [replay(path, name) for name, path in named]
+        sessions = [replay(path, name, config) for name, path in named]
+    if args.set:
+        print("pruning settings: " + ", ".join(args.set))
     return report(sessions, prices, min_freed)
 
 
@@ -379,7 +404,9 @@ def report(sessions: Sequence[Session], prices: Prices, min_freed: Sequence[int]
         if s.turns > LONG_TURNS:
             holds = ratio <= GOAL_RATIO
             ok &= holds
-            print(f"  {s.name}: {ratio:.3f} <= {GOAL_RATIO}: {'holds' if holds else 'MISSED'}")
+            floor = got[NO_BREAK][0]
+            why = "" if holds or floor <= GOAL_RATIO else f" (no-break {floor:.3f}: the plan's own)"
+            print(f"  {s.name}: {ratio:.3f} <= {GOAL_RATIO}: {'holds' if holds else 'MISSED'}{why}")
         holds = ratio <= every + 1e-9
         ok &= holds
         print(f"  {s.name}: {ratio:.3f} <= every {every:.3f}: {'holds' if holds else 'MISSED'}")

@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from gateway_cost import Call, Prices, cache_aware, every_flush, main, measure, price, replay
 
+from sessionfold.projections.pruning.config import build_config, parse_override
 from sessionfold.projections.views.context import message_tokens
 from sessionfold.streams.tools.synthetic_claude import write_claude_fleet
 from sessionfold.streams.web.cache_policy import Chosen
@@ -39,8 +40,17 @@ def test_a_call_reads_the_prefix_it_shares_with_the_last_one_within_the_ttl() ->
     assert bill.breaks == 0
     late = [calls[0], Call(400, [one, two], {}, {})]
     assert price(late, lambda _call: Chosen(), prices).cost == pytest.approx(3 * size * 1.25)
-    rewritten = price(calls, lambda call: Chosen({"c1": "stub"} if call.at else {}), prices)
+
+    def stubbing(call: Call) -> Chosen:
+        return Chosen({"c1": "stub"} if call.at else {})
+
+    rewritten = price(calls, stubbing, prices)
     assert rewritten.breaks == 1 and rewritten.cost > size * 1.25 * 2
+    # with its break free, the second call reads what the first sent and writes the rest
+    stubbed = message_tokens({**one, "content": [{"type": "text", "text": "stub"}]})
+    free = price(calls, stubbing, prices, free_breaks=True)
+    assert free.breaks == 1
+    assert free.cost == pytest.approx(size * 1.25 + size * 0.1 + stubbed * 1.25)
 
 
 def test_ratios_on_a_generated_session(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -59,7 +69,11 @@ def test_ratios_on_a_generated_session(tmp_path: Path, capsys: pytest.CaptureFix
     never = price(session.calls, cache_aware(10**12, float("inf")), Prices())
     assert never.cost == pytest.approx(got["unpruned"][1].cost)
     assert price(session.calls, every_flush, Prices()).cost == pytest.approx(got["every"][1].cost)
+    assert got["no-break"][1].cost < got["every"][1].cost  # its breaks cost something
+    off = replay(written.path, config=build_config(parse_override("enabled=false")))
+    assert not any(call.plan or call.chains for call in off.calls)  # settings reach the fold
     assert main([str(written.path), "--claude-code", "0", "--codex", "0", "--min-freed", "0"]) == 0
     out = capsys.readouterr().out
     for heading in ("cost relative to unpruned", "prefix breaks", "goals for aware 5k*"):
         assert heading in out
+    assert "no-break" in out
