@@ -69,6 +69,7 @@ from sessionfold.streams.web.cache_policy import (
     CachePolicy,
     Chain,
     Chosen,
+    Tail,
 )
 from sessionfold.streams.web.model_api import call_positions, named_range, pairs_exactly
 
@@ -226,7 +227,21 @@ def cache_aware(min_freed: int, ttl_s: float) -> Policy:
         call.at,
         chains=call.chains,
         spans={k: span[2] for k, span in call.spans.items()},
+        tail=_tail(call),
     )
+
+
+def _tail(call: Call) -> Tail:
+    """The call's chars from the first of some results or chains to its end (the gateway's
+    `_tail`, over pi's messages)."""
+
+    def chars(calls: set[str], chains: set[str]) -> int:
+        holding = {m.get("toolCallId"): n for n, m in enumerate(call.messages)}
+        starts = [holding[c] for c in calls if c in holding]
+        starts += [call.spans[k][0] for k in chains if k in call.spans]
+        return sum(len(orjson.dumps(m)) for m in call.messages[min(starts, default=0) :])
+
+    return chars
 
 
 class _Rewrites:

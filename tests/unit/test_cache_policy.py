@@ -47,33 +47,46 @@ def test_results_the_call_does_not_carry_are_not_sent() -> None:
     assert policy.choose("s", {"gone": "x", "a": "y"}, {"a": 50}, now=0.0).texts == {"a": "y"}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     steps=st.lists(
         st.tuples(st.integers(0, 6), st.floats(0, 200, allow_nan=False)), min_size=1, max_size=12
     ),
     min_freed=st.integers(0, 3000),
+    after=st.none() | st.integers(0, 40_000),
 )
-def test_texts_change_only_when_the_change_pays_or_the_cache_expired(
-    steps: list[tuple[int, float]], min_freed: int
+def test_texts_change_exactly_when_the_change_pays_or_the_cache_expired(
+    steps: list[tuple[int, float]], min_freed: int, after: int | None
 ) -> None:
     """A session summarizes its results one after another (plan k stubs the first k); at each
     call the texts sent are the last ones applied, unless the plan frees `min_freed` tokens
-    over them or `ttl` passed since the last call."""
-    sizes = {f"r{n}": 1000 * (n + 1) for n in range(7)}
+    over them, or at least a third of the request from the first result it changes to the end
+    (the results in order, then `after` chars; None: the gateway does not say), or `ttl`
+    passed since the last call."""
+    order = [f"r{n}" for n in range(7)]
+    sizes = {call: 1000 * (n + 1) for n, call in enumerate(order)}
     ttl = 300.0
     policy = CachePolicy(min_freed_tokens=min_freed, cache_ttl_s=ttl)
+
+    def tail(calls: set[str], _chains: set[str]) -> int:
+        first = min(order.index(call) for call in calls)
+        return sum(sizes[call] for call in order[first:]) + (after or 0)
+
     now = 0.0
     sent: dict[str, str] | None = None
     last = 0.0
     for k, gap in steps:
         now += gap
         plan = {f"r{n}": "stub" for n in range(k)}
-        got = policy.choose("s", plan, sizes, now).texts
-        if sent is not None and got != sent:
-            freed = sum(sizes[c] - 4 for c in got if c not in sent) - sum(
-                sizes[c] - 4 for c in sent if c not in got
+        got = policy.choose("s", plan, sizes, now, tail=None if after is None else tail).texts
+        if sent is not None and plan != sent:
+            freed = sum(sizes[c] - 4 for c in plan if c not in sent) - sum(
+                sizes[c] - 4 for c in sent if c not in plan
             )
-            assert freed // 4 >= min_freed or now - last >= ttl
+            changed = set(plan) ^ set(sent)
+            pays = freed // 4 >= min_freed or (
+                after is not None and freed > 0 and tail(changed, set()) <= 3 * freed
+            )
+            assert got == (plan if pays or now - last >= ttl else sent)
         assert got in (plan, sent)
         sent, last = got, now

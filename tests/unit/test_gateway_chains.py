@@ -257,10 +257,13 @@ def test_a_dropped_blocks_cache_marker_moves_to_the_chains_text() -> None:
 
 
 def test_the_cache_policy_holds_a_chain_until_it_pays() -> None:
-    """A small chain waits for `min_freed_tokens` as a small stub does; once applied, later
-    calls drop it the same way (the prefix holds)."""
+    """A small chain waits for `min_freed_tokens` as a small stub does (while what follows it
+    in the request is long: a last message of 20,000 chars here); once applied, later calls
+    drop it the same way (the prefix holds)."""
     turns = _turns([([1], False, True, False)] * 3, True)
-    request = orjson.dumps(_anthropic(turns, set()))
+    built = _anthropic(turns, set())
+    built["messages"].append({"role": "user", "content": "w" * 20_000})
+    request = orjson.dumps(built)
     plans = [_plan(turns, set(), set()), _plan(turns, {0}, set())]
 
     async def source(_session: str) -> Any:
@@ -276,3 +279,15 @@ def test_the_cache_policy_holds_a_chain_until_it_pays() -> None:
     policy.min_freed_tokens = 0
     moved = orjson.loads(asyncio.run(gateway._rewritten(ANTHROPIC, "s", request, "/v1/x")))
     assert orjson.dumps(moved).count(b"<compressed-chain id=") == 2
+    # without the long last message, from chain 1's prompt to the end is under three times
+    # what dropping it frees: the change is made at once, whatever `min_freed_tokens` says
+    short = orjson.dumps(_anthropic(turns, set()))
+    plans[:] = [_plan(turns, {0}, set())]
+    gateway = Gateway({}, policy=CachePolicy(min_freed_tokens=10**9), plans=source)
+    assert (
+        asyncio.run(gateway._rewritten(ANTHROPIC, "s", short, "/v1/x")).count(b"<compressed") == 1
+    )
+    plans.append(_plan(turns, {0, 1}, set()))
+    assert (
+        asyncio.run(gateway._rewritten(ANTHROPIC, "s", short, "/v1/x")).count(b"<compressed") == 2
+    )

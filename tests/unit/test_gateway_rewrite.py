@@ -8,9 +8,11 @@ import asyncio
 import copy
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -160,3 +162,56 @@ def test_the_plan_is_asked_while_the_body_is_still_coming() -> None:
     with AnthropicModel([Turn(text="ok", usage=Usage(1, 1))]) as model:
         assert asyncio.run(call(model.url)) == 200
     assert times["asked"] < times["sent"] - 0.2
+
+
+def _responses(results: list[tuple[str, str]], after: str) -> dict[str, Any]:
+    items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": "go"}]
+    for call, output in results:
+        items.append({"type": "function_call", "call_id": call, "name": "x", "arguments": "{}"})
+        items.append({"type": "function_call_output", "call_id": call, "output": output})
+    items.append({"type": "message", "role": "user", "content": after})
+    return {"model": "m", "input": items}
+
+
+def _anthropic_rounds(results: list[tuple[str, str]], after: str) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for call, output in results:
+        use = {"type": "tool_use", "id": call, "name": "x", "input": {}}
+        messages.append({"role": "assistant", "content": [use]})
+        result = {"type": "tool_result", "tool_use_id": call, "content": output}
+        messages.append({"role": "user", "content": [result]})
+    messages.append({"role": "user", "content": after})
+    return {"model": "m", "messages": messages}
+
+
+@pytest.mark.parametrize(("api", "build"), [(ANTHROPIC, _anthropic_rounds), (OPENAI, _responses)])
+def test_a_small_change_near_the_end_is_made_at_once_and_an_early_one_waits(
+    api: ModelApi, build: Callable[[list[tuple[str, str]], str], dict[str, Any]]
+) -> None:
+    """Under `min_freed_tokens` a change is made at once when the request from the result it
+    changes to the end is at most three times what it frees (little to write again), and held
+    while that is longer: the gateway measures from the turn holding the result."""
+    rounds = [("a", "x" * 400), ("b", "y" * 4000), ("c", "z" * 4000)]
+    plans: list[dict[str, str]] = []
+
+    async def source(_session: str) -> Any:
+        return {"known": True, "results": plans[-1], "chains": []}
+
+    gateway = Gateway({}, policy=CachePolicy(min_freed_tokens=10**9), plans=source)
+
+    def stubbed(plan: dict[str, str], after: str) -> set[str]:
+        """The results the call with `plan` sent rewritten."""
+        plans.append(plan)
+        request = build(rounds, after)
+        out = orjson.loads(asyncio.run(gateway._rewritten(api, "s", orjson.dumps(request), "/")))
+        before = dict(api.results(request))
+        return {call for call, block in api.results(out) if block != before[call]}
+
+    assert stubbed({"a": "A"}, "now") == {"a"}  # a session's first call takes the plan
+    # c frees ~1,000 tokens and from its result to the end is about as much: made at once
+    assert stubbed({"a": "A", "c": "C"}, "now") == {"a", "c"}
+    # b frees as much, but from its result to the end the request holds c's result and a
+    # 40,000-char message: over three times what b frees, so b waits
+    assert stubbed({"a": "A", "b": "B", "c": "C"}, "w" * 40_000) == {"a", "c"}
+    # with a short last message b's change is made
+    assert stubbed({"a": "A", "b": "B", "c": "C"}, "short") == {"a", "b", "c"}

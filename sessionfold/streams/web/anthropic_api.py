@@ -105,6 +105,15 @@ def _calls(message: Any) -> tuple[list[Any], list[Any]]:
     return made, answered
 
 
+def _turns(body: Any) -> tuple[list[Any], dict[str, int]]:
+    """The request's messages and the index of the user message holding each tool result."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list):
+        return [], {}
+    holding = {call: n for n, m in enumerate(messages) for call in _calls(m)[1]}
+    return messages, holding
+
+
 def _chain_spans(body: Any, chains: Mapping[str, Sequence[str]]) -> dict[str, ChainSpan]:
     """Where each chain lies (chain id -> its calls), for the chains the request holds whole:
     from the first message naming one of its calls (after its prompt) to the last, each one an
@@ -199,4 +208,5 @@ ANTHROPIC = ModelApi(
     chain_spans=_chain_spans,
     drop_chain=_drop_chain,
     problem=_problem,
+    turns=_turns,
 )

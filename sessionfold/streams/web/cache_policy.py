@@ -5,23 +5,34 @@ A provider bills a cached prefix at about a tenth and writes a changed one again
 can cost more than it saves. Per session the gateway keeps the texts it applies (and the
 compressed chains it drops) and keeps applying exactly those, call after call (the prefix
 stays byte for byte the same), until the fold's newer plan frees at least `min_freed_tokens`
-over them, or the session's last call is older than the cache's life (`cache_ttl_s`: the
-prefix is gone anyway). A session's first call takes the plan as it is (no prefix of ours is
-cached yet).
+over them, or frees at least a third of what it makes the provider write again (the request
+from the first result or chain it changes to the end: a change near the end costs little), or the
+session's last call is older than the cache's life (`cache_ttl_s`: the prefix is gone anyway).
+A session's first call takes the plan as it is (no prefix of ours is cached yet).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-#: Tokens a change must free before the cached prefix is given up (OpenCode holds 20k; 5k was
-#: cheaper on every session bench/gateway_cost.py replayed: docs/live.md, "Costs").
-MIN_FREED_TOKENS = 5_000
+#: Tokens a change must free before the cached prefix is given up (OpenCode holds 20k; 10k was
+#: as cheap as 5k or cheaper on every session bench/gateway_cost.py replayed, beside the tail
+#: rule below: docs/live.md, "Costs").
+MIN_FREED_TOKENS = 10_000
+#: A change of fewer tokens is made at once when the request from where it begins to the end
+#: is at most this many times what it frees (bench/gateway_cost.py: 3 was the cheapest of 2, 3
+#: and 4, and never dearer than rewriting at every flush, at rolling windows of 3 and 1).
+TAIL_PER_FREED = 3
 #: Anthropic's default cache life, seconds.
 CACHE_TTL_S = 300.0
 #: Sessions whose applied texts are kept (the least recently used go first).
 MAX_SESSIONS = 10_000
+
+#: The chars of a request from the first of some results (tool call ids) or chains (chain
+#: ids) to its end, as the agent sent it: what the provider writes again when those change.
+Tail = Callable[[set[str], set[str]], int]
 
 
 @dataclass(frozen=True)
@@ -69,12 +80,14 @@ class CachePolicy:
         count_only: bool = False,
         chains: dict[str, Chain] | None = None,
         spans: dict[str, int] | None = None,
+        tail: Tail | None = None,
     ) -> Chosen:
         """What to send in this call: `plan` (tool call id -> text) restricted to the results
         the call carries (`present`: id -> its content's size in chars) and `chains` to those
         it can drop (`spans`: chain id -> chars its range holds besides its results), or what
-        was applied before while the plan's change would not pay. `count_only` (a token count)
-        reads the policy and changes nothing."""
+        was applied before while the plan's change would not pay (`tail`: where the change
+        begins; None: wherever). `count_only` (a token count) reads the policy and changes
+        nothing."""
         spans = spans or {}
         wanted = _within(Chosen(plan, chains or {}), present, spans)
         kept = self.sessions.get(session)
@@ -82,10 +95,18 @@ class CachePolicy:
             return wanted if kept is None else _within(kept.chosen, present, spans)
         if kept is None:
             kept = Applied(wanted, now)
-        elif wanted != _within(kept.chosen, present, spans):
+        elif wanted != (sent := _within(kept.chosen, present, spans)):
             expired = now - kept.last_call >= self.cache_ttl_s
-            freed = _size(kept.chosen, present, spans) - _size(wanted, present, spans)
-            if expired or freed // 4 >= self.min_freed_tokens:
+            freed = _size(sent, present, spans) - _size(wanted, present, spans)
+            if (
+                expired
+                or freed // 4 >= self.min_freed_tokens
+                or (
+                    tail is not None
+                    and freed > 0
+                    and tail(*_changed(sent, wanted)) <= TAIL_PER_FREED * freed
+                )
+            ):
                 kept.chosen = wanted
         kept.last_call = now
         self.sessions.pop(session, None)
@@ -100,6 +121,15 @@ def _within(chosen: Chosen, present: dict[str, int], spans: dict[str, int]) -> C
     return Chosen(
         {call: text for call, text in chosen.texts.items() if call in present},
         {key: chain for key, chain in chosen.chains.items() if key in spans},
+    )
+
+
+def _changed(sent: Chosen, wanted: Chosen) -> tuple[set[str], set[str]]:
+    """The results and the chains whose treatment differs between two choices."""
+    texts, chains = sent.texts, sent.chains
+    return (
+        {c for c in texts.keys() | wanted.texts.keys() if texts.get(c) != wanted.texts.get(c)},
+        {k for k in chains.keys() | wanted.chains.keys() if chains.get(k) != wanted.chains.get(k)},
     )
 
 

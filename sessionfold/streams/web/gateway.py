@@ -33,9 +33,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
 from sessionfold.streams.web.anthropic_api import ANTHROPIC
-from sessionfold.streams.web.cache_policy import CachePolicy, Chain
+from sessionfold.streams.web.cache_policy import CachePolicy, Chain, Tail
 from sessionfold.streams.web.live_contract import MAX_CONTEXT_BODY_BYTES
-from sessionfold.streams.web.model_api import USAGE_PARTS, ModelApi
+from sessionfold.streams.web.model_api import USAGE_PARTS, ChainSpan, ModelApi
 from sessionfold.streams.web.openai_api import OPENAI
 
 log = logging.getLogger(__name__)
@@ -362,6 +362,7 @@ class Gateway:
                 path.endswith("/count_tokens"),
                 chains,
                 {key: span.other for key, span in spans.items()},
+                _tail(api, parsed, spans),
             )
             if not chosen:
                 return body
@@ -425,6 +426,19 @@ def _breaks_pairing(api: ModelApi, rewritten: Any, body: bytes) -> bool:
     is parsed again only when the rewritten one has a problem (it may have had it already)."""
     problem = api.problem(rewritten)
     return problem is not None and problem != api.problem(orjson.loads(body))
+
+
+def _tail(api: ModelApi, parsed: Any, spans: dict[str, ChainSpan]) -> Tail:
+    """The request's chars from the first of some results or chains (a chain from its prompt,
+    which takes its text) to its end; the turns are encoded only when the policy asks."""
+
+    def chars(calls: set[str], chains: set[str]) -> int:
+        turns, holding = api.turns(parsed)
+        starts = [holding[call] for call in calls if call in holding]
+        starts += [spans[key].start for key in chains if key in spans]
+        return sum(len(orjson.dumps(turn)) for turn in turns[min(starts, default=0) :])
+
+    return chars
 
 
 def _chains(found: Any) -> dict[str, Chain]:

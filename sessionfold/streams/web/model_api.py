@@ -63,6 +63,9 @@ class ModelApi:
     drop_chain: Callable[[Any, ChainSpan, str], None]
     #: The first way a parsed request breaks the API's pairing of calls and results, or None.
     problem: Callable[[Any], str | None]
+    #: A parsed request's turns (messages, or input items) and the index of the turn holding
+    #: each tool result: where a rewrite of that result begins.
+    turns: Callable[[Any], tuple[list[Any], dict[str, int]]]
 
 
 def call_positions(calls_at: Sequence[Sequence[Any]]) -> dict[Any, list[int]]:

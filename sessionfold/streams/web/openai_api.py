@@ -85,6 +85,15 @@ def _call_of(item: Any) -> Any:
     return item.get("call_id") if isinstance(item, dict) else None
 
 
+def _turns(body: Any) -> tuple[list[Any], dict[str, int]]:
+    """The request's input items and the index of each tool output item."""
+    items = body.get("input") if isinstance(body, dict) else None
+    if not isinstance(items, list):
+        return [], {}
+    holding = {_call_of(i): n for n, i in enumerate(items) if _kind(i)[0] in _OUTPUTS}
+    return items, holding
+
+
 def _chain_spans(body: Any, chains: Mapping[str, Sequence[str]]) -> dict[str, ChainSpan]:
     """Where each chain lies (chain id -> its calls), for the chains the request holds whole:
     from its first call's response (the reasoning and text before the call; after the chain's
@@ -181,4 +190,5 @@ OPENAI = ModelApi(
     chain_spans=_chain_spans,
     drop_chain=_drop_chain,
     problem=_problem,
+    turns=_turns,
 )
