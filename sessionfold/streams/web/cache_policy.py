@@ -6,9 +6,9 @@ can cost more than it saves. Per session the gateway keeps the texts it applies 
 compressed chains it drops) and keeps applying exactly those, call after call (the prefix
 stays byte for byte the same), until the fold's newer plan frees at least `min_freed_tokens`
 over them, or frees at least a third of what it makes the provider write again (the request
-from the first result or chain it changes to the end: a change near the end costs little), or the
-session's last call is older than the cache's life (`cache_ttl_s`: the prefix is gone anyway).
-A session's first call takes the plan as it is (no prefix of ours is cached yet).
+from the first result or chain it changes to the end: a change near the end costs little), or
+the session's last call is older than the cache's life (`cache_ttl_s`: the prefix is gone
+anyway). A session's first call takes the plan as it is (no prefix of ours is cached yet).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 #: rule below: docs/live.md, "Costs").
 MIN_FREED_TOKENS = 10_000
 #: A change of fewer tokens is made at once when the request from where it begins to the end
-#: is at most this many times what it frees (bench/gateway_cost.py: 3 was the cheapest of 2, 3
-#: and 4, and never dearer than rewriting at every flush, at rolling windows of 3 and 1).
+#: is at most this many times what it frees (bench/gateway_cost.py: 3 was as cheap as 2 and
+#: cheaper than 4, and unlike 2 never dearer than rewriting at every flush at a rolling window
+#: of one turn).
 TAIL_PER_FREED = 3
 #: Anthropic's default cache life, seconds.
 CACHE_TTL_S = 300.0
