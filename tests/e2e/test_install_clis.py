@@ -1,19 +1,21 @@
 """`sessionfold install` into a fresh home, then the real Claude Code (2.1.328) and Codex
 (0.169) with nothing else configured by hand: after the agent's own compaction the model is sent
 the standing rule verbatim and never the withdrawn one; with `--gateway` the agent's model
-calls arrive at the URL install wrote.
+calls arrive at the URL install wrote, and with serve's API token set they pass its gateway.
 
 The test home holds only what a test home needs (Codex: the scripted provider and the keys that
 keep it off the network; Claude Code: its base URL in the environment) before install merges
-into it. No serve runs: the hook folds the transcript itself (embedded). `PYTHONPATH` makes
-this checkout the sessionfold the hook runs, as the console script would. Only the model is
-scripted. Needs `npm ci` in integrations/agents; skipped without it.
+into it. No serve runs but in the token tests: the hook folds the transcript itself
+(embedded). `PYTHONPATH` makes this checkout the sessionfold the hook runs, as the console
+script would. Only the model is scripted. Needs `npm ci` in integrations/agents; skipped
+without it.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import secrets
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ from agent_clis import (
     run_codex,
 )
 from scripted_models import AnthropicModel, Call, Request, ResponsesModel, Turn, Usage
+from serve_process import serving
 
 pytestmark = [
     pytest.mark.skipif(
@@ -47,6 +50,7 @@ KEPT = "never edit generated files"
 WITHDRAWN = "always run the tests with -x"
 PROMPTS = (KEPT, "forget the rule about -x", "run the tests")
 NO_SERVE = "http://127.0.0.1:9"  # nothing listens: the hook folds the transcript itself
+TOKEN = secrets.token_urlsafe(24)  # serve's API token, where a test runs serve
 
 
 def _install(env: dict[str, str], *args: str, cwd: Path = REPO) -> str:
@@ -210,6 +214,29 @@ def test_claude_code_gateway_calls_arrive_at_the_url_install_wrote(tmp_path: Pat
     assert settings["env"] == {"ANTHROPIC_BASE_URL": url}
 
 
+def test_claude_code_gateway_calls_carry_the_token_install_wrote(tmp_path: Path) -> None:
+    """serve with an API token: install reads it as serve does, and the real Claude Code's
+    calls then pass serve's gateway (which takes the header off) to the model."""
+    with AnthropicModel([Turn(text="Past serve's token check.")]) as model:
+        home, work, env = _claude_home(tmp_path, model.url)
+        del env["ANTHROPIC_BASE_URL"]
+        args = ["--anthropic-upstream", model.url]
+        with serving(home / ".claude" / "projects", TOKEN, args=args) as serve:
+            _install(
+                {**env, "SESSIONFOLD_API_TOKEN": TOKEN},
+                "claude-code",
+                "--gateway",
+                "--serve-url",
+                serve.url,
+            )
+            result = run_claude(work, env, "hello")
+            err = serve.stop()
+        assert result["result"] == "Past serve's token check."
+        assert [r.kind for r in model.requests] == ["turn"]
+        assert "x-sessionfold-token" not in model.requests[0].headers
+    assert TOKEN.encode() not in err
+
+
 # -- Codex -----------------------------------------------------------------------------------
 
 AUTO_COMPACT = 50_000
@@ -271,6 +298,27 @@ def test_codex_gateway_calls_arrive_at_the_url_install_wrote(tmp_path: Path) -> 
         run_codex(work, env, "hello")
         assert [r.kind for r in model.requests] == ["turn"]
         assert model.requests[0].path == "/v1/responses"
+
+
+def test_codex_gateway_calls_carry_the_token_install_wrote(tmp_path: Path) -> None:
+    """The same for Codex: its provider's `http_headers` carry serve's token (read here from a
+    token file, as serve may), and its call passes the gateway to the model."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    with ResponsesModel([Turn(text="Past serve's token check.")]) as model:
+        codex_config(home / ".codex", "http://127.0.0.1:9/v1")
+        env = {**codex_env(home), "OPENAI_API_KEY": "scripted"}
+        args = ["--openai-upstream", model.url]
+        with serving(home / ".codex" / "sessions", TOKEN, args=args) as serve:
+            install_env = {**env, "SESSIONFOLD_API_TOKEN_FILE": str(token_file)}
+            _install(install_env, "codex", "--gateway", "--serve-url", serve.url, "--no-trust")
+            run_codex(work, env, "hello")
+            err = serve.stop()
+        assert [r.kind for r in model.requests] == ["turn"]
+        assert "x-sessionfold-token" not in model.requests[0].headers
+    assert TOKEN.encode() not in err
 
 
 def test_codex_with_damaged_lines_in_its_rollout_goes_on_and_gets_the_rule(

@@ -16,8 +16,10 @@ REPO = Path(__file__).resolve().parents[2]
 SECRET = "do-not-print-me"
 
 
-def _run(home: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": str(REPO)}
+def _run(
+    home: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "sessionfold.streams.cli", "install", *args],
         env=env,
@@ -294,3 +296,68 @@ def test_a_user_config_that_cannot_keep_the_trust_stops_a_project_install(tmp_pa
     assert done.returncode == 2 and "not valid TOML" in done.stderr
     assert str(home / ".codex" / "config.toml") in done.stderr and SECRET not in done.stderr
     assert _files(home) == before and _files(project) == nothing
+
+
+TOKEN = "serve-token-0123456789"
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "codex"])
+def test_the_gateway_calls_carry_serves_token_and_uninstall_takes_it_out(
+    tmp_path: Path, agent: str
+) -> None:
+    """With serve's token in the environment (as serve reads it) or a file, `--gateway` writes
+    the header the gateway asks for; without `--gateway` no token is read or written."""
+    home = _home(tmp_path)
+    before = _files(home)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    ignored = _run(home, agent, env={"SESSIONFOLD_API_TOKEN_FILE": str(tmp_path / "missing")})
+    assert ignored.returncode == 0, ignored.stderr  # no --gateway: the token is not read
+    assert not any(TOKEN in text.decode() for text in _files(home).values())
+    assert _run(home, agent, "--uninstall").returncode == 0
+    done = _run(home, agent, "--gateway", env={"SESSIONFOLD_API_TOKEN_FILE": str(token_file)})
+    assert done.returncode == 0, done.stderr
+    assert TOKEN not in done.stdout + done.stderr
+    if agent == "claude-code":
+        env = json.loads((home / ".claude" / "settings.json").read_text())["env"]
+        assert env["ANTHROPIC_CUSTOM_HEADERS"] == f"X-Sessionfold-Token: {TOKEN}"
+    else:
+        config = tomlkit.parse((home / ".codex" / "config.toml").read_text())
+        provider = config["model_providers"]["sessionfold"]
+        assert provider["http_headers"] == {"X-Sessionfold-Token": TOKEN}
+    again = _run(home, agent, "--gateway", env={"SESSIONFOLD_API_TOKEN_FILE": str(token_file)})
+    assert "nothing to change" in again.stdout
+    assert _run(home, agent, "--uninstall").returncode == 0
+    assert _files(home) == before
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "codex"])
+def test_a_token_for_a_projects_settings_or_unreadable_is_refused(
+    tmp_path: Path, agent: str
+) -> None:
+    """A project's settings may be shared (a repository): the token goes only into the
+    user's; a token file that cannot be read stops install. Nothing is written either way,
+    and the token is never printed."""
+    home = _home(tmp_path)
+    project = tmp_path / "project"
+    project.mkdir()
+    before = _files(tmp_path)
+    shared = _run(
+        home,
+        agent,
+        "--gateway",
+        "--scope",
+        "project",
+        cwd=project,
+        env={"SESSIONFOLD_API_TOKEN": TOKEN},
+    )
+    assert shared.returncode == 2 and "--scope user" in shared.stderr
+    unreadable = _run(
+        home, agent, "--gateway", env={"SESSIONFOLD_API_TOKEN_FILE": str(tmp_path / "missing")}
+    )
+    assert unreadable.returncode == 2 and "FileNotFoundError" in unreadable.stderr
+    short = _run(home, agent, "--gateway", env={"SESSIONFOLD_API_TOKEN": "short"})
+    assert short.returncode == 2 and "at least 16 characters" in short.stderr
+    for run in (shared, unreadable, short):
+        assert TOKEN not in run.stdout + run.stderr and "short" not in run.stdout
+    assert _files(tmp_path) == before

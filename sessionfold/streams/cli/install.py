@@ -216,16 +216,19 @@ def run_install(
     gateway_url: str | None,
     cwd: Path,
     codex: str | None = None,
+    gateway_token: str | None = None,
 ) -> int:
     """Install (or uninstall) for `agent` in `scope`; prints what it changes; the exit code.
     `codex`: the Codex executable asked for the hook's hash (None: the user is told how to
-    trust the hook instead)."""
+    trust the hook instead); `gateway_token`: serve's API token, for the gateway's calls."""
     from sessionfold.streams.tools.install.json_edits import UnreadableDocument
     from sessionfold.streams.tools.install.plans import CODEX_TRUST_NOTE
     from sessionfold.streams.tools.install.plans import plan as make_plan
     from sessionfold.streams.tools.install.record import Record, parse_record
 
-    plan = make_plan(agent, scope, sessionfold_command(), os.environ, cwd, gateway_url)
+    plan = make_plan(
+        agent, scope, sessionfold_command(), os.environ, cwd, gateway_url, gateway_token
+    )
     try:
         record_text, has_record = _read(plan.record)
         try:
@@ -310,6 +313,25 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option("--no-trust", help="Codex: leave the hook for you to trust."),
         ] = False,
+        api_token: Annotated[
+            str | None,
+            typer.Option(
+                "--api-token",
+                envvar="SESSIONFOLD_API_TOKEN",
+                help="serve's API token, which the gateway's calls must carry (with --gateway; "
+                "prefer the variable or --api-token-file: a command-line value shows in the "
+                "process list).",
+                show_default=False,
+            ),
+        ] = None,
+        api_token_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--api-token-file",
+                envvar="SESSIONFOLD_API_TOKEN_FILE",
+                help="File holding serve's API token (with --gateway).",
+            ),
+        ] = None,
     ) -> None:
         """Write an agent's SessionStart hook, MCP server and (--gateway) base URL; --uninstall."""
         from sessionfold.streams.tools.install.plans import AGENTS, SCOPES
@@ -319,6 +341,27 @@ def register(app: typer.Typer) -> None:
         if scope not in SCOPES:
             raise typer.BadParameter(f"one of {', '.join(SCOPES)}", param_hint="--scope")
         url = serve_url if gateway else None
+        token = _gateway_token(api_token, api_token_file, scope) if gateway else None
         asked = None if no_trust or agent != "codex" else (codex or shutil.which("codex"))
-        code = run_install(agent, scope, uninstall, dry_run, url, Path.cwd(), asked)
+        code = run_install(agent, scope, uninstall, dry_run, url, Path.cwd(), asked, token)
         raise typer.Exit(code)
+
+
+def _gateway_token(token: str | None, path: Path | None, scope: str) -> str | None:
+    """serve's API token for the gateway's calls, None for none; exit 2 when it cannot be
+    read, or would be written into a project's files (which a repository may share)."""
+    from sessionfold.streams.web.auth import TokenProblem, read_token
+
+    try:
+        found = read_token(token, path)
+    except TokenProblem as problem:
+        print(f"sessionfold install: {problem}; nothing written", file=sys.stderr)
+        raise typer.Exit(2) from None
+    if found is not None and scope != "user":
+        print(
+            "sessionfold install: serve's API token would be written into the project's "
+            "settings; install the gateway with --scope user; nothing written",
+            file=sys.stderr,
+        )
+        raise typer.Exit(2)
+    return found

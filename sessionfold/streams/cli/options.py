@@ -19,7 +19,7 @@ from sessionfold.streams.kafka.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX
 from sessionfold.streams.publishing.session_file import FORCED_FORMAT
 from sessionfold.streams.runtime.config_files import load_config
 from sessionfold.streams.web.anthropic_api import ANTHROPIC
-from sessionfold.streams.web.auth import MIN_TOKEN_CHARS
+from sessionfold.streams.web.auth import TokenProblem, read_token
 from sessionfold.streams.web.openai_api import OPENAI
 
 Bootstrap = Annotated[
@@ -257,22 +257,11 @@ ApiTokenFile = Annotated[
 
 def api_token_or_exit(err: Console, token: str | None, path: Path | None) -> str | None:
     """The API token from a value or a file (not both), None for none; exit 2 if unusable."""
-    if token is not None and path is not None:
-        err.print("[red]--api-token and --api-token-file exclude each other[/]")
-        raise typer.Exit(2)
-    if path is not None:
-        try:
-            token = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            err.print(f"[red]cannot read the API token file:[/] {type(exc).__name__}")
-            raise typer.Exit(2) from None
-    if token is None:
-        return None
-    token = token.strip()
-    if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token):
-        err.print(f"[red]the API token must be at least {MIN_TOKEN_CHARS} characters, no spaces[/]")
-        raise typer.Exit(2)
-    return token
+    try:
+        return read_token(token, path)
+    except TokenProblem as problem:
+        err.print(f"[red]error:[/] {problem}", highlight=False)
+        raise typer.Exit(2) from None
 
 
 def config_or_exit(err: Console, path: Path | None, overrides: list[str]) -> PruneConfig:

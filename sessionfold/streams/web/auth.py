@@ -22,6 +22,7 @@ import hmac
 import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # aiohttp comes with Faust: the commands without a worker do not load it
@@ -37,6 +38,33 @@ ALL_ADDRESSES = frozenset({"", "0.0.0.0", "::"})
 REALM = "sessionfold"
 #: Shortest token a worker or client accepts.
 MIN_TOKEN_CHARS = 16
+#: The header a gateway call carries serve's token in (the agent's `Authorization` holds its
+#: provider key).
+GATEWAY_TOKEN_HEADER = "X-Sessionfold-Token"
+
+
+class TokenProblem(ValueError):
+    """An API token that cannot be used; the message says why, never the token."""
+
+
+def read_token(token: str | None, path: Path | None) -> str | None:
+    """The API token from a value or a file (not both), stripped; None for none."""
+    if token is not None and path is not None:
+        raise TokenProblem("--api-token and --api-token-file exclude each other")
+    if path is not None:
+        try:
+            token = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TokenProblem(f"cannot read the API token file: {type(exc).__name__}") from None
+    if token is None:
+        return None
+    token = token.strip()
+    if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token):
+        raise TokenProblem(
+            f"the API token must be at least {MIN_TOKEN_CHARS} characters, no spaces"
+        )
+    return token
+
 
 Handler = Callable[["web.Request"], Awaitable["web.StreamResponse"]]
 
@@ -145,12 +173,15 @@ def quiet_bad_requests(logger: logging.Logger | None = None) -> None:
 
 
 __all__ = [
+    "GATEWAY_TOKEN_HEADER",
     "MIN_TOKEN_CHARS",
     "OPEN_PATHS",
     "QuietBadRequests",
+    "TokenProblem",
     "exposure_warning",
     "is_loopback",
     "quiet_bad_requests",
+    "read_token",
     "token_matches",
     "token_middleware",
     "unauthorized",

@@ -33,6 +33,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
 from sessionfold.streams.web.anthropic_api import ANTHROPIC
+from sessionfold.streams.web.auth import GATEWAY_TOKEN_HEADER
 from sessionfold.streams.web.cache_policy import CachePolicy, Chain, Tail
 from sessionfold.streams.web.live_contract import MAX_CONTEXT_BODY_BYTES
 from sessionfold.streams.web.model_api import USAGE_PARTS, ChainSpan, ModelApi
@@ -60,7 +61,7 @@ _HOP_BY_HOP = frozenset(
     }
 )
 #: The header a call carries serve's API token in (the agent's `Authorization` is its key's).
-TOKEN_HEADER = "x-sessionfold-token"
+TOKEN_HEADER = GATEWAY_TOKEN_HEADER.lower()
 #: Headers the HTTP client adds unasked; sent upstream only when the agent sent them.
 _CLIENT_DEFAULTS = ("accept", "accept-encoding", "user-agent")
 #: The most bytes of one stream event the usage tap holds (a bigger event is not read).
@@ -236,7 +237,7 @@ class Gateway:
     async def relay(self, api: ModelApi, request: web.Request) -> web.StreamResponse:
         """One call: its bytes upstream as they came, the upstream's answer back as it comes."""
         if self.token is not None and not _token_ok(request, self.token):
-            return _error(api, 401, "authentication_error", "sessionfold: X-Sessionfold-Token")
+            return _error(api, 401, "authentication_error", f"sessionfold: {GATEWAY_TOKEN_HEADER}")
         assert self._client is not None
         headers = {k.lower(): v for k, v in request.headers.items()}
         # The plan is asked as soon as the headers name the session (both agents' do): its

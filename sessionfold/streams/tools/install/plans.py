@@ -1,12 +1,13 @@
 """What `sessionfold install` writes for each agent, and where (docs/agents.md).
 
-Claude Code (2.1.328): the SessionStart hook (and, with the gateway, `env.ANTHROPIC_BASE_URL`)
-in `settings.json` (the user's: `$CLAUDE_CONFIG_DIR` or `~/.claude`; the project's:
-`.claude/`), the MCP server in `.claude.json` (`$CLAUDE_CONFIG_DIR/.claude.json` or
-`~/.claude.json`) or the project's `.mcp.json` (where `claude mcp list` finds them).
+Claude Code (2.1.328): the SessionStart hook (and, with the gateway, `env.ANTHROPIC_BASE_URL`
+and serve's token in `env.ANTHROPIC_CUSTOM_HEADERS` when it has one) in `settings.json` (the
+user's: `$CLAUDE_CONFIG_DIR` or `~/.claude`; the project's: `.claude/`), the MCP server in
+`.claude.json` (`$CLAUDE_CONFIG_DIR/.claude.json` or `~/.claude.json`) or the project's
+`.mcp.json` (where `claude mcp list` finds them).
 Codex (0.169): the hook in `hooks.json`, the MCP server, `[features] hooks` and (gateway) a
-`model_providers` entry and `model_provider` in `config.toml`, under `$CODEX_HOME` (default
-`~/.codex`) or the project's `.codex/`.
+`model_providers` entry (serve's token in its `http_headers`) and `model_provider` in
+`config.toml`, under `$CODEX_HOME` (default `~/.codex`) or the project's `.codex/`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from sessionfold.streams.tools.install.changes import AddItem, Edit, SetKey
 from sessionfold.streams.tools.mcp_names import MCP_TOOLS
+from sessionfold.streams.web.auth import GATEWAY_TOKEN_HEADER
 
 AGENTS = ("claude-code", "codex")
 SCOPES = ("user", "project")
@@ -70,12 +72,23 @@ def plan(
     env: Mapping[str, str],
     cwd: Path,
     gateway_url: str | None = None,
+    gateway_token: str | None = None,
 ) -> Plan:
     """The plan for `agent` in `scope`; `command` runs sessionfold (absolute paths), `env`
-    gives HOME, CLAUDE_CONFIG_DIR, CODEX_HOME; `gateway_url` is serve's URL with `--gateway`."""
+    gives HOME, CLAUDE_CONFIG_DIR, CODEX_HOME; `gateway_url` is serve's URL with `--gateway`,
+    `gateway_token` serve's API token, which the agent's model calls then carry."""
+    gateway = None if gateway_url is None else Gateway(gateway_url, gateway_token)
     if agent == "claude-code":
-        return _claude_code(scope, command, env, cwd, gateway_url)
-    return _codex(scope, command, env, cwd, gateway_url)
+        return _claude_code(scope, command, env, cwd, gateway)
+    return _codex(scope, command, env, cwd, gateway)
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """Where the agent's model calls go (serve's URL) and the token they carry, if any."""
+
+    url: str
+    token: str | None = None
 
 
 def _hook_group(matcher: str, command: list[str], agent: str) -> dict[str, object]:
@@ -84,7 +97,7 @@ def _hook_group(matcher: str, command: list[str], agent: str) -> dict[str, objec
 
 
 def _claude_code(
-    scope: str, command: list[str], env: Mapping[str, str], cwd: Path, gateway: str | None
+    scope: str, command: list[str], env: Mapping[str, str], cwd: Path, gateway: Gateway | None
 ) -> Plan:
     home = Path(env["HOME"])
     own = env.get("CLAUDE_CONFIG_DIR")
@@ -102,7 +115,10 @@ def _claude_code(
         *(AddItem(("permissions", "allow"), f"mcp__{NAME}__{tool}") for tool in MCP_TOOLS),
     ]
     if gateway:
-        edits.append(SetKey(("env", "ANTHROPIC_BASE_URL"), gateway))
+        edits.append(SetKey(("env", "ANTHROPIC_BASE_URL"), gateway.url))
+        if gateway.token:
+            header = f"{GATEWAY_TOKEN_HEADER}: {gateway.token}"
+            edits.append(SetKey(("env", "ANTHROPIC_CUSTOM_HEADERS"), header))
     server = {
         "type": "stdio",
         "command": command[0],
@@ -118,19 +134,21 @@ def _claude_code(
 
 
 def _codex(
-    scope: str, command: list[str], env: Mapping[str, str], cwd: Path, gateway: str | None
+    scope: str, command: list[str], env: Mapping[str, str], cwd: Path, gateway: Gateway | None
 ) -> Plan:
     own = env.get("CODEX_HOME")
     user_home = Path(own) if own else Path(env["HOME"]) / ".codex"
     codex_home = user_home if scope == "user" else cwd / ".codex"
     config: list[Edit] = []
     if gateway:
-        provider = {
+        provider: dict[str, object] = {
             "name": NAME,
-            "base_url": f"{gateway.rstrip('/')}/v1",
+            "base_url": f"{gateway.url.rstrip('/')}/v1",
             "wire_api": "responses",
             "env_key": "OPENAI_API_KEY",
         }
+        if gateway.token:
+            provider["http_headers"] = {GATEWAY_TOKEN_HEADER: gateway.token}
         config += [SetKey(("model_provider",), NAME), SetKey(("model_providers", NAME), provider)]
     server: dict[str, object] = {"command": command[0], "args": [*command[1:], "mcp", "codex"]}
     # Codex gives an MCP server HOME, LANG and PATH only: what else finds the session and serve
