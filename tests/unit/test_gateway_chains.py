@@ -282,12 +282,12 @@ def test_the_cache_policy_holds_a_chain_until_it_pays() -> None:
     # without the long last message, from chain 1's prompt to the end is under three times
     # what dropping it frees: the change is made at once, whatever `min_freed_tokens` says
     short = orjson.dumps(_anthropic(turns, set()))
+    eager = Gateway({}, policy=CachePolicy(min_freed_tokens=10**9), plans=source)
+
+    def chains_sent() -> int:
+        return asyncio.run(eager._rewritten(ANTHROPIC, "s", short, "/v1/x")).count(b"<compressed")
+
     plans[:] = [_plan(turns, {0}, set())]
-    gateway = Gateway({}, policy=CachePolicy(min_freed_tokens=10**9), plans=source)
-    assert (
-        asyncio.run(gateway._rewritten(ANTHROPIC, "s", short, "/v1/x")).count(b"<compressed") == 1
-    )
+    assert chains_sent() == 1
     plans.append(_plan(turns, {0, 1}, set()))
-    assert (
-        asyncio.run(gateway._rewritten(ANTHROPIC, "s", short, "/v1/x")).count(b"<compressed") == 2
-    )
+    assert chains_sent() == 2
