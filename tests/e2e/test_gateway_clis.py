@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from agent_clis import (
     run_codex,
 )
 from context_oracles import views_at_turns
-from scripted_models import AnthropicModel, Call, ResponsesModel, Turn, Usage
+from scripted_models import AnthropicModel, Call, Request, ResponsesModel, Turn, Usage
 from serve_process import serving
 
 from sessionfold.projections.pruning.config import build_config
@@ -142,14 +143,8 @@ def test_claude_code_gets_the_folds_stubs_through_the_gateway(tmp_path: Path) ->
     projects = home / ".claude" / "projects"
     projects.mkdir(parents=True)
     calls = [Call(f"toolu_0{n}big", "Bash", {"command": f"seq {n} 3000"}) for n in range(1, 4)]
-    script = []
-    for call in calls:
-        script += [
-            Turn(calls=(call,), usage=Usage(100, 5)),
-            Turn(text="read it", usage=Usage(9, 2)),
-        ]
     settings = ["--set", "recoveryGraceTurns=0", "--min-freed-tokens", "0"]
-    with AnthropicModel(script) as model:
+    with AnthropicModel(_reading_script(calls)) as model:
         args = ["--anthropic-upstream", model.url, *settings]
         with serving(projects, TOKEN, args=args) as serve:
             env = claude_env(home, serve.url)
@@ -162,18 +157,8 @@ def test_claude_code_gets_the_folds_stubs_through_the_gateway(tmp_path: Path) ->
         assert model.unscripted == [] and model.pending()["turn"] == 0
         turns = model.of_kind("turn")
     transcript = next(projects.glob(f"*/{session}.jsonl"))
-    config = build_config({"recoveryGraceTurns": 0})
-    end = list(views_at_turns(transcript, config, lambda _turn: False))[-1]
-    plan = rewrite_plan(end.view)
-    last = _results_sent(turns[-1])
-    stubbed = {call: text for call, text in last.items() if text.startswith("[Summarized")}
-    assert stubbed, "no result reached the model as a stub"
+    stubbed = _assert_stubbed_as_planned(transcript, turns, calls, _results_sent)
     assert any("**Summarized tool refs**" in text for text in stubbed.values())  # the summary
-    assert all(plan.get(call) == text for call, text in stubbed.items())
-    for call, text in last.items():
-        if call not in stubbed:  # as the agent sent it the first time (the request after it ran)
-            first = turns[2 * calls.index(_call(calls, call)) + 1]
-            assert text == _results_sent(first)[call]
     assert b"sk-scripted" not in err
 
 
@@ -191,6 +176,36 @@ def _outputs_sent(request: Any) -> dict[str, str]:
     }
 
 
+def _reading_script(calls: list[Call]) -> list[Turn]:
+    """The model's script: each call's round (a large output to read), then a short answer."""
+    script = []
+    for call in calls:
+        script += [Turn(calls=(call,), usage=Usage(100, 5)), Turn(text="read", usage=Usage(9, 2))]
+    return script
+
+
+def _assert_stubbed_as_planned(
+    transcript: Path,
+    turns: list[Request],
+    calls: list[Call],
+    sent: Callable[[Request], dict[str, str]],
+) -> dict[str, str]:
+    """The last request: the results the fold summarized carry its plan's text for the file
+    (what `sessionfold context` computes), one at least; every other result as the agent sent
+    it the first time (the request after its call ran). The stubbed ones, by call id."""
+    config = build_config({"recoveryGraceTurns": 0})
+    plan = rewrite_plan(list(views_at_turns(transcript, config, lambda _turn: False))[-1].view)
+    last = sent(turns[-1])
+    stubbed = {call: text for call, text in last.items() if text.startswith("[Summarized")}
+    assert stubbed, "no result reached the model as a stub"
+    assert all(plan.get(call) == text for call, text in stubbed.items())
+    for call, text in last.items():
+        if call not in stubbed:
+            first = turns[2 * calls.index(_call(calls, call)) + 1]
+            assert text == sent(first)[call]
+    return stubbed
+
+
 def test_codex_gets_the_folds_stubs_through_the_gateway(tmp_path: Path) -> None:
     """As for Claude Code: three prompts of one session (`codex exec resume --last`), each
     reading a large output; the last request carries the fold's stubs for the summarized
@@ -201,11 +216,8 @@ def test_codex_gets_the_folds_stubs_through_the_gateway(tmp_path: Path) -> None:
     sessions = home / ".codex" / "sessions"
     sessions.mkdir(parents=True)
     calls = [Call(f"call_{n}big", "exec_command", {"cmd": f"seq {n} 3000"}) for n in range(1, 4)]
-    script = []
-    for call in calls:
-        script += [Turn(calls=(call,), usage=Usage(100, 5)), Turn(text="read", usage=Usage(9, 2))]
     settings = ["--set", "recoveryGraceTurns=0", "--min-freed-tokens", "0"]
-    with ResponsesModel(script) as model:
+    with ResponsesModel(_reading_script(calls)) as model:
         args = ["--openai-upstream", model.url, *settings]
         with serving(sessions, TOKEN, args=args) as serve:
             _codex_through(home, serve.url)
@@ -218,16 +230,7 @@ def test_codex_gets_the_folds_stubs_through_the_gateway(tmp_path: Path) -> None:
         assert model.unscripted == [] and model.pending()["turn"] == 0
         turns = model.of_kind("turn")
     (rollout,) = sessions.glob("*/*/*/rollout-*.jsonl")
-    end = list(views_at_turns(rollout, build_config({"recoveryGraceTurns": 0}), lambda _t: False))
-    plan = rewrite_plan(end[-1].view)
-    last = _outputs_sent(turns[-1])
-    stubbed = {call: text for call, text in last.items() if text.startswith("[Summarized")}
-    assert stubbed, "no output reached the model as a stub"
-    assert all(plan.get(call) == text for call, text in stubbed.items())
-    for call, text in last.items():
-        if call not in stubbed:
-            first = turns[2 * calls.index(_call(calls, call)) + 1]
-            assert text == _outputs_sent(first)[call]
+    _assert_stubbed_as_planned(rollout, turns, calls, _outputs_sent)
     assert b"Bearer scripted" not in err
 
 
@@ -242,13 +245,6 @@ CHAIN_SETTINGS = [
     "--min-freed-tokens",
     "0",
 ]
-
-
-def _chains_script(calls: list[Call]) -> list[Turn]:
-    script = []
-    for call in calls:
-        script += [Turn(calls=(call,), usage=Usage(100, 5)), Turn(text="read", usage=Usage(9, 2))]
-    return script
 
 
 def _chains_of_the_last_request(path: Path) -> list[dict[str, Any]]:
@@ -283,7 +279,7 @@ def test_claude_code_gets_compressed_chains_dropped_through_the_gateway(tmp_path
     projects = home / ".claude" / "projects"
     projects.mkdir(parents=True)
     calls = [Call(f"toolu_0{n}chain", "Bash", {"command": f"seq {n} 3000"}) for n in range(1, 6)]
-    with AnthropicModel(_chains_script(calls)) as model:
+    with AnthropicModel(_reading_script(calls)) as model:
         args = ["--anthropic-upstream", model.url, *CHAIN_SETTINGS]
         with serving(projects, TOKEN, args=args) as serve:
             env = claude_env(home, serve.url)
@@ -324,7 +320,7 @@ def test_codex_gets_compressed_chains_dropped_through_the_gateway(tmp_path: Path
     sessions = home / ".codex" / "sessions"
     sessions.mkdir(parents=True)
     calls = [Call(f"call_{n}chain", "exec_command", {"cmd": f"seq {n} 3000"}) for n in range(1, 6)]
-    with ResponsesModel(_chains_script(calls)) as model:
+    with ResponsesModel(_reading_script(calls)) as model:
         args = ["--openai-upstream", model.url, *CHAIN_SETTINGS]
         with serving(sessions, TOKEN, args=args) as serve:
             _codex_through(home, serve.url)

@@ -13,20 +13,26 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 from agent_clis import CLAUDE, CODEX, claude_env, codex_env, run_claude, run_codex
 from conftest import unique_topic_prefix
-from context_oracles import views_at_turns
 from kafka_workers import WorkerProcess, auth, metric, quiet
-from scripted_models import AnthropicModel, Call, ResponsesModel, Turn, Usage
+from scripted_models import AnthropicModel, Call, ResponsesModel
 from serve_process import CLI
-from test_gateway_clis import TOKEN, _call, _codex_through, _outputs_sent, _results_sent
+from test_gateway_clis import (
+    TOKEN,
+    _assert_stubbed_as_planned,
+    _codex_through,
+    _outputs_sent,
+    _reading_script,
+    _results_sent,
+)
 
-from sessionfold.projections.pruning.config import build_config
-from sessionfold.projections.views.rewrite import rewrite_plan
 from sessionfold.streams.kafka.topics import Topics, ensure_topics
 from sessionfold.streams.publishing.session_file import DeadLetter, read_session_file
 
@@ -64,6 +70,33 @@ def _follow(bootstrap: str, prefix: str, root: Path, tmp_path: Path) -> subproce
     return subprocess.Popen(publish, stderr=subprocess.PIPE)
 
 
+@contextmanager
+def _worker_fed_by(
+    root: Path, upstream: dict[str, str], tmp_path: Path, bootstrap: str
+) -> Iterator[WorkerProcess]:
+    """A fold worker (role all, the test's API token; no grace turns, no minimum freed, so its
+    gateway stubs at once) on fresh topics, fed by `publish ROOT --follow`; `upstream`: the
+    gateway's upstream variable. The publisher must end without a traceback."""
+    (tmp_path / "pruning.toml").write_text("recoveryGraceTurns = 0\n")
+    prefix = unique_topic_prefix()
+    ensure_topics(bootstrap, Topics(prefix), 1)
+    env = {
+        **upstream,
+        "SESSIONFOLD_MIN_FREED_TOKENS": "0",
+        "SESSIONFOLD_CONFIG": str(tmp_path / "pruning.toml"),
+    }
+    worker = WorkerProcess(bootstrap, prefix, "all", 1, tmp_path, env=env, api_token=TOKEN)
+    follow = _follow(bootstrap, prefix, root, tmp_path)
+    try:
+        worker.start().wait_web(READY_TIMEOUT_S)
+        yield worker
+    finally:
+        follow.terminate()
+        _, err = follow.communicate(timeout=60)
+        worker.stop()
+    assert b"Traceback" not in err
+
+
 def test_claude_code_gets_the_folds_stubs_through_a_workers_gateway(
     tmp_path: Path, kafka_bootstrap: str
 ) -> None:
@@ -72,28 +105,10 @@ def test_claude_code_gets_the_folds_stubs_through_a_workers_gateway(
     work.mkdir()
     projects = home / ".claude" / "projects"
     projects.mkdir(parents=True)
-    (tmp_path / "pruning.toml").write_text("recoveryGraceTurns = 0\n")
     calls = [Call(f"toolu_0{n}big", "Bash", {"command": f"seq {n} 3000"}) for n in range(1, 4)]
-    script = []
-    for call in calls:
-        script += [
-            Turn(calls=(call,), usage=Usage(100, 5)),
-            Turn(text="read it", usage=Usage(9, 2)),
-        ]
-    prefix = unique_topic_prefix()
-    ensure_topics(kafka_bootstrap, Topics(prefix), 1)
-    with AnthropicModel(script) as model:
-        env = {
-            "SESSIONFOLD_ANTHROPIC_UPSTREAM": model.url,
-            "SESSIONFOLD_MIN_FREED_TOKENS": "0",
-            "SESSIONFOLD_CONFIG": str(tmp_path / "pruning.toml"),
-        }
-        worker = WorkerProcess(
-            kafka_bootstrap, prefix, "all", 1, tmp_path, env=env, api_token=TOKEN
-        )
-        follow = _follow(kafka_bootstrap, prefix, projects, tmp_path)
-        try:
-            worker.start().wait_web(READY_TIMEOUT_S)
+    with AnthropicModel(_reading_script(calls)) as model:
+        upstream = {"SESSIONFOLD_ANTHROPIC_UPSTREAM": model.url}
+        with _worker_fed_by(projects, upstream, tmp_path, kafka_bootstrap) as worker:
             agent = claude_env(home, worker.url)
             agent["ANTHROPIC_CUSTOM_HEADERS"] = f"X-Sessionfold-Token: {TOKEN}"
             session = run_claude(work, agent, "read the first")["session_id"]
@@ -102,25 +117,10 @@ def test_claude_code_gets_the_folds_stubs_through_a_workers_gateway(
                 _settled(worker, transcript, session)
                 run_claude(work, agent, prompt, "--resume", session)
             samples = worker.metrics()
-        finally:
-            follow.terminate()
-            _, err = follow.communicate(timeout=60)
-            worker.stop()
         assert model.unscripted == [] and model.pending()["turn"] == 0
         turns = model.of_kind("turn")
-    assert b"Traceback" not in err
-    config = build_config({"recoveryGraceTurns": 0})
-    end = list(views_at_turns(transcript, config, lambda _turn: False))[-1]
-    plan = rewrite_plan(end.view)
-    last = _results_sent(turns[-1])
-    stubbed = {call: text for call, text in last.items() if text.startswith("[Summarized")}
-    assert stubbed, "no result reached the model as a stub"
+    stubbed = _assert_stubbed_as_planned(transcript, turns, calls, _results_sent)
     assert any("**Summarized tool refs**" in text for text in stubbed.values())  # the summary
-    assert all(plan.get(call) == text for call, text in stubbed.items())
-    for call, text in last.items():
-        if call not in stubbed:  # as the agent sent it the first time (the request after it ran)
-            first = turns[2 * calls.index(_call(calls, call)) + 1]
-            assert text == _results_sent(first)[call]
     answers = "sessionfold_gateway_plan_answers_total"
     assert metric(samples, answers, answer="full") >= 1
     assert metric(samples, answers, answer="unchanged") >= 1  # a turn's calls share a plan
@@ -137,25 +137,10 @@ def test_codex_gets_the_folds_stubs_through_a_workers_gateway(
     work.mkdir()
     sessions = home / ".codex" / "sessions"
     sessions.mkdir(parents=True)
-    (tmp_path / "pruning.toml").write_text("recoveryGraceTurns = 0\n")
     calls = [Call(f"call_{n}big", "exec_command", {"cmd": f"seq {n} 3000"}) for n in range(1, 4)]
-    script = []
-    for call in calls:
-        script += [Turn(calls=(call,), usage=Usage(100, 5)), Turn(text="read", usage=Usage(9, 2))]
-    prefix = unique_topic_prefix()
-    ensure_topics(kafka_bootstrap, Topics(prefix), 1)
-    with ResponsesModel(script) as model:
-        env = {
-            "SESSIONFOLD_OPENAI_UPSTREAM": model.url,
-            "SESSIONFOLD_MIN_FREED_TOKENS": "0",
-            "SESSIONFOLD_CONFIG": str(tmp_path / "pruning.toml"),
-        }
-        worker = WorkerProcess(
-            kafka_bootstrap, prefix, "all", 1, tmp_path, env=env, api_token=TOKEN
-        )
-        follow = _follow(kafka_bootstrap, prefix, sessions, tmp_path)
-        try:
-            worker.start().wait_web(READY_TIMEOUT_S)
+    with ResponsesModel(_reading_script(calls)) as model:
+        upstream = {"SESSIONFOLD_OPENAI_UPSTREAM": model.url}
+        with _worker_fed_by(sessions, upstream, tmp_path, kafka_bootstrap) as worker:
             _codex_through(home, worker.url)
             agent = codex_env(home)
             run_codex(work, agent, "read the first")
@@ -169,23 +154,9 @@ def test_codex_gets_the_folds_stubs_through_a_workers_gateway(
                 _settled(worker, rollout, session)
                 run_codex(work, agent, "resume", "--last", prompt)
             samples = worker.metrics()
-        finally:
-            follow.terminate()
-            _, err = follow.communicate(timeout=60)
-            worker.stop()
         assert model.unscripted == [] and model.pending()["turn"] == 0
         turns = model.of_kind("turn")
-    assert b"Traceback" not in err
-    end = list(views_at_turns(rollout, build_config({"recoveryGraceTurns": 0}), lambda _t: False))
-    plan = rewrite_plan(end[-1].view)
-    last = _outputs_sent(turns[-1])
-    stubbed = {call: text for call, text in last.items() if text.startswith("[Summarized")}
-    assert stubbed, "no output reached the model as a stub"
-    assert all(plan.get(call) == text for call, text in stubbed.items())
-    for call, text in last.items():
-        if call not in stubbed:
-            first = turns[2 * calls.index(_call(calls, call)) + 1]
-            assert text == _outputs_sent(first)[call]
+    _assert_stubbed_as_planned(rollout, turns, calls, _outputs_sent)
     answers = "sessionfold_gateway_plan_answers_total"
     assert metric(samples, answers, answer="full") >= 1
     assert metric(samples, answers, answer="unchanged") >= 1
