@@ -3,6 +3,7 @@ SIGTERM, its stderr kept for the test to check (no traceback, exit 0)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import httpx
 
+from sessionfold.events.envelope import EntryEnvelope
+from sessionfold.streams.publishing.session_file import SessionFileReader
 from sessionfold.streams.tools.broker import free_port_pair
 
 CLI = [sys.executable, "-m", "sessionfold.streams.cli"]
@@ -22,10 +25,26 @@ START_TIMEOUT_S = 60.0
 
 @dataclass
 class Serve:
-    """A running serve: its base URL and process."""
+    """A running serve: its base URL, process and API token."""
 
     url: str
     process: subprocess.Popen[bytes]
+    token: str
+
+    def folded(self, transcript: Path) -> None:
+        """Until serve has folded the agent's file as it is now (the last entry a tailing
+        reader gives: a Claude Code message's lines are held until the next one; at most 5 s,
+        as serve's status route waits), so that the next call's plan has the turns before it
+        and no flush of the session is still with the model."""
+        held = itertools.chain.from_iterable(SessionFileReader(transcript).lines(final=False))
+        *_, last = (r for r in held if isinstance(r, EntryEnvelope))
+        answer = httpx.get(
+            f"{self.url}/sessions/{last.session_id}/status",
+            params={"leaf": last.payload.entry["id"], "wait_ms": "5000"},
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=10,
+        )
+        assert answer.status_code == 200
 
     def stop(self) -> bytes:
         """SIGTERM, wait, and return its stderr (asserting a clean exit)."""
@@ -60,7 +79,7 @@ def serving(
         env={**os.environ, **(env or {}), "SESSIONFOLD_API_TOKEN": token},
         stderr=subprocess.PIPE,
     )
-    serve = Serve(f"http://127.0.0.1:{port}", process)
+    serve = Serve(f"http://127.0.0.1:{port}", process, token)
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         try:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -151,7 +150,7 @@ def test_claude_code_gets_the_folds_stubs_through_the_gateway(tmp_path: Path) ->
             env["ANTHROPIC_CUSTOM_HEADERS"] = f"X-Sessionfold-Token: {TOKEN}"
             session = run_claude(work, env, "read the first")["session_id"]
             for prompt in ("read the second", "read the third"):
-                time.sleep(0.5)  # the tailer folds the turn (serve polls every 5 ms)
+                serve.folded(next(projects.glob(f"*/{session}.jsonl")))
                 run_claude(work, env, prompt, "--resume", session)
             err = serve.stop()
         assert model.unscripted == [] and model.pending()["turn"] == 0
@@ -224,7 +223,7 @@ def test_codex_gets_the_folds_stubs_through_the_gateway(tmp_path: Path) -> None:
             env = codex_env(home)
             run_codex(work, env, "read the first")
             for prompt in ("read the second", "read the third"):
-                time.sleep(0.5)
+                serve.folded(next(sessions.glob("*/*/*/rollout-*.jsonl")))
                 run_codex(work, env, "resume", "--last", prompt)
             err = serve.stop()
         assert model.unscripted == [] and model.pending()["turn"] == 0
@@ -286,7 +285,7 @@ def test_claude_code_gets_compressed_chains_dropped_through_the_gateway(tmp_path
             env["ANTHROPIC_CUSTOM_HEADERS"] = f"X-Sessionfold-Token: {TOKEN}"
             session = run_claude(work, env, "read 1")["session_id"]
             for n in range(2, 6):
-                time.sleep(0.5)  # the tailer folds the turn
+                serve.folded(next(projects.glob(f"*/{session}.jsonl")))
                 run_claude(work, env, f"read {n}", "--resume", session)
             serve.stop()
         assert model.unscripted == [] and model.pending()["turn"] == 0
@@ -327,7 +326,7 @@ def test_codex_gets_compressed_chains_dropped_through_the_gateway(tmp_path: Path
             env = codex_env(home)
             run_codex(work, env, "read 1")
             for n in range(2, 6):
-                time.sleep(0.5)
+                serve.folded(next(sessions.glob("*/*/*/rollout-*.jsonl")))
                 run_codex(work, env, "resume", "--last", f"read {n}")
             serve.stop()
         assert model.unscripted == [] and model.pending()["turn"] == 0

@@ -18,7 +18,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -249,7 +248,7 @@ def test_claude_code_recalls_the_stub_the_gateway_sent_from_serve(tmp_path: Path
             env["ANTHROPIC_CUSTOM_HEADERS"] = f"X-Sessionfold-Token: {token}"
             session = _run_claude(work, env, config, "read the first")
             for prompt in ("read the second", "read the third", "recall it"):
-                time.sleep(0.5)  # the tailer folds the turn (serve polls every 5 ms)
+                serve.folded(next(projects.glob(f"*/{session}.jsonl")))
                 _run_claude(work, env, config, prompt, "--resume", session)
             err = serve.stop()
         assert model.unscripted == [] and model.pending()["turn"] == 0
@@ -308,7 +307,7 @@ def test_codex_recalls_the_stub_the_gateway_sent_from_serve(tmp_path: Path) -> N
             env = codex_env(home)
             run_codex(work, env, "read the first")
             for prompt in ("read the second", "read the third", "recall it"):
-                time.sleep(0.5)
+                serve.folded(next(sessions.glob("*/*/*/rollout-*.jsonl")))
                 run_codex(work, env, "resume", "--last", prompt)
             err = serve.stop()
         assert model.unscripted == [] and model.pending()["turn"] == 0

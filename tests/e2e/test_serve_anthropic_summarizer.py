@@ -173,7 +173,7 @@ def test_claude_code_through_the_gateway_gets_the_haiku_summaries(tmp_path: Path
             agent = claude_env(home, serve.url)  # the agent's key is sk-scripted
             agent["ANTHROPIC_CUSTOM_HEADERS"] = f"X-Sessionfold-Token: {TOKEN}"
             session = run_claude(work, agent, "read the first")["session_id"]
-            time.sleep(0.5)  # the tailer folds the turn
+            serve.folded(next(projects.glob(f"*/{session}.jsonl")))
             run_claude(work, agent, "read the second", "--resume", session)
             # The second prompt flushed the first turn; the gateway takes what is summarized
             # when a call comes (it never waits for a flush): wait for the model's answer.
