@@ -120,9 +120,11 @@ def _responses(turns: list[Turn], dropped: set[int]) -> dict[str, Any]:
     return {"model": "m", "stream": True, "input": items, "prompt_cache_key": "s"}
 
 
-def _plan(turns: list[Turn], chained: set[int], short: set[int]) -> dict[str, Any]:
-    """The fold's plan: a chain per turn in `chained` (missing its last call when in `short`),
-    and a stub for every call of those turns."""
+def _plan(
+    turns: list[Turn], chained: set[int], short: set[int], headless: bool = False
+) -> dict[str, Any]:
+    """The fold's plan: a chain per turn in `chained` (missing its last call when in `short`,
+    its first when `headless`), and a stub for every call of those turns."""
     chains = []
     results = {}
     for turn in turns:
@@ -131,7 +133,7 @@ def _plan(turns: list[Turn], chained: set[int], short: set[int]) -> dict[str, An
         calls = [c for round_ in turn.calls() for c in round_]
         results.update({c: f"[Summarized {c}]" for c in calls})
         if turn.number in short:
-            calls = calls[:-1]
+            calls = calls[1:] if headless else calls[:-1]
         chains.append({"id": f"b{turn.number}", "calls": calls, "text": _chain_text(turn)})
     return {"known": True, "results": results, "chains": chains}
 
@@ -187,8 +189,8 @@ def _sent_and_expected(
     data: st.DataObject,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The request the gateway sends for drawn turns, some chained (some of those with a call
-    the plan lacks), and the one expected: the chained turns compressed, the short ones
-    stubbed result by result."""
+    the plan lacks: the last, or the first), and the one expected: the chained turns
+    compressed, the short ones stubbed result by result."""
     turns = _turns(drawn, last_open)
     closed = [t.number for t in turns if t.closed and t.rounds]
     chained = set(data.draw(st.lists(st.sampled_from(closed), unique=True))) if closed else set()
@@ -197,7 +199,7 @@ def _sent_and_expected(
         if chained
         else set()
     )
-    plan = _plan(turns, chained, short)
+    plan = _plan(turns, chained, short, data.draw(st.booleans()))
     sent = _rewrite(api, build(turns, set()), plan)
     shorts = {str(n) for n in short}
     stubs = {c: t for c, t in plan["results"].items() if c.split("r")[0][1:] in shorts}

@@ -56,6 +56,8 @@ _OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 _CALLS = frozenset({"function_call", "custom_tool_call"})
 _PROMPT = ("message", "user")
 _ANSWER = ("message", "assistant")
+#: The roles of a turn's prompt and answer (other roles' messages are instructions).
+_TALK = ("user", "assistant")
 
 
 def _tool_outputs(body: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -113,8 +115,10 @@ def _chain_spans(body: Any, chains: Mapping[str, Sequence[str]]) -> dict[str, Ch
         # the first call's response: the reasoning and text before it go with it
         while first > 0 and (kinds[first - 1][0] == "reasoning" or kinds[first - 1] == _ANSWER):
             first -= 1
-        start = first - 1  # the prompt: the last user message before, no answer between
-        while start >= 0 and kinds[start] != _PROMPT and kinds[start][1] != "assistant":
+        # the prompt: the last user message before, only messages of other roles between (an
+        # instruction); another call or output there is a round the plan does not name
+        start = first - 1
+        while start >= 0 and kinds[start][0] == "message" and kinds[start][1] not in _TALK:
             start -= 1
         if start < 0 or kinds[start] != _PROMPT:
             continue
