@@ -287,9 +287,10 @@ def test_claude_code_gets_compressed_chains_dropped_through_the_gateway(tmp_path
             for n in range(2, 6):
                 serve.folded(next(projects.glob(f"*/{session}.jsonl")))
                 run_claude(work, env, f"read {n}", "--resume", session)
-            serve.stop()
+            err = serve.stop()
         assert model.unscripted == [] and model.pending()["turn"] == 0
         last = model.of_kind("turn")[-1].body
+    assert b"went upstream unchanged" not in err, err.decode()[-3000:]  # no fail-open
     chains = _chains_of_the_last_request(next(projects.glob(f"*/{session}.jsonl")))
     dropped = {call for chain in chains for call in chain["calls"]}
     uses = [
@@ -328,10 +329,11 @@ def test_codex_gets_compressed_chains_dropped_through_the_gateway(tmp_path: Path
             for n in range(2, 6):
                 serve.folded(next(sessions.glob("*/*/*/rollout-*.jsonl")))
                 run_codex(work, env, "resume", "--last", f"read {n}")
-            serve.stop()
+            err = serve.stop()
         assert model.unscripted == [] and model.pending()["turn"] == 0
         last = model.of_kind("turn")[-1].body
     (rollout,) = sessions.glob("*/*/*/rollout-*.jsonl")
+    assert b"went upstream unchanged" not in err, err.decode()[-3000:]  # no fail-open
     chains = _chains_of_the_last_request(rollout)
     dropped = {call for chain in chains for call in chain["calls"]}
     items = last["input"]
