@@ -239,7 +239,7 @@ def _tail(call: Call) -> Tail:
         holding = {m.get("toolCallId"): n for n, m in enumerate(call.messages)}
         starts = [holding[c] for c in calls if c in holding]
         starts += [call.spans[k][0] for k in chains if k in call.spans]
-        return sum(len(orjson.dumps(m)) for m in call.messages[min(starts, default=0) :])
+        return len(orjson.dumps(call.messages[min(starts, default=0) :]))
 
     return chars
 

@@ -437,7 +437,7 @@ def _tail(api: ModelApi, parsed: Any, spans: dict[str, ChainSpan]) -> Tail:
         turns, holding = api.turns(parsed)
         starts = [holding[call] for call in calls if call in holding]
         starts += [spans[key].start for key in chains if key in spans]
-        return sum(len(orjson.dumps(turn)) for turn in turns[min(starts, default=0) :])
+        return len(orjson.dumps(turns[min(starts, default=0) :]))
 
     return chars
 
