@@ -38,7 +38,7 @@ from agent_clis import (
 from scripted_models import AnthropicModel, Call, ResponsesModel, Turn, Usage
 from serve_process import serving
 
-from sessionfold.streams.tools.mcp_names import MCP_TOOLS
+from sessionfold.streams.tools.install.plans import CLAUDE_ALLOWED_TOOLS
 
 pytestmark = [
     pytest.mark.skipif(
@@ -105,7 +105,7 @@ def _run_claude(
     what the settings say (as `sessionfold install` wrote them)."""
     if config is None:
         return str(run_claude(work, env, prompt, *extra)["session_id"])
-    tools = ["Bash", *(f"mcp__sessionfold__{name}" for name in MCP_TOOLS)]
+    tools = ["Bash", *CLAUDE_ALLOWED_TOOLS]
     answer = run_claude(work, env, prompt, "--mcp-config", str(config), *extra, tools=tools)
     return str(answer["session_id"])
 

@@ -61,6 +61,8 @@ class Plan:
     trusted_hook: tuple[Path, str, Path] | None = None
 
 
+#: Claude Code's names of the MCP server's tools, as `permissions.allow` lists them.
+CLAUDE_ALLOWED_TOOLS = tuple(f"mcp__{NAME}__{tool}" for tool in MCP_TOOLS)
 #: The environment Codex does not pass its MCP servers that `sessionfold mcp` reads.
 CODEX_MCP_ENV = ("CODEX_HOME", "SESSIONFOLD_SERVE_URL", "SESSIONFOLD_API_TOKEN_FILE")
 
@@ -112,7 +114,7 @@ def _claude_code(
         AddItem(("hooks", "SessionStart"), _hook_group("compact", command, "claude-code")),
         # The recall tools only read: without this Claude Code asks before each call, and
         # `claude -p` refuses it.
-        *(AddItem(("permissions", "allow"), f"mcp__{NAME}__{tool}") for tool in MCP_TOOLS),
+        *(AddItem(("permissions", "allow"), tool) for tool in CLAUDE_ALLOWED_TOOLS),
     ]
     if gateway:
         edits.append(SetKey(("env", "ANTHROPIC_BASE_URL"), gateway.url))
